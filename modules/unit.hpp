@@ -1,0 +1,94 @@
+// The parameter seam. A Model is an ordered list of units (embedding, blocks,
+// final norm + head). A unit declares its parameters and runs forward and
+// backward, but never owns parameter memory: before it runs, the caller asks a
+// ParamProvider for views of its parameters; after its backward, gradients go
+// to buffers handed out by a GradSink. ZeRO implements both.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "runtime/device.hpp"
+
+namespace zt {
+
+class Kernels;
+
+struct ParamSpec {
+  std::string name;   // e.g. "attn.qkv.weight"
+  Shape shape;
+  bool weight_decay;  // AdamW decay applies (2-D weights only)
+};
+
+// A parameter of another unit that this unit reads (tied embeddings): its
+// views come after the unit's own, and its gradient accumulates into the
+// owner's gradient buffer.
+struct TiedParam {
+  int unit;
+  int param;
+};
+
+enum class Phase : uint8_t { forward, backward, recompute };
+
+struct UnitContext {
+  Kernels* kernels = nullptr;
+  Arena* saved = nullptr;    // activations kept until this micro-batch's backward
+  Arena* scratch = nullptr;  // temporaries; the caller releases them after each call
+  int64_t B = 0;             // micro-batch size
+  int64_t T = 0;             // sequence length
+  DType act_dtype = DType::f32;  // storage of activations (math is fp32 or wider)
+  Tensor targets;            // (B, T) i32, read by the head
+};
+
+// What a unit's forward keeps for its backward (views into ctx.saved).
+struct Stash {
+  std::vector<Tensor> t;
+};
+
+class Unit {
+ public:
+  virtual ~Unit() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<ParamSpec> params() const = 0;
+  virtual std::vector<TiedParam> tied() const { return {}; }
+  // Input and output of one micro-batch.
+  virtual Shape input_shape(int64_t B, int64_t T) const = 0;
+  virtual DType input_dtype(DType act_dtype) const = 0;
+  virtual Shape output_shape(int64_t B, int64_t T) const = 0;
+  virtual DType output_dtype(DType act_dtype) const = 0;
+  // Deterministic initial value of elements [begin, begin+count) of own
+  // parameter `param`, a pure function of (seed, unit index, param, element),
+  // so that any sharding of the parameters initialises identically.
+  virtual void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
+                          int unit_index) const = 0;
+
+  // params: own then tied, in the storage dtype. `out` is preallocated.
+  virtual void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
+                       const Tensor& out, Stash& stash) const = 0;
+  // grads: own then tied, fp32, accumulated into (+=). `din` is undefined for
+  // the first unit (token input).
+  virtual void backward(const UnitContext& ctx, const std::vector<Tensor>& params,
+                        const std::vector<Tensor>& grads, const Tensor& in, const Tensor& dout,
+                        const Tensor& din, Stash& stash) const = 0;
+};
+
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+  // Views of unit's own then tied parameters, valid until release(unit, phase).
+  virtual std::vector<Tensor> acquire(int unit, Phase phase) = 0;
+  virtual void release(int unit, Phase phase) = 0;
+};
+
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  // fp32 buffers (own then tied) that the unit's backward accumulates into.
+  virtual std::vector<Tensor> grads(int unit) = 0;
+  // The unit's backward for the current micro-batch has finished.
+  virtual void done(int unit) = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,26 @@
+#include "core/error.hpp"
+
+namespace zt {
+namespace {
+int g_rank = -1;
+std::string g_host;
+std::string where(const char* file, int line) {
+  std::ostringstream os;
+  os << "[rank " << g_rank;
+  if (!g_host.empty()) os << " on " << g_host;
+  os << "] " << file << ":" << line << ": ";
+  return os.str();
+}
+}  // namespace
+
+void set_process_identity(int rank, const std::string& host) {
+  g_rank = rank;
+  g_host = host;
+}
+int process_rank() { return g_rank; }
+const std::string& process_host() { return g_host; }
+
+Error::Error(const std::string& msg, const char* file, int line)
+    : std::runtime_error(where(file, line) + msg), msg_(msg) {}
+
+}  // namespace zt

@@ -1,0 +1,129 @@
+#include "runtime/device.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace zt {
+
+const char* mem_tag_name(MemTag tag) {
+  switch (tag) {
+    case MemTag::params: return "params";
+    case MemTag::grads: return "grads";
+    case MemTag::optim: return "optim";
+    case MemTag::activations: return "activations";
+    case MemTag::comm: return "comm";
+    case MemTag::workspace: return "workspace";
+    case MemTag::offload: return "offload";
+  }
+  return "?";
+}
+
+void* Device::allocate(size_t bytes, MemTag tag) {
+  if (bytes == 0) bytes = 1;
+  void* p = raw_allocate(bytes);
+  if (p == nullptr) {
+    ZT_THROW("out of memory on ", name(), ": allocating ", bytes, " bytes for '", mem_tag_name(tag),
+             "' with ", stats_.current_total, " bytes in use");
+  }
+  const int t = static_cast<int>(tag);
+  stats_.current[t] += bytes;
+  stats_.current_total += bytes;
+  if (stats_.current[t] > stats_.peak[t]) stats_.peak[t] = stats_.current[t];
+  if (stats_.current_total > stats_.peak_total) stats_.peak_total = stats_.current_total;
+  return p;
+}
+
+void Device::deallocate(void* p, size_t bytes, MemTag tag) noexcept {
+  if (p == nullptr) return;
+  if (bytes == 0) bytes = 1;
+  raw_deallocate(p, bytes);
+  const int t = static_cast<int>(tag);
+  stats_.current[t] -= bytes;
+  stats_.current_total -= bytes;
+}
+
+void* CpuDevice::raw_allocate(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  return std::aligned_alloc(64, rounded);
+}
+void CpuDevice::raw_deallocate(void* p, size_t) noexcept { std::free(p); }
+void CpuDevice::memset_zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+Buffer::Buffer(Device& dev, size_t bytes, MemTag tag)
+    : dev_(&dev), data_(dev.allocate(bytes, tag)), bytes_(bytes), tag_(tag), dtype_(DType::f32),
+      shape_{static_cast<int64_t>(bytes / 4)} {}
+
+Buffer::Buffer(Device& dev, DType dtype, Shape shape, MemTag tag)
+    : Buffer(dev, static_cast<size_t>(shape.numel()) * dtype_size(dtype), tag) {
+  dtype_ = dtype;
+  shape_ = shape;
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    dev_ = o.dev_;
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    tag_ = o.tag_;
+    dtype_ = o.dtype_;
+    shape_ = o.shape_;
+    o.dev_ = nullptr;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::reset() noexcept {
+  if (dev_ && data_) dev_->deallocate(data_, bytes_, tag_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+Tensor Buffer::view(DType dtype, Shape shape, size_t byte_offset) const {
+  const size_t need = byte_offset + static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  ZT_CHECK(need <= bytes_, "view of ", need, " bytes exceeds buffer of ", bytes_);
+  return Tensor(static_cast<char*>(data_) + byte_offset, dtype, shape, dev_ ? dev_->kind() : DeviceKind::cpu);
+}
+
+Tensor Arena::alloc(DType dtype, Shape shape) {
+  ZT_CHECK(dev_ != nullptr, "arena used before construction");
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  while (true) {
+    if (cur_ < chunks_.size()) {
+      const size_t start = (used_ + 63) / 64 * 64;
+      if (start + bytes <= chunks_[cur_].bytes()) {
+        used_ = start + bytes;
+        return chunks_[cur_].view(dtype, shape, start);
+      }
+      if (cur_ + 1 < chunks_.size() && bytes <= chunks_[cur_ + 1].bytes()) {
+        ++cur_;
+        used_ = 0;
+        continue;
+      }
+      // The next chunk (if any) is too small: insert a fitting one after this.
+      ++cur_;
+      used_ = 0;
+    }
+    const size_t size = bytes > chunk_bytes_ ? bytes : chunk_bytes_;
+    chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(cur_), Buffer(*dev_, size, tag_));
+  }
+}
+
+void Arena::release_to(Mark m) {
+  cur_ = m.chunk;
+  used_ = m.used;
+}
+
+size_t Arena::capacity() const {
+  size_t n = 0;
+  for (const Buffer& b : chunks_) n += b.bytes();
+  return n;
+}
+
+}  // namespace zt

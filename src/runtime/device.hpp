@@ -1,0 +1,129 @@
+// Device: tagged allocation with peak accounting. Every buffer in ztrain is
+// allocated through a Device with a tag, so the peak bytes per tag are known
+// at any time and reported at the end of a run. Streams and events are no-ops
+// on the CPU (the CUDA device fills them in).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace zt {
+
+enum class MemTag : uint8_t { params, grads, optim, activations, comm, workspace, offload };
+constexpr int kNumMemTags = 7;
+const char* mem_tag_name(MemTag tag);
+
+struct MemoryStats {
+  std::array<size_t, kNumMemTags> current{};
+  std::array<size_t, kNumMemTags> peak{};
+  size_t current_total = 0;
+  size_t peak_total = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+  // Never returns null: throws with the tag and the current usage on failure.
+  void* allocate(size_t bytes, MemTag tag);
+  void deallocate(void* p, size_t bytes, MemTag tag) noexcept;
+  const MemoryStats& stats() const { return stats_; }
+  virtual void memset_zero(void* p, size_t bytes) = 0;
+  // Copies between this device's memory and host memory (plain memcpy on CPU).
+  virtual void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dev_dst, const void* host_src, size_t bytes) = 0;
+  virtual void synchronize() {}
+
+ protected:
+  virtual void* raw_allocate(size_t bytes) = 0;
+  virtual void raw_deallocate(void* p, size_t bytes) noexcept = 0;
+
+ private:
+  MemoryStats stats_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "cpu"; }
+  void memset_zero(void* p, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
+  void copy_from_host(void* dev_dst, const void* host_src, size_t bytes) override;
+
+ protected:
+  void* raw_allocate(size_t bytes) override;
+  void raw_deallocate(void* p, size_t bytes) noexcept override;
+};
+
+// Move-only owner of one allocation on a Device.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Device& dev, size_t bytes, MemTag tag);
+  // Typed allocation: a buffer for `shape` elements of `dtype`.
+  Buffer(Device& dev, DType dtype, Shape shape, MemTag tag);
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void reset() noexcept;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemTag tag() const { return tag_; }
+  bool empty() const { return data_ == nullptr; }
+  // The whole buffer as a tensor (uses the dtype/shape given at construction).
+  Tensor tensor() const { return Tensor(data_, dtype_, shape_, dev_ ? dev_->kind() : DeviceKind::cpu); }
+  // A view of the buffer with another dtype and shape that fits inside it.
+  Tensor view(DType dtype, Shape shape, size_t byte_offset = 0) const;
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+
+ private:
+  Device* dev_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemTag tag_ = MemTag::workspace;
+  DType dtype_ = DType::f32;
+  Shape shape_;
+};
+
+// Bump allocator for activations and workspace whose lifetime is one
+// micro-batch or one step: allocation is a pointer bump, reset() frees all.
+// It grows by adding chunks when a request does not fit (in practice only in
+// the first step); chunks are kept, so later steps allocate nothing.
+class Arena {
+ public:
+  Arena() = default;
+  Arena(Device& dev, MemTag tag, size_t chunk_bytes = size_t{64} << 20)
+      : dev_(&dev), tag_(tag), chunk_bytes_(chunk_bytes) {}
+  Tensor alloc(DType dtype, Shape shape);
+  // Marks let a caller free everything allocated after a point (LIFO).
+  struct Mark {
+    size_t chunk = 0;
+    size_t used = 0;
+  };
+  Mark mark() const { return {cur_, chunks_.empty() ? 0 : used_}; }
+  void release_to(Mark m);
+  void reset() { release_to(Mark{}); }
+  size_t capacity() const;
+
+ private:
+  Device* dev_ = nullptr;
+  MemTag tag_ = MemTag::activations;
+  size_t chunk_bytes_ = 0;
+  std::vector<Buffer> chunks_;
+  size_t cur_ = 0;   // index of the chunk being filled
+  size_t used_ = 0;  // bytes used in chunks_[cur_]
+};
+
+std::unique_ptr<Device> make_cpu_device();
+
+}  // namespace zt
