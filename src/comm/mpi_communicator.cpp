@@ -1,0 +1,165 @@
+#include "comm/mpi_communicator.hpp"
+
+#include <cstdlib>
+#include <limits>
+
+namespace zt {
+namespace {
+
+class MpiRequest final : public CommHandle {
+ public:
+  explicit MpiRequest(MPI_Request r) : req_(r) {}
+  ~MpiRequest() override {
+    // A request dropped without wait is completed here: MPI requires it and
+    // freeing the buffer underneath an active request would corrupt memory.
+    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  void wait() override { ZT_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE)); }
+  bool test() override {
+    int done = 0;
+    ZT_MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+
+ private:
+  MPI_Request req_;
+};
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::u16: return MPI_UINT16_T;
+    default: ZT_THROW("MPI reduction on ", dtype_name(t), " is not supported (reduce in f32)");
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+int checked_count(int64_t n) {
+  ZT_CHECK(n <= std::numeric_limits<int>::max(), "MPI message of ", n, " elements exceeds INT_MAX; split it");
+  return static_cast<int>(n);
+}
+
+void require_host(const Tensor& t) {
+  ZT_CHECK(t.device == DeviceKind::cpu, "MpiCommunicator needs host memory");
+}
+
+}  // namespace
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, buf, &len);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  ZT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  char host[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  set_process_identity(rank_, std::string(host, static_cast<size_t>(len)));
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void abort_job(int exit_code) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group_name)
+    : comm_(comm), name_(std::move(group_name)) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+CommRequest MpiCommunicator::all_reduce(Tensor buf, ReduceOp op) {
+  require_host(buf);
+  count(CommOp::all_reduce, buf.bytes());
+  MPI_Request r;
+  ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data, checked_count(buf.numel()), mpi_type(buf.dtype),
+                              mpi_op(op), comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+CommRequest MpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
+  require_host(in);
+  require_host(out);
+  ZT_CHECK(in.dtype == out.dtype && in.numel() == out.numel() * size_, "reduce_scatter: in has ", in.numel(),
+           " elements, out ", out.numel(), ", group size ", size_);
+  count(CommOp::reduce_scatter, in.bytes());
+  MPI_Request r;
+  ZT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, checked_count(out.numel()), mpi_type(out.dtype),
+                                         mpi_op(op), comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+CommRequest MpiCommunicator::all_gather(Tensor in, Tensor out) {
+  require_host(in);
+  require_host(out);
+  ZT_CHECK(in.dtype == out.dtype && out.numel() == in.numel() * size_, "all_gather: in has ", in.numel(),
+           " elements, out ", out.numel(), ", group size ", size_);
+  count(CommOp::all_gather, out.bytes());
+  MPI_Request r;
+  ZT_MPI_CHECK(MPI_Iallgather(in.data, checked_count(static_cast<int64_t>(in.bytes())), MPI_BYTE, out.data,
+                              checked_count(static_cast<int64_t>(in.bytes())), MPI_BYTE, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+CommRequest MpiCommunicator::broadcast(Tensor buf, int root) {
+  require_host(buf);
+  count(CommOp::broadcast, buf.bytes());
+  MPI_Request r;
+  ZT_MPI_CHECK(MPI_Ibcast(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, root, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+CommRequest MpiCommunicator::send(Tensor buf, int peer, int tag) {
+  require_host(buf);
+  count(CommOp::send, buf.bytes());
+  MPI_Request r;
+  ZT_MPI_CHECK(MPI_Isend(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, peer, tag, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+CommRequest MpiCommunicator::recv(Tensor buf, int peer, int tag) {
+  require_host(buf);
+  count(CommOp::recv, buf.bytes());
+  MPI_Request r;
+  ZT_MPI_CHECK(MPI_Irecv(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, peer, tag, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+void MpiCommunicator::barrier() {
+  count(CommOp::barrier, 0);
+  ZT_MPI_CHECK(MPI_Barrier(comm_));
+}
+
+}  // namespace zt

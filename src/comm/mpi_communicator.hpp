@@ -1,0 +1,69 @@
+// MpiCommunicator: the Communicator over an MPI communicator, on host memory,
+// with non-blocking MPI collectives. Owns its MPI_Comm (freed on destruction
+// unless it is MPI_COMM_WORLD).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "comm/communicator.hpp"
+
+#define ZT_MPI_CHECK(call)                                                   \
+  do {                                                                       \
+    int zt_mpi_rc_ = (call);                                                 \
+    if (zt_mpi_rc_ != MPI_SUCCESS) ZT_THROW(#call, ": ", ::zt::mpi_error_string(zt_mpi_rc_)); \
+  } while (0)
+
+namespace zt {
+
+std::string mpi_error_string(int code);
+
+// MPI_Init_thread / MPI_Finalize for a process; sets the rank and host used in
+// error messages. MPI_THREAD_FUNNELED is enough: only the main thread calls MPI.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// Ends the whole job from any rank (MPI_Abort), so other ranks do not hang.
+[[noreturn]] void abort_job(int exit_code);
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (unless it is MPI_COMM_WORLD).
+  MpiCommunicator(MPI_Comm comm, std::string group_name);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& group_name() const override { return name_; }
+  MPI_Comm comm() const { return comm_; }
+
+  CommRequest all_reduce(Tensor buf, ReduceOp op) override;
+  CommRequest reduce_scatter(Tensor in, Tensor out, ReduceOp op) override;
+  CommRequest all_gather(Tensor in, Tensor out) override;
+  CommRequest broadcast(Tensor buf, int root) override;
+  CommRequest send(Tensor buf, int peer, int tag) override;
+  CommRequest recv(Tensor buf, int peer, int tag) override;
+  void barrier() override;
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace zt
