@@ -1,0 +1,172 @@
+// ztrain: train a transformer from a DeepSpeed-style JSON config.
+//   mpirun -np N ztrain CONFIG.json [--set key.path=VALUE]... [--steps N]
+//          [--device cpu|cuda|auto] [--log-dir DIR] [--dry-run]
+#include <boost/program_options.hpp>
+
+#include <climits>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include "comm/topology.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "train/memory_estimate.hpp"
+#include "train/trainer.hpp"
+
+namespace po = boost::program_options;
+using namespace zt;
+
+namespace {
+
+constexpr int kExitUserError = 2;
+
+struct Args {
+  std::string config;
+  std::vector<std::string> sets;
+  std::optional<int64_t> steps;
+  std::string device = "auto";
+  std::optional<std::string> log_dir;
+  bool dry_run = false;
+};
+
+// Runs `fn` on every rank, then agrees: when any rank failed, the lowest
+// failing rank prints its message once and every rank exits with its code.
+// Only for phases without collectives inside `fn`, so no rank is left waiting.
+template <typename Fn>
+std::optional<int> agree(Fn&& fn) {
+  std::string msg;
+  int code = 0;
+  try {
+    fn();
+  } catch (const UserError& e) {
+    msg = e.what();
+    code = kExitUserError;
+  } catch (const std::exception& e) {
+    msg = e.what();
+    code = 1;
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int mine = code != 0 ? rank : INT_MAX, first = INT_MAX;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == INT_MAX) return std::nullopt;
+  int agreed_code = code;
+  MPI_Bcast(&agreed_code, 1, MPI_INT, first, MPI_COMM_WORLD);
+  if (rank == first) {
+    if (size > 1)
+      std::fprintf(stderr, "ztrain: error on rank %d: %s\n", rank, msg.c_str());
+    else
+      std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
+    std::fflush(stderr);
+  }
+  return agreed_code;
+}
+
+Args parse_args(int argc, char** argv, bool& exit_now) {
+  Args a;
+  po::options_description opts("Options");
+  opts.add_options()
+      ("help,h", "print this help")
+      ("version", "print the version")
+      ("set", po::value<std::vector<std::string>>(&a.sets)->composing(),
+       "override a config key: --set zero_optimization.stage=0 (dotted JSON path, JSON value; repeatable)")
+      ("steps", po::value<int64_t>(), "number of optimizer steps (overrides train.steps)")
+      ("device", po::value<std::string>(&a.device)->default_value("auto"), "cpu, cuda or auto")
+      ("log-dir", po::value<std::string>(), "directory for metrics.jsonl (overrides log.dir)")
+      ("dry-run", po::bool_switch(&a.dry_run), "validate the config and data, print the resolved config and a memory estimate, and exit");
+  po::options_description hidden;
+  hidden.add_options()("config", po::value<std::string>(&a.config));
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    ZT_USER_ERROR("command line: ", e.what(), " (see ztrain --help)");
+  }
+  if (vm.count("help")) {
+    if (process_rank() <= 0)
+      std::cout << "usage: mpirun -np N ztrain CONFIG.json [options]\n\n"
+                << "Trains a GPT model from a DeepSpeed-style JSON config (see README.md).\n\n"
+                << opts << std::flush;
+    exit_now = true;
+    return a;
+  }
+  if (vm.count("version")) {
+    if (process_rank() <= 0) std::cout << "ztrain " << ZT_VERSION << std::endl;
+    exit_now = true;
+    return a;
+  }
+  if (a.config.empty()) ZT_USER_ERROR("command line: no config file given (usage: ztrain CONFIG.json [options])");
+  if (vm.count("steps")) a.steps = vm["steps"].as<int64_t>();
+  if (vm.count("log-dir")) a.log_dir = vm["log-dir"].as<std::string>();
+  if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")
+    ZT_USER_ERROR("command line: --device: expected cpu, cuda or auto, found '", a.device, "'");
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);
+  Args args;
+  Config cfg;
+  bool exit_now = false;
+  std::unique_ptr<Topology> topo;
+
+  if (auto code = agree([&] {
+        args = parse_args(argc, argv, exit_now);
+        if (exit_now) return;
+        std::vector<std::string> overrides = args.sets;
+        // --steps and --log-dir are the last word over the file and --set.
+        if (args.steps) overrides.push_back("train.steps=" + std::to_string(*args.steps));
+        if (args.log_dir) overrides.push_back("log.dir=" + nlohmann::json(*args.log_dir).dump());
+        cfg = load_config(args.config, overrides);
+        if (args.device == "cuda")
+          ZT_USER_ERROR("--device cuda: the CUDA backend is not available yet in this build; use --device cpu");
+        const int pp = cfg.pipeline.parallel_size;
+        if (mpi.world_size() % pp != 0)
+          ZT_USER_ERROR(args.config, ": pipeline.parallel_size (", pp, ") must divide the number of ranks (",
+                        mpi.world_size(), ")");
+        resolve_batch(cfg, mpi.world_size() / pp);
+      }))
+    return *code;
+  if (exit_now) return 0;
+
+  for (const std::string& w : cfg.warnings) log_warn(w);
+
+  topo = std::make_unique<Topology>(cfg.pipeline.parallel_size);
+  const int threads = configure_threads(topo->local_size());
+
+  if (args.dry_run) {
+    if (auto code = agree([&] {
+          validate_data_files(cfg);
+          if (mpi.world_rank() == 0) {
+            std::cout << resolved_json(cfg).dump(2) << "\n";
+            std::cout << format_memory_estimate(estimate_memory(cfg, topo->dp_size())) << std::flush;
+          }
+        }))
+      return *code;
+    return 0;
+  }
+
+  CpuDevice device;
+  std::unique_ptr<Trainer> trainer;
+  if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, *topo, device); })) return *code;
+  log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
+           topo->pp_size(), "), ", threads, " threads per rank, device cpu");
+  try {
+    trainer->run();
+  } catch (const std::exception& e) {
+    // Other ranks may be inside a collective: print once from here and end the job.
+    std::fprintf(stderr, "ztrain: error on rank %d: %s\n", mpi.world_rank(), e.what());
+    std::fflush(stderr);
+    abort_job(dynamic_cast<const UserError*>(&e) ? kExitUserError : 1);
+  }
+  return 0;
+}

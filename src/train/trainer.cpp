@@ -1,0 +1,304 @@
+#include "train/trainer.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include <cblas.h>
+
+#include "core/log.hpp"
+#include "io/sampler.hpp"
+#include "io/synthetic.hpp"
+#include "io/token_dataset.hpp"
+#include "modules/cpu_kernels.hpp"
+#include "modules/gpt.hpp"
+#include "modules/runner.hpp"
+#include "optim/adamw.hpp"
+#include "optim/clip.hpp"
+#include "optim/lr_schedule.hpp"
+#include "train/metrics.hpp"
+#include "zero/zero_engine.hpp"
+
+namespace zt {
+
+int configure_threads(int local_ranks) {
+  int threads = 0;
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
+    threads = std::atoi(env);
+  } else {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, cores / std::max(1, local_ranks));
+  }
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return threads;
+}
+
+namespace {
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  const Config& cfg;
+  Topology& topo;
+  Device& dev;
+  GptConfig gpt;
+  std::vector<std::unique_ptr<Unit>> units_owned;
+  std::vector<const Unit*> units;
+  CpuKernels kernels;
+  std::unique_ptr<ZeroEngine> zero;
+  std::unique_ptr<UnitRunner> runner;
+  std::unique_ptr<MicroBatchState> mb;
+  std::unique_ptr<TokenDataset> train_data, val_data;
+  std::unique_ptr<Sampler> sampler, val_sampler;
+  std::unique_ptr<LrSchedule> schedule;
+  AdamWParams adamw;
+  DType param_dtype = DType::f32;
+  DType act_dtype = DType::f32;
+  int64_t B = 0, T = 0, accum = 1, global_batch = 0;
+  int64_t step = 0;  // optimizer steps taken
+  Buffer tokens, targets, dloss;  // (B, T) i32, i32, f32
+
+  Impl(const Config& c, Topology& t, Device& d) : cfg(c), topo(t), dev(d) {}
+
+  void load_data() {
+    const int64_t window = T + 1;
+    if (cfg.data.embedded) {
+      EmbeddedCorpus corpus = make_embedded_corpus();
+      log_info("data: embedded synthetic corpus (Markov source, entropy ", corpus.entropy_nats, " nats/token)");
+      train_data = std::make_unique<TokenDataset>(std::move(corpus.train), "<embedded train>");
+      val_data = std::make_unique<TokenDataset>(std::move(corpus.val), "<embedded val>");
+    } else {
+      train_data = std::make_unique<TokenDataset>(cfg.data.train);
+      if (!cfg.data.val.empty()) val_data = std::make_unique<TokenDataset>(cfg.data.val);
+    }
+    train_data->validate_vocab(gpt.vocab_size);
+    if (train_data->num_tokens() < window)
+      ZT_USER_ERROR("data.train: ", train_data->num_tokens(), " tokens cannot fill one sequence of ", window);
+    sampler = std::make_unique<Sampler>(train_data->num_tokens(), T, cfg.train.seed);
+    if (val_data) {
+      val_data->validate_vocab(gpt.vocab_size);
+      if (val_data->num_tokens() < window)
+        ZT_USER_ERROR("data.val: ", val_data->num_tokens(), " tokens cannot fill one sequence of ", window);
+      val_sampler = std::make_unique<Sampler>(val_data->num_tokens(), T, cfg.train.seed);
+    }
+  }
+
+  // Row b of micro-batch m on this rank is sample (m*dp + dp_rank)*B + b of
+  // the global batch: every layout of the same global batch sees the same set.
+  int64_t global_index(int64_t m, int64_t b) const { return (m * topo.dp_size() + topo.dp_rank()) * B + b; }
+
+  void fill_batch(const Sampler& s, const TokenDataset& data, int64_t step_index, int64_t m) {
+    int32_t* x = tokens.as<int32_t>();
+    int32_t* y = targets.as<int32_t>();
+    for (int64_t b = 0; b < B; ++b) s.fill(step_index, global_index(m, b), global_batch, x + b * T, y + b * T, data);
+  }
+
+  // Forward (and backward when `train`) of one micro-batch; returns the sum of
+  // its per-token losses.
+  double run_micro_batch(bool train) {
+    mb->reset();
+    const Tensor x = tokens.tensor();
+    const Tensor y = targets.tensor();
+    const int L = static_cast<int>(units.size());
+    Tensor loss = runner->forward(0, L, *mb, *zero, x, y);
+    double sum = 0;
+    const float* l = loss.as<float>();
+    for (int64_t i = 0; i < B * T; ++i) sum += l[i];
+    if (train) runner->backward(0, L, *mb, *zero, *zero, dloss.tensor());
+    return sum;
+  }
+};
+
+Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::make_unique<Impl>(cfg, topo, dev)) {
+  Impl& s = *impl_;
+  s.gpt = GptConfig{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len, cfg.model.vocab_size};
+  s.B = cfg.batch.micro_batch;
+  s.T = cfg.model.seq_len;
+  s.accum = cfg.batch.grad_accum;
+  s.global_batch = cfg.batch.train_batch_size;
+  ZT_CHECK(s.global_batch == s.B * s.accum * topo.dp_size(), "batch triplet not resolved for this world");
+  if (cfg.bf16.enabled) s.param_dtype = s.act_dtype = DType::bf16;
+
+  s.load_data();
+  s.units_owned = build_gpt(s.gpt);
+  for (const auto& u : s.units_owned) s.units.push_back(u.get());
+
+  ZeroOptions zo;
+  zo.stage = cfg.zero.stage;
+  zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+  zo.param_dtype = s.param_dtype;
+  s.zero = std::make_unique<ZeroEngine>(s.units, zo, dev, topo.dp());
+  s.zero->init_params(cfg.train.seed);
+
+  s.runner = std::make_unique<UnitRunner>(s.units, s.kernels, dev, s.param_dtype, s.act_dtype,
+                                          cfg.model.activation_checkpointing);
+  s.mb = std::make_unique<MicroBatchState>(dev, static_cast<int>(s.units.size()));
+  s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
+  s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
+  s.dloss = Buffer(dev, DType::f32, Shape{s.B, s.T}, MemTag::activations);
+  // Each token's loss weighs 1/(tokens in the global batch): summing the
+  // gradients over micro-batches and ranks then gives the gradient of the mean.
+  const float w = 1.0f / static_cast<float>(s.global_batch * s.T);
+  std::fill(s.dloss.as<float>(), s.dloss.as<float>() + s.B * s.T, w);
+
+  s.adamw = AdamWParams{cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
+                        cfg.optimizer.weight_decay};
+  LrScheduleSpec spec;
+  spec.type = cfg.scheduler.type;
+  spec.base_lr = cfg.optimizer.lr;
+  spec.warmup_min_lr = cfg.scheduler.warmup_min_lr;
+  spec.warmup_max_lr = cfg.scheduler.warmup_max_lr;
+  spec.warmup_num_steps = cfg.scheduler.warmup_num_steps;
+  spec.warmup_type = cfg.scheduler.warmup_type;
+  spec.total_num_steps = cfg.scheduler.total_num_steps;
+  spec.warmup_min_ratio = cfg.scheduler.warmup_min_ratio;
+  spec.cos_min_ratio = cfg.scheduler.cos_min_ratio;
+  s.schedule = make_lr_schedule(spec);
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::step() const { return impl_->step; }
+int64_t Trainer::num_params() const { return impl_->zero->layout().total_numel(); }
+
+StepStats Trainer::train_step() {
+  Impl& s = *impl_;
+  const double t0 = now_seconds();
+  s.zero->zero_grads();
+  double loss_sum = 0;
+  for (int64_t m = 0; m < s.accum; ++m) {
+    s.fill_batch(*s.sampler, *s.train_data, s.step, m);
+    loss_sum += s.run_micro_batch(true);
+  }
+  s.zero->reduce_gradients();
+
+  double sq = 0;
+  for (const OwnedShard& sh : s.zero->owned_shards()) sq += sum_squares(sh.grad, sh.numel());
+  const double grad_norm = std::sqrt(s.zero->reduce_owned_sum(sq));
+  const float coef = clip_coefficient(grad_norm, s.cfg.gradient_clipping);
+
+  AdamWParams hp = s.adamw;
+  hp.lr = s.schedule->lr_at(s.step);
+  for (OwnedShard& sh : s.zero->owned_shards()) {
+    for (const DecaySpan& span : sh.spans) {
+      const int64_t off = span.begin - sh.begin;
+      adamw_update(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, span.end - span.begin, hp,
+                   s.step + 1, coef, span.decay);
+    }
+  }
+  s.zero->publish_params();
+  ++s.step;
+
+  StepStats st;
+  st.step = s.step;
+  st.loss = all_reduce_scalar(s.topo.dp(), loss_sum) / static_cast<double>(s.global_batch * s.T);
+  st.grad_norm = grad_norm;
+  st.lr = hp.lr;
+  st.step_seconds = now_seconds() - t0;
+  return st;
+}
+
+double Trainer::evaluate() {
+  Impl& s = *impl_;
+  if (!s.val_sampler) return std::nan("");
+  // eval_steps global batches of validation windows, in order, split across
+  // ranks and micro-batches exactly like training batches.
+  double sum = 0;
+  for (int64_t e = 0; e < s.cfg.train.eval_steps; ++e) {
+    for (int64_t m = 0; m < s.accum; ++m) {
+      int32_t* x = s.tokens.as<int32_t>();
+      int32_t* y = s.targets.as<int32_t>();
+      for (int64_t b = 0; b < s.B; ++b)
+        s.val_sampler->fill_sequential(e * s.global_batch + s.global_index(m, b), x + b * s.T, y + b * s.T,
+                                       *s.val_data);
+      sum += s.run_micro_batch(false);
+    }
+  }
+  sum = all_reduce_scalar(s.topo.dp(), sum);
+  return sum / static_cast<double>(s.cfg.train.eval_steps * s.global_batch * s.T);
+}
+
+void Trainer::run() {
+  Impl& s = *impl_;
+  const Config& cfg = s.cfg;
+  MetricsWriter metrics(cfg.log.dir, s.topo.world_rank() == 0);
+  const int64_t tokens_per_step = s.global_batch * s.T;
+  log_info("model: GPT ", s.gpt.n_layer, " layers, d_model ", s.gpt.d_model, ", ", s.gpt.n_head, " heads, seq ",
+           s.T, ", vocab ", s.gpt.vocab_size, ": ", num_params(), " parameters");
+  log_info("batch: ", s.global_batch, " sequences (", tokens_per_step, " tokens) = micro ", s.B, " x accum ",
+           s.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
+           dtype_name(s.param_dtype), " parameters; activation checkpointing ",
+           cfg.model.activation_checkpointing ? "on" : "off");
+  const double start = now_seconds();
+  double window_time = 0;
+  int64_t window_steps = 0;
+  for (int64_t i = 0; i < cfg.train.steps; ++i) {
+    const StepStats st = train_step();
+    window_time += st.step_seconds;
+    ++window_steps;
+    const bool last = st.step == cfg.train.steps;
+    const bool validate = s.val_sampler && ((cfg.train.eval_interval > 0 && st.step % cfg.train.eval_interval == 0) || last);
+    const bool print = st.step % cfg.steps_per_print == 0 || last || st.step == 1;
+    double val = std::nan("");
+    if (validate) val = evaluate();
+    if (!print && !validate) continue;
+    const double elapsed = now_seconds() - start;
+    const double tok_s = window_steps > 0 ? tokens_per_step * window_steps / window_time : 0;
+    const double eta = elapsed / static_cast<double>(st.step) * static_cast<double>(cfg.train.steps - st.step);
+    char line[256];
+    std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %s elapsed, ETA %s",
+                  static_cast<long long>(st.step), static_cast<long long>(cfg.train.steps), st.loss, st.lr,
+                  st.grad_norm, tok_s, format_duration(elapsed).c_str(), format_duration(eta).c_str());
+    std::string msg = line;
+    if (validate) {
+      char v[48];
+      std::snprintf(v, sizeof v, " | val loss %.4f", val);
+      msg += v;
+    }
+    log_info(msg);
+    nlohmann::json rec = {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm},
+                          {"tokens_per_s", tok_s}, {"time_s", elapsed}};
+    if (validate) rec["val_loss"] = val;
+    metrics.write(rec);
+    window_time = 0;
+    window_steps = 0;
+  }
+  // Peak memory per tag: the largest over all ranks.
+  const MemoryStats& ms = s.dev.stats();
+  nlohmann::json peak = nlohmann::json::object();
+  std::string table = "peak memory per rank (max over ranks):";
+  for (int t = 0; t < kNumMemTags; ++t) {
+    const double v = all_reduce_scalar(s.topo.world(), static_cast<double>(ms.peak[t]), ReduceOp::max);
+    peak[mem_tag_name(static_cast<MemTag>(t))] = static_cast<int64_t>(v);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s %.2f MiB", mem_tag_name(static_cast<MemTag>(t)), v / 1048576.0);
+    table += buf;
+  }
+  const double total = all_reduce_scalar(s.topo.world(), static_cast<double>(ms.peak_total), ReduceOp::max);
+  peak["total"] = static_cast<int64_t>(total);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "; total %.2f MiB", total / 1048576.0);
+  log_info(table, buf);
+  metrics.write({{"event", "end"}, {"peak_bytes", peak}, {"steps", s.step}, {"time_s", now_seconds() - start}});
+}
+
+}  // namespace zt

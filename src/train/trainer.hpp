@@ -1,0 +1,48 @@
+// Trainer: the step loop that ties data, the model runner, ZeRO, the
+// optimizer, validation and metrics together.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/topology.hpp"
+#include "core/config.hpp"
+#include "runtime/device.hpp"
+
+namespace zt {
+
+struct StepStats {
+  int64_t step = 0;     // 1-based index of the step just taken
+  double loss = 0;      // mean over every token of the global batch
+  double grad_norm = 0; // before clipping
+  double lr = 0;
+  double step_seconds = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, Topology& topo, Device& dev);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Runs cfg.train.steps steps with printing, validation and metrics.
+  void run();
+  // One optimizer step over one global batch.
+  StepStats train_step();
+  // Mean validation loss over eval_steps global batches of the val split
+  // (NaN when there is no val split).
+  double evaluate();
+  int64_t step() const;
+  int64_t num_params() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Threads per rank: OMP_NUM_THREADS when set, otherwise the cores of this node
+// divided among its ranks. Applies to OpenMP and OpenBLAS.
+int configure_threads(int local_ranks);
+
+}  // namespace zt
