@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The command line: --help, --version, --dry-run, --steps/--log-dir/--set
+# overrides, metrics.jsonl contents, bf16 storage and activation checkpointing.
+set -e
+. "$(dirname "$0")/lib.sh"
+cd "$WORK"
+cat > c.json <<'JSON'
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 2,
+ "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+ "train": {"steps": 50, "eval_interval": 3, "eval_steps": 1}}
+JSON
+
+run_np 1 --help
+[ "$RC" = 0 ] && grep -q -- "--dry-run" "$WORK/out" && echo "ok: help" || fail "help"
+run_np 1 --version
+[ "$RC" = 0 ] && grep -q "ztrain [0-9]" "$WORK/out" && echo "ok: version" || fail "version"
+run_np 2 c.json --bogus-flag
+[ "$RC" = 2 ] && grep -q "bogus-flag" "$WORK/out" && echo "ok: unknown flag" || fail "unknown flag"
+
+run_np 2 c.json --dry-run
+if [ "$RC" = 0 ] && grep -q '"zero_optimization"' "$WORK/out" && grep -q "memory estimate" "$WORK/out" \
+   && grep -q '"gradient_accumulation_steps": 2' "$WORK/out" && [ ! -d runs ]; then
+  echo "ok: dry-run"
+else
+  fail "dry-run"
+fi
+
+run_np 2 c.json --steps 5 --log-dir logs/a --set train.seed=7
+m=logs/a/metrics.jsonl
+if [ "$RC" != 0 ] || [ ! -f "$m" ]; then
+  fail "run with overrides"
+else
+  # Printed steps 1, 2, 4 and the last (5); validation at 3 and 5.
+  [ "$(grep -c '"step"' "$m")" = 5 ] || fail "expected 5 step records in $m"
+  for k in step loss lr grad_norm tokens_per_s time_s; do
+    grep '"step":5' "$m" | grep -q "\"$k\"" || fail "metrics lack $k"
+  done
+  grep '"step":3' "$m" | grep -q '"val_loss"' || fail "no val_loss at step 3"
+  tail -1 "$m" | grep -q '"event":"end"' || fail "last line is not the end event"
+  for t in params grads optim activations; do
+    tail -1 "$m" | grep -q "\"$t\":[1-9]" || fail "end event lacks peak bytes of $t"
+  done
+  grep -q "step      5/5" "$WORK/out" || fail "progress line for the last step"
+  echo "ok: overrides and metrics"
+fi
+
+# Activation checkpointing recomputes, so fp32 losses are bit-identical.
+run_np 1 c.json --steps 4 --log-dir ck0 --set steps_per_print=1
+run_np 1 c.json --steps 4 --log-dir ck1 --set steps_per_print=1 --set model.activation_checkpointing=true
+if [ "$(losses ck0/metrics.jsonl)" = "$(losses ck1/metrics.jsonl)" ] && [ -n "$(losses ck0/metrics.jsonl)" ]; then
+  echo "ok: checkpointing gives identical losses"
+else
+  fail "checkpointing changes the loss: $(losses ck0/metrics.jsonl | tr '\n' ' ') vs $(losses ck1/metrics.jsonl | tr '\n' ' ')"
+fi
+a0=$(tail -1 ck0/metrics.jsonl | grep -o '"activations":[0-9]*' | cut -d: -f2)
+a1=$(tail -1 ck1/metrics.jsonl | grep -o '"activations":[0-9]*' | cut -d: -f2)
+[ "$a1" -lt "$a0" ] && echo "ok: checkpointing lowers peak activation memory ($a0 -> $a1)" \
+  || fail "checkpointing did not lower activation memory ($a0 -> $a1)"
+
+# bf16 storage trains: the loss falls and stays close to fp32.
+run_np 1 c.json --steps 30 --log-dir bf --set bf16.enabled=true --set steps_per_print=1
+run_np 1 c.json --steps 30 --log-dir f32 --set steps_per_print=1
+if [ "$RC" = 0 ] && awk -v a="$(losses bf/metrics.jsonl | head -1)" -v b="$(losses bf/metrics.jsonl | tail -1)" \
+     -v c="$(losses f32/metrics.jsonl | tail -1)" 'BEGIN { exit !(b < a - 0.5 && (b - c < 0.05 && c - b < 0.05)) }'; then
+  echo "ok: bf16 trains and tracks fp32"
+else
+  fail "bf16: $(losses bf/metrics.jsonl | head -1) -> $(losses bf/metrics.jsonl | tail -1), fp32 $(losses f32/metrics.jsonl | tail -1)"
+fi
+finish

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Each class of bad input gives exit code 2 and a message that names the file,
+# the JSON path and what was expected, printed once.
+set -e
+. "$(dirname "$0")/lib.sh"
+cd "$WORK"
+cfg() { echo "$1" > "$WORK/c.json"; }
+
+cfg '{"train_batch_size": 8, "zero_optimization": {"stgae": 0}}'
+expect_error unknown-key 2 "c.json: zero_optimization.stgae: unknown key.*did you mean 'stage'" c.json
+
+cfg '{"train_batch_size": 8, "optimizr": {"type": "AdamW"}}'
+expect_error unknown-top-level-key 2 "optimizr: unknown key.*optimizer" c.json
+
+cfg '{"train_batch_size": 8, "train": {"steps": "ten"}}'
+expect_error wrong-type 2 'c.json: train.steps: expected .*integer.*"ten"' c.json
+
+cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 7}}'
+expect_error out-of-range 2 'c.json: zero_optimization.stage: expected .*0.*3.*7' c.json
+
+cfg '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}'
+expect_error inconsistent-batch 2 'train_batch_size \(32\).*4.*2.*2.*= 16' c.json
+
+cfg '{"train_batch_size": 8, "data": {"train": "no/such/file.bin"}}'
+expect_error missing-data-file 2 'no/such/file.bin' c.json
+
+printf 'not a shard' > bad.bin
+cfg '{"train_batch_size": 8, "data": {"train": "bad.bin"}}'
+expect_error malformed-data-file 2 'bad.bin' c.json
+
+cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 3}}'
+expect_error not-available-yet 2 'zero_optimization.stage.*not available yet' c.json
+
+cfg '{"train_batch_size": 8,'
+expect_error bad-json 2 'c.json' c.json
+
+expect_error missing-config 2 'nonexistent.json' nonexistent.json
+
+cfg '{"train_batch_size": 8}'
+expect_error bad-override 2 'train.steps' c.json --set 'train.steps=-5'
+finish

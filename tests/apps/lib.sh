@@ -1,0 +1,48 @@
+# Helpers shared by the end-to-end test scripts. Environment from CTest:
+# ZTRAIN, ZDATA, MPIEXEC, MPI_FLAGS, SRC.
+set -u
+FAILS=0
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zt-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+run_np() {  # run_np NP args... ; output in $WORK/out, exit code in $RC
+  local np=$1
+  shift
+  set +e
+  # shellcheck disable=SC2086
+  "$MPIEXEC" $MPI_FLAGS --bind-to none -np "$np" "$ZTRAIN" "$@" >"$WORK/out" 2>&1
+  RC=$?
+  set -e
+}
+
+fail() {
+  echo "FAIL: $*"
+  echo "---- output ----"
+  cat "$WORK/out" 2>/dev/null | tail -30
+  echo "----------------"
+  FAILS=$((FAILS + 1))
+}
+
+expect_error() {  # expect_error NAME CODE PATTERN args... (one rank is enough for config errors)
+  local name=$1 code=$2 pattern=$3
+  shift 3
+  run_np 2 "$@"
+  if [ "$RC" != "$code" ]; then fail "$name: exit code $RC, expected $code"; return; fi
+  if ! grep -q -E -- "$pattern" "$WORK/out"; then fail "$name: message does not match /$pattern/"; return; fi
+  local n
+  n=$(grep -c "ztrain: error" "$WORK/out")
+  if [ "$n" != 1 ]; then fail "$name: error printed $n times, expected once"; return; fi
+  echo "ok: $name"
+}
+
+# losses FILE: the "loss" of every step record in a metrics.jsonl, one per line.
+losses() { grep '"step"' "$1" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
+field() { grep -o "\"$2\":[^,}]*" "$1" | tail -1 | cut -d: -f2; }
+
+finish() {
+  if [ "$FAILS" -ne 0 ]; then
+    echo "$FAILS check(s) failed"
+    exit 1
+  fi
+  echo "all checks passed"
+}
