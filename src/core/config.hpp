@@ -1,0 +1,236 @@
+// The run configuration: a DeepSpeed-style JSON file validated once at start-up
+// into typed structs. DeepSpeed's keys keep DeepSpeed's meanings and defaults
+// (the member initialisers below are those defaults); ztrain's own sections are
+// model, data, train, checkpoint and log.
+//
+// Every error is a zt::UserError whose message starts with the config file and
+// the JSON path of the offending key ("config.json: zero_optimization.stage:
+// expected 0..3, found 7"). Known DeepSpeed keys that ztrain does not implement
+// are accepted and listed in Config::warnings, which the trainer prints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+struct ModelConfig {
+  // "tiny", "gpt2-124m", "gpt2-350m", "gpt2-1.3b"; "" when sizes were given
+  // without a preset (missing sizes then come from tiny).
+  std::string preset = "tiny";
+  int n_layer = 2;
+  int n_head = 4;
+  int d_model = 64;
+  int seq_len = 64;
+  int vocab_size = 256;  // tokens are stored as uint16: 2..65536
+  // Recompute each block's forward during backward instead of keeping its
+  // activations.
+  bool activation_checkpointing = false;
+};
+
+struct DataConfig {
+  std::string train;     // token file; must exist (its format is the io layer's check)
+  std::string val;       // "" = none
+  bool embedded = true;  // no "data" section: use the built-in synthetic corpus
+};
+
+struct TrainConfig {
+  int64_t steps = 200;     // optimizer steps
+  uint64_t seed = 1234;
+  int eval_interval = 50;  // steps between evaluations; 0 = never
+  int eval_steps = 10;     // micro-batches per evaluation
+};
+
+struct LogConfig {
+  std::string dir = "runs/latest";
+};
+
+// DeepSpeed "optimizer". ztrain implements AdamW only; "Adam" is read as AdamW,
+// as DeepSpeed does with its default adam_w_mode: true.
+struct OptimizerConfig {
+  std::string type = "AdamW";
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // DeepSpeed's default (PyTorch's AdamW uses 0.01)
+};
+
+// DeepSpeed "scheduler". WarmupLR uses the warmup_* keys; WarmupDecayLR adds
+// total_num_steps (linear decay to 0 after warmup); WarmupCosineLR uses
+// total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio and
+// warmup_type, as ratios of optimizer.lr.
+struct SchedulerConfig {
+  std::string type;  // "" = constant lr, else WarmupLR|WarmupDecayLR|WarmupCosineLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // log|linear
+  int64_t total_num_steps = 0;      // required by WarmupDecayLR and WarmupCosineLR
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+};
+
+// fp16 with DeepSpeed's dynamic loss scaler.
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;  // 0 = dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+};
+
+// zero_optimization.offload_optimizer / offload_param. DeepSpeed accepts
+// buffer_size and max_in_cpu for offload_param only, and ratio and fast_init
+// for offload_optimizer only; the other fields keep their defaults.
+struct OffloadConfig {
+  std::string device = "none";  // none|cpu|nvme
+  std::string nvme_path;        // required when device is nvme
+  bool pin_memory = false;
+  int buffer_count = 4;  // DeepSpeed: 4 for offload_optimizer, 5 for offload_param
+  int64_t buffer_size = 100000000;
+  int64_t max_in_cpu = 1000000000;
+  double ratio = 1.0;
+  bool fast_init = false;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool overlap_comm = false;  // DeepSpeed's default: true for stage 3, false otherwise
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  bool allgather_partitions = true;
+  bool round_robin_gradients = false;
+  bool elastic_checkpoint = false;
+  int64_t reduce_bucket_size = 500000000;  // elements
+  int64_t allgather_bucket_size = 500000000;
+  int64_t sub_group_size = 1000000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  OffloadConfig offload_optimizer = OffloadConfig{};
+  OffloadConfig offload_param = OffloadConfig{"none", "", false, 5};
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int queue_depth = 8;
+  int thread_count = 1;  // DeepSpeed's newer name: intra_op_parallelism
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+// DeepSpeed's activation_checkpointing section configures its checkpointing
+// API; ztrain's recompute switch is model.activation_checkpointing. Non-default
+// values here are accepted with a warning.
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+  int number_checkpoints = 0;  // 0 = not given (DeepSpeed: null)
+};
+
+struct PipelineConfig {
+  int parallel_size = 1;
+  std::string pipe_schedule_name = "1f1b";  // 1f1b|interleaved|gpipe
+  int num_chunks = 1;                       // model chunks per rank (interleaved: >= 2)
+  std::string partition = "parameters";     // uniform|parameters
+};
+
+struct CheckpointConfig {
+  std::string dir;       // "" = none
+  int64_t interval = 0;  // steps between checkpoints; 0 = off
+  int keep_last = 2;     // 0 = keep all
+  bool async = false;
+  // Check that all ranks save under the same tag. DeepSpeed's strings map to
+  // it: "Ignore" -> false, "Warn" and "Fail" -> true (ztrain fails).
+  bool tag_validation = true;
+};
+
+// The batch triplet. Values the config gives are kept with *_auto false; the
+// others (absent or "auto") have *_auto true and are derived by resolve_batch,
+// so it can be called again with another data-parallel size. 0 = not resolved.
+struct BatchConfig {
+  int64_t train_batch_size = 0;
+  int64_t micro_batch = 0;  // train_micro_batch_size_per_gpu
+  int64_t grad_accum = 0;   // gradient_accumulation_steps
+  bool train_auto = true;
+  bool micro_auto = true;
+  bool accum_auto = true;
+};
+
+// Micro-batch per rank when neither train_batch_size nor
+// train_micro_batch_size_per_gpu is given.
+constexpr int64_t kDefaultMicroBatch = 4;
+
+struct Config {
+  std::string source;   // file path, for messages
+  nlohmann::json raw;   // after --set overrides, before defaults
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  LogConfig log;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  ZeroConfig zero;
+  AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
+  PipelineConfig pipeline;
+  CheckpointConfig checkpoint;
+  BatchConfig batch;
+  double gradient_clipping = 0.0;  // max global gradient norm; 0 = off
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  std::vector<std::string> warnings;  // known DeepSpeed keys that ztrain does not implement, etc.
+};
+
+// Reads, parses and validates a config file. `overrides` are "a.b.c=VALUE"
+// strings from --set, applied in order before validation (see apply_override).
+// JSON comments are allowed; a key given twice in one object is an error.
+// Throws zt::UserError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from an already parsed document; `source` names it in messages.
+// Relative data paths are checked against the working directory.
+Config parse_config(const nlohmann::json& j, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+
+// Applies one --set assignment "a.b.c=VALUE" to `root`. VALUE is parsed as
+// JSON; if it is not valid JSON it is taken as a string (data.train=x.bin).
+// Missing intermediate objects are created; VALUE null removes the key (back to
+// its default). A path through a non-object is a UserError naming the override.
+void apply_override(nlohmann::json& root, const std::string& assignment);
+
+// Fills cfg.batch from the given members of the triplet and the data-parallel
+// size, with DeepSpeed's rules: train_batch_size = micro * accum * dp. Errors
+// show the arithmetic.
+void resolve_batch(Config& cfg, int dp_size);
+
+// Rejects features that the config layer accepts but this build cannot run yet
+// (ZeRO stages 1-3, offload, fp16, pipeline parallelism, checkpointing), each
+// as "<path>: ... is not available yet". Called by parse_config; one table row
+// per feature, deleted when the feature lands.
+void check_available_features(const Config& cfg);
+
+// The fully resolved config: every section with its defaults filled in and the
+// batch triplet as resolved ("auto" where resolve_batch has not run yet). It
+// parses back to the same Config (for --dry-run printing and checkpoint
+// manifests).
+nlohmann::json resolved_json(const Config& cfg);
+
+}  // namespace zt

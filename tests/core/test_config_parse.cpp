@@ -1,0 +1,410 @@
+// Configs that must parse: DeepSpeed's defaults, presets, overrides, warnings
+// for DeepSpeed keys ztrain does not implement, a realistic DeepSpeed config,
+// and the resolved_json round trip.
+#include <tuple>
+
+#include "config_test_util.hpp"
+
+namespace zt::test {
+namespace {
+
+// Field-by-field equality, so that the round trip catches a field that
+// resolved_json forgets to write.
+auto fields(const ModelConfig& m) {
+  return std::tie(m.preset, m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, m.activation_checkpointing);
+}
+auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded); }
+auto fields(const TrainConfig& t) { return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps); }
+auto fields(const OptimizerConfig& o) { return std::tie(o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay); }
+auto fields(const SchedulerConfig& s) {
+  return std::tie(s.type, s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps, s.warmup_type, s.total_num_steps,
+                  s.warmup_min_ratio, s.cos_min_ratio);
+}
+auto fields(const Fp16Config& f) {
+  return std::tie(f.enabled, f.loss_scale, f.initial_scale_power, f.loss_scale_window, f.hysteresis,
+                  f.consecutive_hysteresis, f.min_loss_scale);
+}
+auto fields(const OffloadConfig& o) {
+  return std::tie(o.device, o.nvme_path, o.pin_memory, o.buffer_count, o.buffer_size, o.max_in_cpu, o.ratio,
+                  o.fast_init);
+}
+auto fields(const ZeroConfig& z) {
+  return std::tie(z.stage, z.overlap_comm, z.contiguous_gradients, z.reduce_scatter, z.allgather_partitions,
+                  z.round_robin_gradients, z.elastic_checkpoint, z.reduce_bucket_size, z.allgather_bucket_size,
+                  z.sub_group_size, z.stage3_prefetch_bucket_size, z.stage3_param_persistence_threshold,
+                  z.stage3_max_live_parameters, z.stage3_max_reuse_distance,
+                  z.stage3_gather_16bit_weights_on_model_save);
+}
+auto fields(const AioConfig& a) {
+  return std::tie(a.block_size, a.queue_depth, a.thread_count, a.single_submit, a.overlap_events);
+}
+auto fields(const ActivationCheckpointingConfig& a) {
+  return std::tie(a.partition_activations, a.cpu_checkpointing, a.contiguous_memory_optimization,
+                  a.synchronize_checkpoint_boundary, a.profile, a.number_checkpoints);
+}
+auto fields(const PipelineConfig& p) { return std::tie(p.parallel_size, p.pipe_schedule_name, p.num_chunks, p.partition); }
+auto fields(const CheckpointConfig& c) { return std::tie(c.dir, c.interval, c.keep_last, c.async, c.tag_validation); }
+auto fields(const BatchConfig& b) { return std::tie(b.train_batch_size, b.micro_batch, b.grad_accum); }
+
+void expect_same_config(const Config& a, const Config& b) {
+  EXPECT_TRUE(fields(a.model) == fields(b.model));
+  EXPECT_TRUE(fields(a.data) == fields(b.data));
+  EXPECT_TRUE(fields(a.train) == fields(b.train));
+  EXPECT_EQ(a.log.dir, b.log.dir);
+  EXPECT_TRUE(fields(a.optimizer) == fields(b.optimizer));
+  EXPECT_TRUE(fields(a.scheduler) == fields(b.scheduler));
+  EXPECT_TRUE(fields(a.fp16) == fields(b.fp16));
+  EXPECT_EQ(a.bf16.enabled, b.bf16.enabled);
+  EXPECT_TRUE(fields(a.zero) == fields(b.zero));
+  EXPECT_TRUE(fields(a.zero.offload_optimizer) == fields(b.zero.offload_optimizer));
+  EXPECT_TRUE(fields(a.zero.offload_param) == fields(b.zero.offload_param));
+  EXPECT_TRUE(fields(a.aio) == fields(b.aio));
+  EXPECT_TRUE(fields(a.activation_checkpointing) == fields(b.activation_checkpointing));
+  EXPECT_TRUE(fields(a.pipeline) == fields(b.pipeline));
+  EXPECT_TRUE(fields(a.checkpoint) == fields(b.checkpoint));
+  EXPECT_TRUE(fields(a.batch) == fields(b.batch));
+  EXPECT_EQ(a.gradient_clipping, b.gradient_clipping);
+  EXPECT_EQ(a.steps_per_print, b.steps_per_print);
+  EXPECT_EQ(a.wall_clock_breakdown, b.wall_clock_breakdown);
+}
+
+// A DeepSpeed config as users write them for ZeRO stage 0 (HF-style "auto"
+// batch values, float bucket sizes, disabled monitors, DeepSpeed-only keys).
+const char* const kDeepSpeedConfig = R"({
+  "train_batch_size": "auto",
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 4,
+  "gradient_clipping": 1.0,
+  "steps_per_print": 100,
+  "wall_clock_breakdown": false,
+  "prescale_gradients": false,
+  "zero_allow_untested_optimizer": true,
+  "communication_data_type": null,
+  "bf16": {"enabled": true},
+  "fp16": {"enabled": false, "loss_scale": 0, "loss_scale_window": 500, "initial_scale_power": 12,
+           "hysteresis": 2, "min_loss_scale": 1},
+  "optimizer": {"type": "AdamW",
+                "params": {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+  "scheduler": {"type": "WarmupDecayLR",
+                "params": {"warmup_min_lr": 0, "warmup_max_lr": 6e-4, "warmup_num_steps": 200,
+                           "total_num_steps": 5000, "warmup_type": "linear"}},
+  "zero_optimization": {
+    "stage": 0,
+    "allgather_partitions": true,
+    "allgather_bucket_size": 2e8,
+    "overlap_comm": true,
+    "reduce_scatter": true,
+    "reduce_bucket_size": 2e8,
+    "contiguous_gradients": true,
+    "round_robin_gradients": false,
+    "load_from_fp32_weights": true,
+    "offload_optimizer": {"device": "none", "pin_memory": true},
+    "offload_param": {"device": "none", "nvme_path": null},
+    "sub_group_size": 1e9,
+    "stage3_prefetch_bucket_size": 5e7,
+    "stage3_param_persistence_threshold": 1e6,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_max_reuse_distance": 1e9,
+    "stage3_gather_16bit_weights_on_model_save": true
+  },
+  "aio": {"block_size": 1048576, "queue_depth": 16, "thread_count": 2, "single_submit": false,
+          "overlap_events": true},
+  "activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": false,
+                               "contiguous_memory_optimization": false, "number_checkpoints": null,
+                               "synchronize_checkpoint_boundary": false, "profile": false},
+  "tensorboard": {"enabled": false, "output_path": "tb/", "job_name": "x"},
+  "wandb": {"enabled": false},
+  "flops_profiler": {"enabled": false, "profile_step": 1}
+})";
+
+TEST(ConfigParse, EmptyConfigGetsDeepSpeedDefaults) {
+  const Config cfg = parse("{}");
+  EXPECT_EQ(cfg.source, "config.json");
+  EXPECT_EQ(cfg.gradient_clipping, 0.0);
+  EXPECT_EQ(cfg.steps_per_print, 10);
+  EXPECT_FALSE(cfg.wall_clock_breakdown);
+  EXPECT_FALSE(cfg.fp16.enabled);
+  EXPECT_EQ(cfg.fp16.loss_scale, 0.0);
+  EXPECT_EQ(cfg.fp16.initial_scale_power, 16);
+  EXPECT_EQ(cfg.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(cfg.fp16.hysteresis, 2);
+  EXPECT_FALSE(cfg.fp16.consecutive_hysteresis);
+  EXPECT_EQ(cfg.fp16.min_loss_scale, 1.0);
+  EXPECT_FALSE(cfg.bf16.enabled);
+  EXPECT_EQ(cfg.optimizer.type, "AdamW");
+  EXPECT_EQ(cfg.optimizer.lr, 1e-3);
+  EXPECT_EQ(cfg.optimizer.beta1, 0.9);
+  EXPECT_EQ(cfg.optimizer.beta2, 0.999);
+  EXPECT_EQ(cfg.optimizer.eps, 1e-8);
+  EXPECT_EQ(cfg.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(cfg.scheduler.type, "");
+  const ZeroConfig& z = cfg.zero;
+  EXPECT_EQ(z.stage, 0);
+  EXPECT_FALSE(z.overlap_comm);
+  EXPECT_TRUE(z.contiguous_gradients);
+  EXPECT_TRUE(z.reduce_scatter);
+  EXPECT_TRUE(z.allgather_partitions);
+  EXPECT_FALSE(z.round_robin_gradients);
+  EXPECT_FALSE(z.elastic_checkpoint);
+  EXPECT_EQ(z.reduce_bucket_size, 500000000);
+  EXPECT_EQ(z.allgather_bucket_size, 500000000);
+  EXPECT_EQ(z.sub_group_size, 1000000000);
+  EXPECT_EQ(z.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(z.stage3_param_persistence_threshold, 100000);
+  EXPECT_EQ(z.stage3_max_live_parameters, 1000000000);
+  EXPECT_EQ(z.stage3_max_reuse_distance, 1000000000);
+  EXPECT_FALSE(z.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(z.offload_optimizer.device, "none");
+  EXPECT_EQ(z.offload_optimizer.buffer_count, 4);
+  EXPECT_EQ(z.offload_optimizer.ratio, 1.0);
+  EXPECT_FALSE(z.offload_optimizer.fast_init);
+  EXPECT_EQ(z.offload_param.device, "none");
+  EXPECT_EQ(z.offload_param.buffer_count, 5);
+  EXPECT_EQ(z.offload_param.buffer_size, 100000000);
+  EXPECT_EQ(z.offload_param.max_in_cpu, 1000000000);
+  EXPECT_FALSE(z.offload_param.pin_memory);
+  EXPECT_EQ(cfg.aio.block_size, 1048576);
+  EXPECT_EQ(cfg.aio.queue_depth, 8);
+  EXPECT_EQ(cfg.aio.thread_count, 1);
+  EXPECT_FALSE(cfg.aio.single_submit);
+  EXPECT_TRUE(cfg.aio.overlap_events);
+  EXPECT_FALSE(cfg.activation_checkpointing.partition_activations);
+  EXPECT_EQ(cfg.activation_checkpointing.number_checkpoints, 0);
+  EXPECT_EQ(cfg.pipeline.parallel_size, 1);
+  EXPECT_EQ(cfg.pipeline.pipe_schedule_name, "1f1b");
+  EXPECT_EQ(cfg.pipeline.num_chunks, 1);
+  EXPECT_EQ(cfg.pipeline.partition, "parameters");
+  // ztrain's own sections.
+  EXPECT_EQ(cfg.model.preset, "tiny");
+  EXPECT_EQ(cfg.model.n_layer, 2);
+  EXPECT_EQ(cfg.model.vocab_size, 256);
+  EXPECT_FALSE(cfg.model.activation_checkpointing);
+  EXPECT_TRUE(cfg.data.embedded);
+  EXPECT_EQ(cfg.train.steps, 200);
+  EXPECT_EQ(cfg.train.seed, 1234u);
+  EXPECT_EQ(cfg.train.eval_interval, 50);
+  EXPECT_EQ(cfg.train.eval_steps, 10);
+  EXPECT_EQ(cfg.log.dir, "runs/latest");
+  EXPECT_EQ(cfg.checkpoint.dir, "");
+  EXPECT_EQ(cfg.checkpoint.interval, 0);
+  EXPECT_EQ(cfg.checkpoint.keep_last, 2);
+  EXPECT_TRUE(cfg.checkpoint.tag_validation);
+  EXPECT_TRUE(cfg.batch.train_auto && cfg.batch.micro_auto && cfg.batch.accum_auto);
+  EXPECT_TRUE(cfg.warnings.empty());
+}
+
+TEST(ConfigParse, ModelPresets) {
+  struct Expected {
+    const char* preset;
+    int n_layer, n_head, d_model, seq_len, vocab_size;
+  };
+  for (const Expected& e : {Expected{"tiny", 2, 4, 64, 64, 256}, Expected{"gpt2-124m", 12, 12, 768, 1024, 50257},
+                            Expected{"gpt2-350m", 24, 16, 1024, 1024, 50257},
+                            Expected{"gpt2-1.3b", 24, 32, 2048, 1024, 50257}}) {
+    const Config cfg = parse(R"({"model": {"preset": ")" + std::string(e.preset) + R"("}})");
+    EXPECT_EQ(cfg.model.preset, e.preset);
+    EXPECT_EQ(cfg.model.n_layer, e.n_layer) << e.preset;
+    EXPECT_EQ(cfg.model.n_head, e.n_head) << e.preset;
+    EXPECT_EQ(cfg.model.d_model, e.d_model) << e.preset;
+    EXPECT_EQ(cfg.model.seq_len, e.seq_len) << e.preset;
+    EXPECT_EQ(cfg.model.vocab_size, e.vocab_size) << e.preset;
+  }
+  // Explicit keys override the preset's values.
+  Config cfg = parse(R"({"model": {"preset": "gpt2-124m", "n_layer": 6, "seq_len": 256}})");
+  EXPECT_EQ(cfg.model.preset, "gpt2-124m");
+  EXPECT_EQ(cfg.model.n_layer, 6);
+  EXPECT_EQ(cfg.model.seq_len, 256);
+  EXPECT_EQ(cfg.model.d_model, 768);
+  // Sizes without a preset start from tiny.
+  cfg = parse(R"({"model": {"n_layer": 3, "activation_checkpointing": true}})");
+  EXPECT_EQ(cfg.model.preset, "");
+  EXPECT_EQ(cfg.model.n_layer, 3);
+  EXPECT_EQ(cfg.model.d_model, 64);
+  EXPECT_TRUE(cfg.model.activation_checkpointing);
+  EXPECT_EQ(parse(R"({"model": {}})").model.preset, "tiny");
+}
+
+TEST(ConfigParse, Schedulers) {
+  Config cfg = parse(R"({"scheduler": {"type": "WarmupLR"}})");
+  EXPECT_EQ(cfg.scheduler.type, "WarmupLR");
+  EXPECT_EQ(cfg.scheduler.warmup_min_lr, 0.0);
+  EXPECT_EQ(cfg.scheduler.warmup_max_lr, 0.001);
+  EXPECT_EQ(cfg.scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(cfg.scheduler.warmup_type, "log");
+  cfg = parse(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 2000}}})");
+  EXPECT_EQ(cfg.scheduler.total_num_steps, 2000);
+  EXPECT_EQ(cfg.scheduler.warmup_min_ratio, 0.0);
+  EXPECT_EQ(cfg.scheduler.cos_min_ratio, 0.0001);
+  EXPECT_EQ(cfg.scheduler.warmup_num_steps, 1000);
+  cfg = parse(R"({"scheduler": {"type": "warmupdecaylr", "params": {"total_num_steps": 10, "warmup_num_steps": 20}}})");
+  EXPECT_EQ(cfg.scheduler.type, "WarmupDecayLR");
+  ASSERT_EQ(cfg.warnings.size(), 1u);  // total < warmup, as DeepSpeed warns
+  EXPECT_CONTAINS(cfg.warnings[0], "scheduler.params.total_num_steps: smaller than warmup_num_steps");
+}
+
+TEST(ConfigParse, OverridesOfEachJsonType) {
+  TempFile tokens("override_tokens.bin");
+  const Config cfg = parse(R"({"zero_optimization": {"stage": 0}, "train": {"steps": 5}})",
+                           {"train.steps=50", "optimizer.params.lr=3e-4", "optimizer.params.betas=[0.9,0.95]",
+                            "wall_clock_breakdown=true", "data.train=" + tokens.path(),
+                            "log.dir=\"runs/quoted\"", "model.preset=gpt2-124m", "zero_optimization.stage=0"});
+  EXPECT_EQ(cfg.train.steps, 50);
+  EXPECT_EQ(cfg.optimizer.lr, 3e-4);
+  EXPECT_EQ(cfg.optimizer.beta2, 0.95);
+  EXPECT_TRUE(cfg.wall_clock_breakdown);
+  EXPECT_FALSE(cfg.data.embedded);
+  EXPECT_EQ(cfg.data.train, tokens.path());
+  EXPECT_EQ(cfg.log.dir, "runs/quoted");
+  EXPECT_EQ(cfg.model.preset, "gpt2-124m");
+  // raw holds the config after overrides, before defaults.
+  EXPECT_EQ(cfg.raw["train"]["steps"], 50);
+  EXPECT_FALSE(cfg.raw.contains("gradient_clipping"));
+
+  nlohmann::json root = {{"gradient_clipping", 1.0}};
+  apply_override(root, "zero_optimization.offload_optimizer.device=cpu");  // creates the objects on the way
+  EXPECT_EQ(root["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  apply_override(root, "zero_optimization.stage=2");
+  EXPECT_TRUE(root["zero_optimization"]["stage"].is_number_integer());
+  apply_override(root, "gradient_clipping=null");  // back to the default
+  EXPECT_FALSE(root.contains("gradient_clipping"));
+  apply_override(root, "fp16={\"enabled\": false}");
+  EXPECT_TRUE(root["fp16"].is_object());
+  apply_override(root, "name = not json at all");
+  EXPECT_EQ(root["name"], " not json at all");
+}
+
+TEST(ConfigParse, WarningsForDeepSpeedKeysNotImplemented) {
+  const Config cfg = parse(R"({
+    "prescale_gradients": true,
+    "tensorboard": {"enabled": true, "output_path": "tb/"},
+    "wandb": {"enabled": false},
+    "gradient_predivide_factor": 1.0,
+    "fp16": {"auto_cast": true},
+    "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true},
+    "checkpoint": {"use_node_local_storage": true, "tag_validation": "Warn"},
+    "zero_optimization": {"load_from_fp32_weights": true, "zero_quantized_weights": true},
+    "pipeline": {"stages": 4}
+  })");
+  const std::vector<std::string> expected = {
+      "config.json: prescale_gradients: DeepSpeed option that ztrain does not implement; ignored",
+      "config.json: tensorboard: DeepSpeed option that ztrain does not implement; ignored",
+      "config.json: fp16.auto_cast: DeepSpeed option that ztrain does not implement",
+      "config.json: activation_checkpointing.partition_activations: true is a DeepSpeed option that ztrain does not "
+      "implement",
+      "config.json: activation_checkpointing.cpu_checkpointing: true is a DeepSpeed option that ztrain does not "
+      "implement",
+      "config.json: checkpoint.use_node_local_storage: DeepSpeed option that ztrain does not implement",
+      "config.json: zero_optimization.zero_quantized_weights: DeepSpeed option that ztrain does not implement",
+      "config.json: pipeline.stages: DeepSpeed option that ztrain does not implement; ignored (use "
+      "pipeline.parallel_size)",
+  };
+  std::string all;
+  for (const std::string& w : cfg.warnings) all += w + "\n";
+  for (const std::string& e : expected) EXPECT_CONTAINS(all, e);
+  // Disabled features and DeepSpeed's default values need no warning.
+  EXPECT_EQ(cfg.warnings.size(), expected.size()) << all;
+  EXPECT_TRUE(cfg.checkpoint.tag_validation);
+}
+
+TEST(ConfigParse, RealisticDeepSpeedConfig) {
+  Config cfg = parse(kDeepSpeedConfig);
+  // zero_allow_untested_optimizer: true is the only non-default DeepSpeed-only key.
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  EXPECT_CONTAINS(cfg.warnings[0], "zero_allow_untested_optimizer: DeepSpeed option that ztrain does not implement");
+  EXPECT_TRUE(cfg.bf16.enabled);
+  EXPECT_EQ(cfg.fp16.initial_scale_power, 12);
+  EXPECT_EQ(cfg.optimizer.lr, 6e-4);
+  EXPECT_EQ(cfg.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(cfg.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(cfg.scheduler.warmup_type, "linear");
+  EXPECT_EQ(cfg.scheduler.total_num_steps, 5000);
+  EXPECT_EQ(cfg.zero.allgather_bucket_size, 200000000);  // 2e8 given as a float
+  EXPECT_EQ(cfg.zero.stage3_param_persistence_threshold, 1000000);
+  EXPECT_TRUE(cfg.zero.overlap_comm);
+  EXPECT_TRUE(cfg.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_TRUE(cfg.zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(cfg.aio.queue_depth, 16);
+  EXPECT_EQ(cfg.gradient_clipping, 1.0);
+  EXPECT_TRUE(cfg.data.embedded);
+  resolve_batch(cfg, 8);
+  EXPECT_EQ(cfg.batch.train_batch_size, 64);
+
+  // DeepSpeed's aliases and older names.
+  cfg = parse(R"({"bfloat16": {"enabled": true}, "optimizer": {"type": "adam", "params": {"torch_adam": true}},
+                  "zero_optimization": {"gather_16bit_weights_on_model_save": true, "prefetch_bucket_size": 7},
+                  "aio": {"intra_op_parallelism": 4}, "checkpoint": {"tag_validation": "Ignore"},
+                  "train": {"seed": 1e3}})");
+  EXPECT_TRUE(cfg.bf16.enabled);
+  EXPECT_EQ(cfg.optimizer.type, "AdamW");
+  EXPECT_TRUE(cfg.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(cfg.zero.stage3_prefetch_bucket_size, 7);
+  EXPECT_EQ(cfg.aio.thread_count, 4);
+  EXPECT_FALSE(cfg.checkpoint.tag_validation);
+  EXPECT_EQ(cfg.train.seed, 1000u);
+  cfg = parse(R"({"zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true, "cpu_offload": false}})");
+  EXPECT_TRUE(cfg.zero.stage3_gather_16bit_weights_on_model_save);
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  EXPECT_CONTAINS(cfg.warnings[0], "zero_optimization.cpu_offload: deprecated; use offload_optimizer.device");
+}
+
+TEST(ConfigParse, DataFilesThatExist) {
+  TempFile train("data_train.bin"), val("data_val.bin");
+  const Config cfg = parse(R"({"data": {"train": ")" + train.path() + R"(", "val": ")" + val.path() + R"("}})");
+  EXPECT_FALSE(cfg.data.embedded);
+  EXPECT_EQ(cfg.data.train, train.path());
+  EXPECT_EQ(cfg.data.val, val.path());
+}
+
+TEST(ConfigParse, LoadConfigFromFileWithCommentsAndOverrides) {
+  TempFile file("load.json", "// a comment\n{\"train\": {\"steps\": 7} /* another */}\n");
+  const Config cfg = load_config(file.path(), {"train.seed=99"});
+  EXPECT_EQ(cfg.source, file.path());
+  EXPECT_EQ(cfg.train.steps, 7);
+  EXPECT_EQ(cfg.train.seed, 99u);
+}
+
+void expect_round_trip(const std::string& text, int dp_size) {
+  SCOPED_TRACE(text);
+  Config first = parse(text);
+  resolve_batch(first, dp_size);
+  const nlohmann::json resolved = resolved_json(first);
+  Config second = parse_config(resolved, "resolved.json");
+  resolve_batch(second, dp_size);
+  expect_same_config(first, second);
+  EXPECT_EQ(resolved, resolved_json(second));
+}
+
+TEST(ConfigParse, ResolvedJsonRoundTrip) {
+  TempFile train("rt_train.bin");
+  expect_round_trip("{}", 1);
+  expect_round_trip(kDeepSpeedConfig, 4);
+  expect_round_trip(R"({"model": {"n_layer": 3, "d_model": 96, "n_head": 3}, "train_batch_size": 48,
+                        "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100,
+                                      "warmup_num_steps": 10, "cos_min_ratio": 0.1}},
+                        "checkpoint": {"tag_validation": "Ignore", "keep_last": 0},
+                        "activation_checkpointing": {"number_checkpoints": 4, "profile": true},
+                        "data": {"train": ")" + train.path() + R"("},
+                        "train": {"seed": 18446744073709551615}})",
+                    3);
+  expect_round_trip(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01}},
+                        "pipeline": {"pipe_schedule_name": "interleaved", "num_chunks": 2},
+                        "zero_optimization": {"offload_optimizer": {"device": "none", "nvme_path": "/nvme"}}})",
+                    2);
+
+  // Every section is written, with defaults filled in.
+  Config cfg = parse("{}");
+  nlohmann::json j = resolved_json(cfg);
+  EXPECT_EQ(j["train_batch_size"], "auto");  // not resolved yet
+  EXPECT_EQ(j["zero_optimization"]["offload_param"]["max_in_cpu"], 1000000000);
+  EXPECT_EQ(j["model"]["preset"], "tiny");
+  EXPECT_EQ(j["data"]["embedded"], true);
+  EXPECT_TRUE(j["scheduler"].is_null());
+  // Unresolved, it still parses back.
+  Config again = parse_config(j, "resolved.json");
+  EXPECT_TRUE(again.batch.train_auto);
+  resolve_batch(cfg, 2);
+  EXPECT_EQ(resolved_json(cfg)["train_batch_size"], 8);
+}
+
+}  // namespace
+}  // namespace zt::test
