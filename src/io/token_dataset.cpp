@@ -1,0 +1,109 @@
+#include "io/token_dataset.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace zt {
+
+TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
+  if (paths.empty()) ZT_USER_ERROR("token dataset: no files given");
+  TokenDataset ds;
+  // Segments point into the mappings, which stay put when a TokenShard moves.
+  ds.shards_.reserve(paths.size());
+  for (const auto& p : paths) {
+    ds.shards_.emplace_back(p);
+    const TokenShard& s = ds.shards_.back();
+    ds.add_segment(s.tokens(), s.size());
+    ds.max_token_ = std::max(ds.max_token_, s.max_token());
+  }
+  return ds;
+}
+
+TokenDataset TokenDataset::open_list(const std::string& comma_separated_paths) {
+  std::vector<std::string> paths;
+  size_t pos = 0;
+  while (pos <= comma_separated_paths.size()) {
+    size_t comma = comma_separated_paths.find(',', pos);
+    if (comma == std::string::npos) comma = comma_separated_paths.size();
+    std::string item = comma_separated_paths.substr(pos, comma - pos);
+    const auto first = item.find_first_not_of(" \t");
+    const auto last = item.find_last_not_of(" \t");
+    if (first != std::string::npos) paths.push_back(item.substr(first, last - first + 1));
+    pos = comma + 1;
+  }
+  if (paths.empty()) ZT_USER_ERROR("token dataset: no files in '", comma_separated_paths, "'");
+  return open(paths);
+}
+
+TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> tokens, std::string name) {
+  TokenDataset ds;
+  ds.memory_ = std::move(tokens);
+  ds.memory_name_ = std::move(name);
+  // A moved vector keeps its buffer, so this pointer survives moves of ds.
+  ds.add_segment(ds.memory_.data(), static_cast<int64_t>(ds.memory_.size()));
+  for (uint16_t t : ds.memory_) ds.max_token_ = std::max(ds.max_token_, static_cast<int>(t));
+  return ds;
+}
+
+void TokenDataset::add_segment(const uint16_t* data, int64_t size) {
+  if (size > 0) segments_.push_back({data, size, total_});
+  total_ += size;
+}
+
+int TokenDataset::max_token() const { return max_token_; }
+
+std::string TokenDataset::describe() const {
+  if (shards_.empty()) return memory_name_;
+  std::string out;
+  for (const auto& s : shards_) out += (out.empty() ? "" : ",") + s.path();
+  return out;
+}
+
+void TokenDataset::copy_window(int64_t start, int64_t len, int32_t* out) const {
+  ZT_CHECK(start >= 0 && len >= 0 && start + len <= total_, "window [", start, ", ", start + len,
+           ") outside the dataset of ", total_, " tokens");
+  if (len == 0) return;
+  // Last segment whose begin <= start.
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), start,
+                             [](int64_t pos, const Segment& s) { return pos < s.begin; });
+  --it;
+  int64_t done = 0;
+  while (done < len) {
+    const int64_t offset = start + done - it->begin;
+    const int64_t n = std::min(len - done, it->size - offset);
+    const uint16_t* src = it->data + offset;
+    for (int64_t i = 0; i < n; ++i) out[done + i] = static_cast<int32_t>(src[i]);
+    done += n;
+    ++it;
+  }
+}
+
+void TokenDataset::validate_vocab(int vocab_size) const {
+  if (max_token_ < vocab_size) return;
+  for (const auto& s : shards_) s.validate_vocab(vocab_size);
+  for (size_t i = 0; i < memory_.size(); ++i) {
+    if (memory_[i] >= vocab_size) {
+      ZT_USER_ERROR(memory_name_, ": token ", memory_[i], " at position ", i,
+                    " is outside the model's vocabulary (vocab_size ", vocab_size, ")");
+    }
+  }
+}
+
+double unigram_entropy_nats(const uint16_t* tokens, int64_t n) {
+  if (n <= 0) return 0.0;
+  std::vector<int64_t> counts(65536, 0);
+  for (int64_t i = 0; i < n; ++i) ++counts[tokens[i]];
+  double h = 0.0;
+  const double inv_n = 1.0 / static_cast<double>(n);
+  for (int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) * inv_n;
+    h -= p * std::log(p);
+  }
+  return h;
+}
+
+}  // namespace zt

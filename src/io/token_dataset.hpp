@@ -1,0 +1,66 @@
+// A token corpus: the concatenation of one or more llm.c token shards, or an
+// in-memory vector (the embedded corpus). The sampler sees one stream of
+// size() tokens; a window may span the boundary between two shards, which is
+// harmless for training and keeps the sampler independent of how the data
+// was split into files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/token_shard.hpp"
+
+namespace zt {
+
+class TokenDataset {
+ public:
+  // Shards in the given order. Throws UserError for an empty list or any bad
+  // file (see TokenShard).
+  static TokenDataset open(const std::vector<std::string>& paths);
+  // "a.bin,b.bin,c.bin" (no globbing; empty items are ignored).
+  static TokenDataset open_list(const std::string& comma_separated_paths);
+  // Owns `tokens`; `name` stands in for a file name in error messages.
+  static TokenDataset from_tokens(std::vector<uint16_t> tokens, std::string name = "<embedded corpus>");
+
+  TokenDataset(TokenDataset&&) noexcept = default;
+  TokenDataset& operator=(TokenDataset&&) noexcept = default;
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+
+  int64_t size() const { return total_; }  // tokens
+  int max_token() const;                   // -1 when empty
+  // File names joined by ',' (or the in-memory name), for logs.
+  std::string describe() const;
+
+  // out[0..len) = tokens[start..start+len) as int32. Requires
+  // 0 <= start, 0 <= len, start + len <= size() (internal error otherwise).
+  void copy_window(int64_t start, int64_t len, int32_t* out) const;
+
+  // Throws UserError naming the file, the position in that file and the value
+  // of the first token >= vocab_size. Free when all tokens fit (the maximum
+  // is computed when the data is opened).
+  void validate_vocab(int vocab_size) const;
+
+ private:
+  struct Segment {
+    const uint16_t* data;
+    int64_t size;
+    int64_t begin;  // offset of data[0] in the concatenated stream
+  };
+  TokenDataset() = default;
+  void add_segment(const uint16_t* data, int64_t size);
+
+  std::vector<TokenShard> shards_;     // empty for an in-memory corpus
+  std::vector<uint16_t> memory_;       // the in-memory corpus
+  std::string memory_name_;
+  std::vector<Segment> segments_;      // non-empty pieces only, in stream order
+  int64_t total_ = 0;
+  int max_token_ = -1;
+};
+
+// Unigram (order-0) entropy of the token frequencies, in nats: the loss of a
+// model that ignores context, a baseline every trained model should beat.
+double unigram_entropy_nats(const uint16_t* tokens, int64_t n);
+
+}  // namespace zt

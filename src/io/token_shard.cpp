@@ -1,0 +1,149 @@
+#include "io/token_shard.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace zt {
+namespace {
+
+// The format is little-endian on disk and read in place, so the host must be
+// too (every platform ztrain targets is).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards are read in place: little-endian host required");
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Closes a file descriptor on every exit path of the constructor.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+TokenShard::TokenShard(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ZT_USER_ERROR("token shard '", path, "': cannot open: ", errno_text());
+  FdGuard guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) ZT_USER_ERROR("token shard '", path, "': cannot stat: ", errno_text());
+  if (!S_ISREG(st.st_mode)) ZT_USER_ERROR("token shard '", path, "': not a regular file");
+  const int64_t file_bytes = st.st_size;
+  if (file_bytes < kTokenShardHeaderBytes) {
+    ZT_USER_ERROR("token shard '", path, "': file has ", file_bytes, " bytes, shorter than the ",
+                  kTokenShardHeaderBytes, "-byte header of llm.c's format (256 int32)");
+  }
+
+  // Read the header with pread first: a wrong file is reported without mapping it.
+  int32_t header[kTokenShardHeaderInts];
+  const ssize_t got = ::pread(fd, header, sizeof(header), 0);
+  if (got != static_cast<ssize_t>(sizeof(header)))
+    ZT_USER_ERROR("token shard '", path, "': cannot read the header: ", got < 0 ? errno_text() : "short read");
+  if (header[0] != kTokenShardMagic) {
+    ZT_USER_ERROR("token shard '", path, "': wrong magic number ", header[0], " (expected ", kTokenShardMagic,
+                  ", llm.c's token shard format); is this a token file?");
+  }
+  if (header[1] != kTokenShardVersion) {
+    ZT_USER_ERROR("token shard '", path, "': unsupported version ", header[1], " (expected ", kTokenShardVersion,
+                  ": uint16 tokens)");
+  }
+  if (header[2] < 0) ZT_USER_ERROR("token shard '", path, "': negative token count ", header[2], " in the header");
+  const int64_t count = header[2];
+  const int64_t expected_bytes = kTokenShardHeaderBytes + 2 * count;
+  if (file_bytes != expected_bytes) {
+    ZT_USER_ERROR("token shard '", path, "': header says ", count, " tokens, so the file should have ",
+                  expected_bytes, " bytes, but it has ", file_bytes,
+                  file_bytes < expected_bytes ? " (truncated)" : " (trailing bytes)");
+  }
+
+  void* map = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) ZT_USER_ERROR("token shard '", path, "': cannot mmap ", file_bytes, " bytes: ", errno_text());
+  map_ = map;
+  map_bytes_ = file_bytes;
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kTokenShardHeaderBytes);
+  num_tokens_ = count;
+  // One sequential pass; it also warms the page cache for training.
+  uint16_t mx = 0;
+  for (int64_t i = 0; i < count; ++i) mx = std::max(mx, tokens_[i]);
+  max_token_ = count > 0 ? static_cast<int>(mx) : -1;
+}
+
+TokenShard::~TokenShard() {
+  if (map_ != nullptr) ::munmap(map_, static_cast<size_t>(map_bytes_));
+}
+
+TokenShard::TokenShard(TokenShard&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)),
+      tokens_(std::exchange(other.tokens_, nullptr)),
+      num_tokens_(std::exchange(other.num_tokens_, 0)),
+      max_token_(std::exchange(other.max_token_, -1)) {}
+
+TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
+  if (this != &other) {
+    if (map_ != nullptr) ::munmap(map_, static_cast<size_t>(map_bytes_));
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    num_tokens_ = std::exchange(other.num_tokens_, 0);
+    max_token_ = std::exchange(other.max_token_, -1);
+  }
+  return *this;
+}
+
+void TokenShard::validate_vocab(int vocab_size) const {
+  if (max_token_ < vocab_size) return;
+  // Only on failure: find the first offender so the user can look at it.
+  for (int64_t i = 0; i < num_tokens_; ++i) {
+    if (tokens_[i] >= vocab_size) {
+      ZT_USER_ERROR("token shard '", path_, "': token ", tokens_[i], " at position ", i,
+                    " is outside the model's vocabulary (vocab_size ", vocab_size, "; largest token in the file ",
+                    max_token_, ")");
+    }
+  }
+}
+
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    ZT_USER_ERROR("token shard '", path, "': ", tokens.size(), " tokens do not fit the int32 count of llm.c's header (",
+                  INT32_MAX, " at most); split the data into several shards");
+  }
+  int32_t header[kTokenShardHeaderInts] = {};
+  header[0] = kTokenShardMagic;
+  header[1] = kTokenShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) ZT_USER_ERROR("token shard '", path, "': cannot create '", tmp, "': ", errno_text());
+  bool ok = std::fwrite(header, sizeof(header), 1, f) == 1;
+  if (ok && !tokens.empty()) ok = std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size();
+  ok = (std::fflush(f) == 0) && ok;
+  const int saved_errno = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    errno = saved_errno;
+    ZT_USER_ERROR("token shard '", path, "': writing '", tmp, "' failed: ", errno_text());
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp.c_str());
+    ZT_USER_ERROR("token shard '", path, "': cannot rename '", tmp, "' to it: ", why);
+  }
+}
+
+}  // namespace zt
