@@ -17,7 +17,7 @@ namespace zt {
 class Kernels;
 
 struct ParamSpec {
-  std::string name;   // e.g. "attn.qkv.weight"
+  std::string name;   // e.g. "attn.c_attn.weight"
   Shape shape;
   bool weight_decay;  // AdamW decay applies (2-D weights only)
 };
@@ -32,6 +32,12 @@ struct TiedParam {
 
 enum class Phase : uint8_t { forward, backward, recompute };
 
+// The precision of everything a unit computes in, given a storage dtype:
+// f64 storage (finite-difference tests) computes and keeps gradients in f64,
+// every other storage (f32, bf16, f16) in f32. Parameter gradients, activation
+// gradients, LayerNorm statistics and per-token losses use this dtype.
+inline DType math_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
+
 struct UnitContext {
   Kernels* kernels = nullptr;
   Arena* saved = nullptr;    // activations kept until this micro-batch's backward
@@ -39,7 +45,7 @@ struct UnitContext {
   int64_t B = 0;             // micro-batch size
   int64_t T = 0;             // sequence length
   DType act_dtype = DType::f32;  // storage of activations (math is fp32 or wider)
-  Tensor targets;            // (B, T) i32, read by the head
+  Tensor targets;            // (B, T) i32, read by the head; a negative target is ignored
 };
 
 // What a unit's forward keeps for its backward (views into ctx.saved).
@@ -53,6 +59,9 @@ class Unit {
   virtual std::string name() const = 0;
   virtual std::vector<ParamSpec> params() const = 0;
   virtual std::vector<TiedParam> tied() const { return {}; }
+  // Whether activation checkpointing may drop this unit's stash after forward
+  // and re-run its forward before backward (blocks: yes; embedding, head: no).
+  virtual bool checkpointable() const { return false; }
   // Input and output of one micro-batch.
   virtual Shape input_shape(int64_t B, int64_t T) const = 0;
   virtual DType input_dtype(DType act_dtype) const = 0;
@@ -67,8 +76,9 @@ class Unit {
   // params: own then tied, in the storage dtype. `out` is preallocated.
   virtual void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
                        const Tensor& out, Stash& stash) const = 0;
-  // grads: own then tied, fp32, accumulated into (+=). `din` is undefined for
-  // the first unit (token input).
+  // grads: own then tied, fp32 (f64 when the parameters are f64), accumulated
+  // into (+=). `dout` and `din` are in math_dtype(act_dtype); `din` is
+  // written (not accumulated) and is undefined for the first unit (token input).
   virtual void backward(const UnitContext& ctx, const std::vector<Tensor>& params,
                         const std::vector<Tensor>& grads, const Tensor& in, const Tensor& dout,
                         const Tensor& din, Stash& stash) const = 0;
@@ -85,7 +95,8 @@ class ParamProvider {
 class GradSink {
  public:
   virtual ~GradSink() = default;
-  // fp32 buffers (own then tied) that the unit's backward accumulates into.
+  // Gradient buffers (own then tied) that the unit's backward accumulates
+  // into: fp32, or f64 when the parameters are f64 (math_dtype of the params).
   virtual std::vector<Tensor> grads(int unit) = 0;
   // The unit's backward for the current micro-batch has finished.
   virtual void done(int unit) = 0;

@@ -1,0 +1,151 @@
+// BlockUnit: one GPT-2 transformer block, pre-LayerNorm:
+//   res = x + c_proj(attn(c_attn(ln_1(x))))
+//   out = res + mlp.c_proj(gelu(mlp.c_fc(ln_2(res))))
+#include <cmath>
+
+#include "modules/gpt.hpp"
+#include "modules/gpt_init.hpp"
+#include "modules/kernels.hpp"
+
+namespace zt {
+namespace {
+
+// Parameter order (also the order of the flat unit buffer).
+enum BlockParam {
+  kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB,
+  kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
+};
+
+// What forward keeps for backward. The GELU output (B, T, 4C) is not kept:
+// backward recomputes it from fch, which is cheaper than storing it.
+enum BlockStash {
+  kLn1, kMean1, kRstd1,  // (B, T, C), (B*T), (B*T)
+  kQkv,                  // (B, T, 3C)
+  kAtty, kLse,           // (B, T, C), (B, NH, T)
+  kRes,                  // (B, T, C) x + attention branch
+  kLn2, kMean2, kRstd2,  // (B, T, C), (B*T), (B*T)
+  kFch,                  // (B, T, 4C) pre-GELU
+  kNumBlockStash
+};
+
+}  // namespace
+
+std::vector<ParamSpec> BlockUnit::params() const {
+  const int64_t C = cfg_.d_model;
+  return {
+      {"ln_1.weight", Shape{C}, false},          {"ln_1.bias", Shape{C}, false},
+      {"attn.c_attn.weight", Shape{3 * C, C}, true}, {"attn.c_attn.bias", Shape{3 * C}, false},
+      {"attn.c_proj.weight", Shape{C, C}, true}, {"attn.c_proj.bias", Shape{C}, false},
+      {"ln_2.weight", Shape{C}, false},          {"ln_2.bias", Shape{C}, false},
+      {"mlp.c_fc.weight", Shape{4 * C, C}, true}, {"mlp.c_fc.bias", Shape{4 * C}, false},
+      {"mlp.c_proj.weight", Shape{C, 4 * C}, true}, {"mlp.c_proj.bias", Shape{C}, false},
+  };
+}
+
+Shape BlockUnit::input_shape(int64_t B, int64_t T) const { return Shape{B, T, cfg_.d_model}; }
+
+void BlockUnit::init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
+                           int unit_index) const {
+  switch (param) {
+    case kLn1W:
+    case kLn2W: gpt_init::constant(out, count, 1.0f); return;
+    case kLn1B: case kLn2B: case kAttnB: case kAttnProjB: case kFcB: case kFcProjB:
+      gpt_init::constant(out, count, 0.0f);
+      return;
+    case kAttnW:
+    case kFcW: gpt_init::normal(out, begin, count, gpt_init::kWeightStd, seed, unit_index, param); return;
+    case kAttnProjW:
+    case kFcProjW: {
+      // GPT-2 scales the projections into the residual stream by 1/sqrt(2 L):
+      // each block adds two of them.
+      const double std = gpt_init::kWeightStd / std::sqrt(2.0 * cfg_.n_layer);
+      gpt_init::normal(out, begin, count, std, seed, unit_index, param);
+      return;
+    }
+    default: ZT_THROW("block has ", kNumBlockParams, " parameters, asked for ", param);
+  }
+}
+
+void BlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p, const Tensor& in,
+                        const Tensor& out, Stash& stash) const {
+  ZT_CHECK(p.size() == kNumBlockParams, name(), " expects ", kNumBlockParams, " parameter views, got ", p.size());
+  const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model, N = B * T;
+  const DType act = ctx.act_dtype, md = math_dtype(act);
+  Kernels& k = *ctx.kernels;
+  Arena& saved = *ctx.saved;
+  Arena& ws = *ctx.scratch;
+  std::vector<Tensor>& s = stash.t;
+  s.resize(kNumBlockStash);
+
+  // Attention branch.
+  s[kLn1] = saved.alloc(act, Shape{B, T, C});
+  s[kMean1] = saved.alloc(md, Shape{N});
+  s[kRstd1] = saved.alloc(md, Shape{N});
+  k.layernorm_fwd(s[kLn1], s[kMean1], s[kRstd1], in, p[kLn1W], p[kLn1B]);
+  s[kQkv] = saved.alloc(act, Shape{B, T, 3 * C});
+  k.matmul(ws, s[kQkv], s[kLn1], false, p[kAttnW], true, false, p[kAttnB]);  // (B, T, 3C)
+  s[kAtty] = saved.alloc(act, Shape{B, T, C});
+  s[kLse] = saved.alloc(md, Shape{B, cfg_.n_head, T});
+  k.attention_fwd(ws, s[kAtty], s[kLse], s[kQkv], cfg_.n_head);
+  // res = x + atty W^T + b: the projection accumulates onto a copy of x, so
+  // 16-bit storage rounds once rather than twice.
+  s[kRes] = saved.alloc(act, Shape{B, T, C});
+  k.cast(s[kRes], in);
+  k.matmul(ws, s[kRes], s[kAtty], false, p[kAttnProjW], true, true, p[kAttnProjB]);
+
+  // MLP branch.
+  s[kLn2] = saved.alloc(act, Shape{B, T, C});
+  s[kMean2] = saved.alloc(md, Shape{N});
+  s[kRstd2] = saved.alloc(md, Shape{N});
+  k.layernorm_fwd(s[kLn2], s[kMean2], s[kRstd2], s[kRes], p[kLn2W], p[kLn2B]);
+  s[kFch] = saved.alloc(act, Shape{B, T, 4 * C});
+  k.matmul(ws, s[kFch], s[kLn2], false, p[kFcW], true, false, p[kFcB]);  // (B, T, 4C)
+  const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
+  k.gelu_fwd(fcg, s[kFch]);
+  k.cast(out, s[kRes]);
+  k.matmul(ws, out, fcg, false, p[kFcProjW], true, true, p[kFcProjB]);  // out = res + mlp
+}
+
+void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
+                         const std::vector<Tensor>& g, const Tensor& in, const Tensor& dout,
+                         const Tensor& din, Stash& stash) const {
+  ZT_CHECK(g.size() == kNumBlockParams && stash.t.size() == kNumBlockStash, name(),
+           " backward: bad gradients or stash");
+  const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
+  const DType act = ctx.act_dtype, md = math_dtype(act);
+  Kernels& k = *ctx.kernels;
+  Arena& ws = *ctx.scratch;
+  const std::vector<Tensor>& s = stash.t;
+
+  // din starts as the residual path's gradient and collects both branches.
+  k.cast(din, dout);
+
+  // MLP branch: out = res + fcg Wp^T + bp, fcg = gelu(fch), fch = ln2 Wfc^T + bfc.
+  const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
+  k.gelu_fwd(fcg, s[kFch]);
+  k.matmul(ws, g[kFcProjW], dout, true, fcg, false, true);  // (C, 4C) += dout^T fcg
+  k.bias_grad(g[kFcProjB], dout);
+  const Tensor dfc = ws.alloc(md, Shape{B, T, 4 * C});
+  k.matmul(ws, dfc, dout, false, p[kFcProjW], false, false);  // (B, T, 4C) = dout Wp
+  k.gelu_bwd(dfc, dfc, s[kFch]);                             // now d fch
+  k.matmul(ws, g[kFcW], dfc, true, s[kLn2], false, true);     // (4C, C) += dfch^T ln2
+  k.bias_grad(g[kFcB], dfc);
+  const Tensor dln = ws.alloc(md, Shape{B, T, C});
+  k.matmul(ws, dln, dfc, false, p[kFcW], false, false);  // (B, T, C) = dfch Wfc
+  k.layernorm_bwd(din, true, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2]);
+
+  // din now holds d res. Attention branch: res = x + atty Wp^T + bp.
+  k.matmul(ws, g[kAttnProjW], din, true, s[kAtty], false, true);  // (C, C) += dres^T atty
+  k.bias_grad(g[kAttnProjB], din);
+  const Tensor& datty = dln;  // (B, T, C), reused
+  k.matmul(ws, datty, din, false, p[kAttnProjW], false, false);
+  const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
+  k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], cfg_.n_head);
+  k.matmul(ws, g[kAttnW], dqkv, true, s[kLn1], false, true);  // (3C, C) += dqkv^T ln1
+  k.bias_grad(g[kAttnB], dqkv);
+  const Tensor& dln1 = dln;
+  k.matmul(ws, dln1, dqkv, false, p[kAttnW], false, false);  // (B, T, C) = dqkv Wattn
+  k.layernorm_bwd(din, true, g[kLn1W], g[kLn1B], dln1, in, p[kLn1W], s[kMean1], s[kRstd1]);
+}
+
+}  // namespace zt

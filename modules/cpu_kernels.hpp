@@ -1,0 +1,68 @@
+// CpuKernels: the reference implementation of the Kernels table. Plain loops
+// with OpenMP, CBLAS sgemm/dgemm for every matrix product, fp32 arithmetic for
+// f32/bf16/f16 storage and double arithmetic for f64 storage (the precision
+// the finite-difference tests need). Every reduction has a fixed order, so
+// results are bit-reproducible for a given thread count.
+//
+// Threads: OpenMP loops use the ambient OpenMP setting and BLAS its own; this
+// class never changes either (the trainer owns thread counts). BLAS is never
+// called from inside an OpenMP region.
+#pragma once
+
+#include <cstddef>
+
+#include "modules/kernels.hpp"
+
+namespace zt {
+
+class CpuKernels final : public Kernels {
+ public:
+  // classifier_chunk_bytes bounds the logits the fused classifier holds at
+  // once: rows per chunk = max(1, chunk_bytes / (V * sizeof(math type))).
+  explicit CpuKernels(size_t classifier_chunk_bytes = size_t{8} << 20)
+      : classifier_chunk_bytes_(classifier_chunk_bytes) {}
+  DeviceKind device() const override { return DeviceKind::cpu; }
+
+  void matmul(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b,
+              bool trans_b, bool accumulate, const Tensor& bias = Tensor()) override;
+  void bias_grad(const Tensor& dbias, const Tensor& dout) override;
+
+  void layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                     const Tensor& w, const Tensor& b) override;
+  void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db,
+                     const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
+                     const Tensor& rstd) override;
+
+  void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                     int n_head) override;
+  void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                     const Tensor& out, const Tensor& lse, int n_head) override;
+
+  void gelu_fwd(const Tensor& out, const Tensor& x) override;
+  void gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& x) override;
+
+  void classifier_fwd(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x,
+                      const Tensor& w, const Tensor& targets) override;
+  void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
+                      const Tensor& x, const Tensor& w, const Tensor& targets,
+                      const Tensor& lse) override;
+
+  void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                     const Tensor& wpe) override;
+  void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                     const Tensor& tokens) override;
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void cast(const Tensor& dst, const Tensor& src) override;
+  void zero(const Tensor& t) override;
+  void scale(const Tensor& x, double alpha) override;
+  void sum_squares(const Tensor& x, const Tensor& acc) override;
+  void check_overflow(const Tensor& x, const Tensor& flag) override;
+
+  size_t classifier_chunk_bytes() const { return classifier_chunk_bytes_; }
+
+ private:
+  size_t classifier_chunk_bytes_;
+};
+
+}  // namespace zt

@@ -1,0 +1,103 @@
+// The Kernels table: every numeric operation a GPT-2 unit performs, on
+// non-owning Tensor views. CpuKernels is the reference; a CUDA implementation
+// provides the same table. Units never touch element data themselves.
+//
+// Dtypes. A call mixes at most three kinds of tensors:
+//   storage  parameters and activations: f32, bf16, f16, or f64 (tests);
+//   math     gradients, LayerNorm statistics, log-sum-exps, losses:
+//            math_dtype(storage) — f32, or f64 when storage is f64;
+//   index    tokens and targets: i32.
+// Arithmetic is done in the math dtype (f32 accumulation for 16-bit storage).
+// Tensors of rank > 2 passed where a matrix is expected are read as
+// (numel / last dim, last dim), so (B, T, C) is the matrix (B*T, C).
+//
+// Workspace. Calls that need temporaries take an Arena and return it as they
+// found it (mark/release), so a step allocates nothing once the arena has grown.
+#pragma once
+
+#include "core/tensor.hpp"
+#include "runtime/device.hpp"
+
+namespace zt {
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual DeviceKind device() const = 0;
+
+  // ---- dense -------------------------------------------------------------
+  // out (M, N) = [out +] op(a) · op(b) [+ bias], row-major, with op(a) (M, K)
+  // and op(b) (K, N): a is stored (M, K), or (K, M) when trans_a; b is stored
+  // (K, N), or (N, K) when trans_b. bias (N) is optional. A linear layer with
+  // weight W (OC, IC) is: y = matmul(x, W, trans_b) + b; dx = matmul(dy, W);
+  // dW += matmul(dy, x, trans_a) with accumulate.
+  virtual void matmul(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b,
+                      bool trans_b, bool accumulate, const Tensor& bias = Tensor()) = 0;
+  // dbias (N) += column sums of dout (M, N).
+  virtual void bias_grad(const Tensor& dbias, const Tensor& dout) = 0;
+
+  // ---- layer norm over the last dimension, eps = 1e-5 ---------------------
+  // out (N, C) = (x - mean) * rstd * w + b; mean, rstd (N) in math dtype.
+  virtual void layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& x, const Tensor& w, const Tensor& b) = 0;
+  // dx (N, C) = (or += when accumulate_dx) the input gradient; dw, db (C) +=.
+  virtual void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw,
+                             const Tensor& db, const Tensor& dout, const Tensor& x,
+                             const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
+
+  // ---- causal multi-head self-attention -----------------------------------
+  // qkv (B, T, 3C) holds [q | k | v]; head h uses columns [h*hs, (h+1)*hs) of
+  // each third, hs = C / n_head. out (B, T, C) = softmax(q k^T / sqrt(hs),
+  // causal) v. lse (B, n_head, T) keeps each query's log-sum-exp of scaled
+  // scores so that backward recomputes the probabilities instead of storing
+  // (B, n_head, T, T).
+  virtual void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                             int n_head) = 0;
+  // dqkv (B, T, 3C) written from dout (B, T, C); out is the forward's output.
+  virtual void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                             const Tensor& out, const Tensor& lse, int n_head) = 0;
+
+  // ---- GELU, tanh approximation ------------------------------------------
+  virtual void gelu_fwd(const Tensor& out, const Tensor& x) = 0;
+  // din = dout * gelu'(x); din may alias dout.
+  virtual void gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& x) = 0;
+
+  // ---- classifier fused with softmax cross-entropy -------------------------
+  // Row n: logits = x[n] · w^T (V), lse[n] = logsumexp(logits),
+  // losses[n] = lse[n] - logits[targets[n]]; a negative target gives loss 0.
+  // x (N, C) storage, w (V, C) storage, targets (N) i32, losses and lse (N)
+  // math. Logits exist only for a chunk of rows at a time, never (N, V).
+  virtual void classifier_fwd(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x,
+                              const Tensor& w, const Tensor& targets) = 0;
+  // dloss (N) is the weight of each row's loss in the objective. Recomputes
+  // the logits chunk by chunk: dx (N, C) written, dw (V, C) +=.
+  virtual void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
+                              const Tensor& x, const Tensor& w, const Tensor& targets,
+                              const Tensor& lse) = 0;
+
+  // ---- token + position embedding ---------------------------------------
+  // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wte (V, C), wpe (T_max, C).
+  virtual void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                             const Tensor& wpe) = 0;
+  // dwte (V, C) +=, dwpe (T_max, C) += from dout (B, T, C).
+  virtual void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                             const Tensor& tokens) = 0;
+
+  // ---- elementwise -------------------------------------------------------
+  // out = a + b (residual add); out may alias a or b.
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // dst = src converted to dst's dtype (same element count; f32/f64/bf16/f16).
+  virtual void cast(const Tensor& dst, const Tensor& src) = 0;
+  virtual void zero(const Tensor& t) = 0;
+  // x *= alpha, in place.
+  virtual void scale(const Tensor& x, double alpha) = 0;
+
+  // ---- reductions for the optimizer ----------------------------------------
+  // Results stay on the device so that no host synchronisation is implied.
+  // acc (1) f64 += sum of x^2.
+  virtual void sum_squares(const Tensor& x, const Tensor& acc) = 0;
+  // flag (1) i32 is set to 1 when x holds an inf or NaN (left as is otherwise).
+  virtual void check_overflow(const Tensor& x, const Tensor& flag) = 0;
+};
+
+}  // namespace zt

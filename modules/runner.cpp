@@ -1,0 +1,150 @@
+#include "modules/runner.hpp"
+
+#include <algorithm>
+
+namespace zt {
+
+void MicroBatchState::reset() {
+  saved.reset();
+  scratch.reset();
+  for (Stash& s : stashes) s.t.clear();
+  std::fill(inputs.begin(), inputs.end(), Tensor());
+  targets = Tensor();
+}
+
+UnitRunner::UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev,
+                       DType param_dtype, DType act_dtype, bool checkpoint_activations)
+    : units_(units),
+      kernels_(kernels),
+      param_dtype_(param_dtype),
+      act_dtype_(act_dtype),
+      checkpoint_(checkpoint_activations) {
+  ZT_CHECK(!units_.empty(), "UnitRunner needs at least one unit");
+  ZT_CHECK(kernels.device() == dev.kind(), "kernels and device disagree on the device kind");
+  ZT_CHECK((param_dtype == DType::f64) == (act_dtype == DType::f64),
+           "f64 (test) mode needs both parameters and activations in f64");
+}
+
+void UnitRunner::check_range(int first, int last) const {
+  ZT_CHECK(0 <= first && first < last && last <= static_cast<int>(units_.size()), "unit range [", first,
+           ", ", last, ") outside the model's ", units_.size(), " units");
+}
+
+UnitContext UnitRunner::context(MicroBatchState& mb, Arena& keep) const {
+  UnitContext ctx;
+  ctx.kernels = &kernels_;
+  ctx.saved = &keep;
+  ctx.scratch = &mb.scratch;
+  ctx.B = mb.B;
+  ctx.T = mb.T;
+  ctx.act_dtype = act_dtype_;
+  ctx.targets = mb.targets;
+  return ctx;
+}
+
+Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvider& params,
+                           const Tensor& in, const Tensor& targets) {
+  check_range(first, last);
+  ZT_CHECK(in.shape.rank() >= 2, "unit input must be (B, T, ...), got ", in.shape.str());
+  const size_t n = units_.size();
+  ZT_CHECK(mb.inputs.size() == n && mb.stashes.size() == n && mb.marks.size() == n,
+           "MicroBatchState made for ", mb.inputs.size(), " units, the model has ", n);
+  mb.B = in.shape[0];
+  mb.T = in.shape[1];
+  if (targets.defined()) {
+    ZT_CHECK(targets.dtype == DType::i32 && targets.numel() == mb.B * mb.T, "targets must be (B, T) i32, got ",
+             targets.shape.str());
+    mb.targets = targets;
+  }
+  Tensor x = in;
+  for (int i = first; i < last; ++i) {
+    const Unit& u = *units_[static_cast<size_t>(i)];
+    ZT_CHECK(x.shape == u.input_shape(mb.B, mb.T) && x.dtype == u.input_dtype(act_dtype_), u.name(),
+             ": input ", x.shape.str(), " ", dtype_name(x.dtype), ", expected ",
+             u.input_shape(mb.B, mb.T).str(), " ", dtype_name(u.input_dtype(act_dtype_)));
+    mb.inputs[static_cast<size_t>(i)] = x;
+    mb.marks[static_cast<size_t>(i)] = mb.saved.mark();
+    const Tensor out = mb.saved.alloc(u.output_dtype(act_dtype_), u.output_shape(mb.B, mb.T));
+    const bool drop = checkpoint_ && u.checkpointable();
+    const Arena::Mark scratch_mark = mb.scratch.mark();
+    Stash& stash = mb.stashes[static_cast<size_t>(i)];
+    stash.t.clear();
+    const UnitContext ctx = context(mb, drop ? mb.scratch : mb.saved);
+    const std::vector<Tensor> views = params.acquire(i, Phase::forward);
+    u.forward(ctx, views, x, out, stash);
+    params.release(i, Phase::forward);
+    if (drop) stash.t.clear();  // its memory is in scratch, released below
+    mb.scratch.release_to(scratch_mark);
+    x = out;
+  }
+  return x;
+}
+
+Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvider& params,
+                            GradSink& grads, const Tensor& dout) {
+  check_range(first, last);
+  ZT_CHECK(mb.inputs.size() == units_.size() && mb.inputs[static_cast<size_t>(first)].defined(),
+           "backward of units [", first, ", ", last, ") before their forward");
+  const DType gdt = math_dtype(act_dtype_);
+  {
+    const Unit& u = *units_[static_cast<size_t>(last - 1)];
+    ZT_CHECK(dout.shape == u.output_shape(mb.B, mb.T) && dout.dtype == gdt, u.name(), ": dout ",
+             dout.shape.str(), " ", dtype_name(dout.dtype), ", expected ", u.output_shape(mb.B, mb.T).str(),
+             " ", dtype_name(gdt));
+  }
+  // Two ping-pong buffers for the activation gradients between units (unit
+  // i's din is unit i-1's dout), sized for the largest input in the range.
+  const Arena::Mark base = mb.scratch.mark();
+  int64_t max_elems = 0;
+  for (int i = std::max(first, 1); i < last; ++i) {
+    max_elems = std::max(max_elems, units_[static_cast<size_t>(i)]->input_shape(mb.B, mb.T).numel());
+  }
+  Tensor ping[2];
+  if (max_elems > 0) {
+    ping[0] = mb.scratch.alloc(gdt, Shape{max_elems});
+    ping[1] = mb.scratch.alloc(gdt, Shape{max_elems});
+  }
+  Tensor d = dout;
+  int parity = 0;
+  for (int i = last - 1; i >= first; --i) {
+    const size_t ui = static_cast<size_t>(i);
+    const Unit& u = *units_[ui];
+    const Tensor& x = mb.inputs[ui];
+    Stash& stash = mb.stashes[ui];
+    const Arena::Mark unit_mark = mb.scratch.mark();
+    if (checkpoint_ && u.checkpointable()) {
+      stash.t.clear();
+      const UnitContext rctx = context(mb, mb.scratch);
+      const Tensor out = mb.scratch.alloc(u.output_dtype(act_dtype_), u.output_shape(mb.B, mb.T));
+      const std::vector<Tensor> views = params.acquire(i, Phase::recompute);
+      u.forward(rctx, views, x, out, stash);
+      params.release(i, Phase::recompute);
+    }
+    Tensor din;
+    if (i > 0) din = Tensor(ping[parity].data, gdt, u.input_shape(mb.B, mb.T), ping[parity].device);
+    const UnitContext ctx = context(mb, mb.saved);
+    const std::vector<Tensor> views = params.acquire(i, Phase::backward);
+    const std::vector<Tensor> g = grads.grads(i);
+    u.backward(ctx, views, g, x, d, din, stash);
+    params.release(i, Phase::backward);
+    grads.done(i);
+    stash.t.clear();
+    mb.scratch.release_to(unit_mark);
+    // Unit i's output and stash are dead now (see [Note: micro-batch memory]).
+    mb.saved.release_to(mb.marks[ui]);
+    mb.inputs[ui] = Tensor();
+    d = din;
+    parity ^= 1;
+  }
+  Tensor result;
+  if (first > 0) {
+    // Hand the input gradient over in `saved`, at the top of what is left, so
+    // that scratch returns to where it was.
+    result = mb.saved.alloc(gdt, d.shape);
+    kernels_.cast(result, d);
+  }
+  mb.scratch.release_to(base);
+  return result;
+}
+
+}  // namespace zt

@@ -1,0 +1,93 @@
+// UnitRunner: forward and backward of a contiguous range of units for one
+// micro-batch, with activation checkpointing. It is the only code that calls
+// ParamProvider and GradSink, so ZeRO and the pipeline see units only through
+// it.
+//
+// [Note: micro-batch memory] Everything a micro-batch allocates comes from two
+// arenas in its MicroBatchState. `saved` (MemTag::activations) holds, per
+// unit in forward order, the unit's output and (unless checkpointed) its
+// stash; backward walks the units in reverse and releases each unit's region
+// as soon as its backward is done, so `saved` is used LIFO and is empty again
+// when the micro-batch has gone back through every unit it went forward
+// through. `scratch` (MemTag::workspace) holds temporaries and, for a
+// checkpointed unit, the stash of its forward and of its recomputation; it is
+// released after every unit call. Arenas keep their chunks, so from the
+// second micro-batch on a step allocates nothing.
+//
+// With checkpointing, a checkpointable unit's forward keeps only its input
+// (which is the previous unit's output, kept anyway) and its output; its
+// stash goes to scratch and is dropped. Before its backward the forward is
+// re-run under Phase::recompute, and the recomputation is bit-identical
+// because every kernel is deterministic.
+#pragma once
+
+#include <vector>
+
+#include "modules/kernels.hpp"
+#include "modules/unit.hpp"
+
+namespace zt {
+
+struct MicroBatchState {
+  // num_units: units in the whole model. chunk_bytes: the arenas' growth
+  // step (tests use small chunks so that capacity() tracks the high-water
+  // mark closely).
+  MicroBatchState(Device& dev, int num_units, size_t chunk_bytes = size_t{64} << 20)
+      : saved(dev, MemTag::activations, chunk_bytes),
+        scratch(dev, MemTag::workspace, chunk_bytes),
+        inputs(static_cast<size_t>(num_units)),
+        stashes(static_cast<size_t>(num_units)),
+        marks(static_cast<size_t>(num_units)) {}
+  Arena saved;
+  Arena scratch;
+  // Indexed by unit (whole model): each unit's forward input (a view; the
+  // first unit's input is owned by the caller), stash, and the mark of
+  // `saved` before its forward.
+  std::vector<Tensor> inputs;
+  std::vector<Stash> stashes;
+  std::vector<Arena::Mark> marks;
+  Tensor targets;  // (B, T) i32, owned by the caller
+  int64_t B = 0, T = 0;
+  // Drops everything (for reuse after an abandoned micro-batch).
+  void reset();
+};
+
+class UnitRunner {
+ public:
+  // units: the whole model (indices are unit indices of ParamProvider and
+  // GradSink). act_dtype: storage of activations; param_dtype: storage of the
+  // parameter views the provider hands out.
+  UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev, DType param_dtype,
+             DType act_dtype, bool checkpoint_activations);
+
+  // Forward of units [first, last). `in` is unit first's input ((B, T) i32
+  // tokens for unit 0) and must stay valid until this range's backward;
+  // targets (B, T) i32 likewise (read by the head, also in backward).
+  // Returns unit last-1's output, which lives in mb.saved until backward.
+  Tensor forward(int first, int last, MicroBatchState& mb, ParamProvider& params, const Tensor& in,
+                 const Tensor& targets);
+
+  // Backward of units [first, last) in reverse order; dout is the gradient
+  // of unit last-1's output (for the head: the weight of each token's loss,
+  // (B, T) in math_dtype(act)). Ranges of one micro-batch go back in the
+  // reverse order they went forward. Returns unit first's input gradient in
+  // math_dtype(act), living in mb.saved until the next call with this mb;
+  // undefined when first == 0.
+  Tensor backward(int first, int last, MicroBatchState& mb, ParamProvider& params, GradSink& grads,
+                  const Tensor& dout);
+
+  bool checkpointing() const { return checkpoint_; }
+  DType act_dtype() const { return act_dtype_; }
+  DType param_dtype() const { return param_dtype_; }
+
+ private:
+  UnitContext context(MicroBatchState& mb, Arena& keep) const;
+  void check_range(int first, int last) const;
+
+  std::vector<const Unit*> units_;
+  Kernels& kernels_;
+  DType param_dtype_, act_dtype_;
+  bool checkpoint_;
+};
+
+}  // namespace zt

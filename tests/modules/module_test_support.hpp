@@ -1,0 +1,163 @@
+// Test-local helpers for the module tests: a flat, unsharded ParamProvider +
+// GradSink, random tensors, and central finite differences.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "modules/cpu_kernels.hpp"
+#include "modules/gpt.hpp"
+#include "modules/runner.hpp"
+#include "modules/unit.hpp"
+#include "runtime/device.hpp"
+
+namespace zt::test {
+
+// One buffer per parameter and per gradient; no sharding. Counts the calls
+// the runner makes so tests can check the seam's protocol.
+class FlatStore final : public ParamProvider, public GradSink {
+ public:
+  FlatStore(Device& dev, const std::vector<const Unit*>& units, DType param_dtype, uint64_t seed)
+      : units_(units), pdt_(param_dtype), gdt_(math_dtype(param_dtype)) {
+    const size_t n = units.size();
+    params_.resize(n);
+    grads_.resize(n);
+    acquires.assign(3, std::vector<int>(n, 0));
+    releases.assign(3, std::vector<int>(n, 0));
+    dones.assign(n, 0);
+    for (size_t u = 0; u < n; ++u) {
+      const auto specs = units[u]->params();
+      for (size_t p = 0; p < specs.size(); ++p) {
+        const int64_t count = specs[p].shape.numel();
+        std::vector<float> init(static_cast<size_t>(count));
+        units[u]->init_param(static_cast<int>(p), 0, count, init.data(), seed, static_cast<int>(u));
+        params_[u].emplace_back(dev, pdt_, specs[p].shape, MemTag::params);
+        convert(init.data(), DType::f32, params_[u].back().data(), pdt_, static_cast<size_t>(count));
+        grads_[u].emplace_back(dev, gdt_, specs[p].shape, MemTag::grads);
+      }
+    }
+    zero_grads();
+  }
+
+  std::vector<Tensor> acquire(int unit, Phase phase) override {
+    ++acquires[static_cast<int>(phase)][static_cast<size_t>(unit)];
+    std::vector<Tensor> v;
+    for (const Buffer& b : params_[static_cast<size_t>(unit)]) v.push_back(b.tensor());
+    for (const TiedParam& t : units_[static_cast<size_t>(unit)]->tied()) v.push_back(param(t.unit, t.param));
+    return v;
+  }
+  void release(int unit, Phase phase) override { ++releases[static_cast<int>(phase)][static_cast<size_t>(unit)]; }
+  std::vector<Tensor> grads(int unit) override {
+    std::vector<Tensor> v;
+    for (const Buffer& b : grads_[static_cast<size_t>(unit)]) v.push_back(b.tensor());
+    for (const TiedParam& t : units_[static_cast<size_t>(unit)]->tied()) v.push_back(grad(t.unit, t.param));
+    return v;
+  }
+  void done(int unit) override { ++dones[static_cast<size_t>(unit)]; }
+
+  void zero_grads() {
+    for (auto& u : grads_)
+      for (Buffer& b : u) std::memset(b.data(), 0, b.bytes());
+  }
+  Tensor param(int unit, int p) const { return params_[static_cast<size_t>(unit)][static_cast<size_t>(p)].tensor(); }
+  Tensor grad(int unit, int p) const { return grads_[static_cast<size_t>(unit)][static_cast<size_t>(p)].tensor(); }
+  int num_params(int unit) const { return static_cast<int>(params_[static_cast<size_t>(unit)].size()); }
+
+  std::vector<std::vector<int>> acquires, releases;  // [phase][unit]
+  std::vector<int> dones;
+
+ private:
+  std::vector<const Unit*> units_;
+  DType pdt_, gdt_;
+  std::vector<std::vector<Buffer>> params_, grads_;
+};
+
+// Deterministic values in [-scale, scale).
+inline void fill_uniform(const Tensor& t, uint64_t key, double scale = 1.0) {
+  const CounterRng rng{rng_key(key)};
+  const int64_t n = t.numel();
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * (2.0 * rng.uniform(static_cast<uint64_t>(i)) - 1.0);
+  if (t.dtype == DType::f64) {
+    std::memcpy(t.data, v.data(), t.bytes());
+  } else {
+    std::vector<float> f(v.begin(), v.end());
+    convert(f.data(), DType::f32, t.data, t.dtype, static_cast<size_t>(n));
+  }
+}
+
+inline void fill_tokens(const Tensor& t, uint64_t key, int vocab) {
+  const CounterRng rng{rng_key(key)};
+  int32_t* p = t.as<int32_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(i), static_cast<uint64_t>(vocab)));
+}
+
+inline double sum_product(const Tensor& a, const Tensor& w) {  // sum a * w, both f64
+  const double* x = a.as<double>();
+  const double* y = w.as<double>();
+  double s = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += x[i] * y[i];
+  return s;
+}
+
+// Relative error with a floor: gradients below `floor` are compared absolutely
+// (central differences of an O(1) objective carry ~1e-11 of rounding noise).
+inline double rel_err(double fd, double an, double floor = 1e-3) {
+  return std::fabs(fd - an) / std::max({std::fabs(fd), std::fabs(an), floor});
+}
+
+// Central differences of f() with respect to x[i] for each i in idx; returns
+// the largest relative error against analytic[i].
+inline double check_fd(const std::function<double()>& f, double* x, const double* analytic,
+                       const std::vector<int64_t>& idx, const char* what, double eps = 1e-5) {
+  double worst = 0;
+  for (int64_t i : idx) {
+    const double keep = x[i];
+    x[i] = keep + eps;
+    const double fp = f();
+    x[i] = keep - eps;
+    const double fm = f();
+    x[i] = keep;
+    const double fd = (fp - fm) / (2 * eps);
+    const double e = rel_err(fd, analytic[i]);
+    if (e > worst) worst = e;
+    if (std::getenv("ZT_TEST_VERBOSE")) std::printf("%s[%ld] fd %.12g an %.12g err %.3g\n", what, static_cast<long>(i), fd, analytic[i], e);
+    EXPECT_LT(e, 1e-6) << what << "[" << i << "]: finite difference " << fd << " analytic " << analytic[i];
+  }
+  return worst;
+}
+
+inline std::vector<int64_t> all_indices(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// Up to k distinct indices in [0, n), deterministic.
+inline std::vector<int64_t> some_indices(int64_t n, int64_t k, uint64_t key) {
+  if (n <= k) return all_indices(n);
+  const CounterRng rng{rng_key(key)};
+  std::vector<int64_t> v;
+  for (uint64_t c = 0; static_cast<int64_t>(v.size()) < k; ++c) {
+    const int64_t i = static_cast<int64_t>(rng.below(c, static_cast<uint64_t>(n)));
+    if (std::find(v.begin(), v.end(), i) == v.end()) v.push_back(i);
+  }
+  return v;
+}
+
+inline std::vector<const Unit*> views(const std::vector<std::unique_ptr<Unit>>& units) {
+  std::vector<const Unit*> v;
+  for (const auto& u : units) v.push_back(u.get());
+  return v;
+}
+
+}  // namespace zt::test
