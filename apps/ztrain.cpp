@@ -138,7 +138,9 @@ int main(int argc, char** argv) {
     return *code;
   if (exit_now) return 0;
 
-  for (const std::string& w : cfg.warnings) log_warn(w);
+  // Every rank reads the same config: its warnings are printed once.
+  if (mpi.world_rank() == 0)
+    for (const std::string& w : cfg.warnings) log_warn(w);
 
   topo = std::make_unique<Topology>(cfg.pipeline.parallel_size);
   const int threads = configure_threads(topo->local_size());

@@ -20,14 +20,16 @@ MemoryEstimate estimate_memory(const Config& cfg, int dp_size) {
   e.master_bytes = half ? n * 4 : 0;
   e.grads_bytes = n * 4;
   e.optim_bytes = n * 8;
-  // Saved activations of one micro-batch: per block about 16 BTC values plus
-  // the attention probabilities B H T^2; with checkpointing, only each block's
-  // input plus one block recomputed at a time.
+  // Saved activations of one micro-batch (modules/block.cpp): per block 12 C
+  // values per token in storage dtype plus (4 + n_head) fp32 statistics
+  // (attention keeps only its log-sum-exp); with checkpointing, each block's
+  // input plus one block recomputed at a time. Plus the embedding output and
+  // the classifier's logits chunk.
   const double B = static_cast<double>(cfg.batch.micro_batch), T = Tm;
   const double abytes = half ? 2 : 4;
-  const double per_block = (16 * B * T * C + B * H * T * T) * abytes;
+  const double per_block = B * T * (12 * C * abytes + (4 + H) * 4);
   const double blocks = m.activation_checkpointing ? L * B * T * C * abytes + per_block : L * per_block;
-  e.activations_bytes = blocks + 2 * B * T * C * abytes + B * T * 16;
+  e.activations_bytes = blocks + 2 * B * T * C * abytes + B * T * 16 + 8.0 * 1048576;
   (void)dp_size;  // stage 0 replicates everything; the ZeRO stages divide by it
   return e;
 }
@@ -53,8 +55,7 @@ void validate_data_files(const Config& cfg) {
   if (cfg.data.embedded) return;
   for (const std::string* path : {&cfg.data.train, &cfg.data.val}) {
     if (path->empty()) continue;
-    TokenDataset d(*path);
-    d.validate_vocab(cfg.model.vocab_size);
+    TokenDataset::open_list(*path).validate_vocab(cfg.model.vocab_size);
   }
 }
 

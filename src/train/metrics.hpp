@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,12 @@ class MetricsWriter {
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
-  MetricsWriter(MetricsWriter&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) { o.file_ = nullptr; }
+  MetricsWriter(MetricsWriter&& o) noexcept { *this = std::move(o); }
+  MetricsWriter& operator=(MetricsWriter&& o) noexcept {
+    std::swap(file_, o.file_);
+    std::swap(path_, o.path_);
+    return *this;
+  }
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 

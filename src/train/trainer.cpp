@@ -33,7 +33,9 @@ int configure_threads(int local_ranks) {
     threads = std::max(1, cores / std::max(1, local_ranks));
   }
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  // OpenBLAS runs single-threaded inside each rank: OpenMP threads spinning
+  // after a parallel region starve its own pool (measured 2.5x slower).
+  openblas_set_num_threads(1);
   return threads;
 }
 
@@ -68,7 +70,8 @@ struct Trainer::Impl {
   std::unique_ptr<UnitRunner> runner;
   std::unique_ptr<MicroBatchState> mb;
   std::unique_ptr<TokenDataset> train_data, val_data;
-  std::unique_ptr<Sampler> sampler, val_sampler;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<ValidationSampler> val_sampler;
   std::unique_ptr<LrSchedule> schedule;
   AdamWParams adamw;
   DType param_dtype = DType::f32;
@@ -76,6 +79,11 @@ struct Trainer::Impl {
   int64_t B = 0, T = 0, accum = 1, global_batch = 0;
   int64_t step = 0;  // optimizer steps taken
   Buffer tokens, targets, dloss;  // (B, T) i32, i32, f32
+  MetricsWriter metrics;
+  // Fault injection for tests (ZT_INJECT_FAULT="rank=R,step=S"): rank R
+  // throws at step S, so the abort path of a failing rank can be exercised.
+  int fault_rank = -1;
+  int64_t fault_step = -1;
 
   Impl(const Config& c, Topology& t, Device& d) : cfg(c), topo(t), dev(d) {}
 
@@ -84,21 +92,21 @@ struct Trainer::Impl {
     if (cfg.data.embedded) {
       EmbeddedCorpus corpus = make_embedded_corpus();
       log_info("data: embedded synthetic corpus (Markov source, entropy ", corpus.entropy_nats, " nats/token)");
-      train_data = std::make_unique<TokenDataset>(std::move(corpus.train), "<embedded train>");
-      val_data = std::make_unique<TokenDataset>(std::move(corpus.val), "<embedded val>");
+      train_data = std::make_unique<TokenDataset>(TokenDataset::from_tokens(std::move(corpus.train), "<embedded train>"));
+      val_data = std::make_unique<TokenDataset>(TokenDataset::from_tokens(std::move(corpus.val), "<embedded val>"));
     } else {
-      train_data = std::make_unique<TokenDataset>(cfg.data.train);
-      if (!cfg.data.val.empty()) val_data = std::make_unique<TokenDataset>(cfg.data.val);
+      train_data = std::make_unique<TokenDataset>(TokenDataset::open_list(cfg.data.train));
+      if (!cfg.data.val.empty()) val_data = std::make_unique<TokenDataset>(TokenDataset::open_list(cfg.data.val));
     }
     train_data->validate_vocab(gpt.vocab_size);
-    if (train_data->num_tokens() < window)
-      ZT_USER_ERROR("data.train: ", train_data->num_tokens(), " tokens cannot fill one sequence of ", window);
-    sampler = std::make_unique<Sampler>(train_data->num_tokens(), T, cfg.train.seed);
+    if (train_data->size() < window)
+      ZT_USER_ERROR("data.train: ", train_data->size(), " tokens cannot fill one sequence of ", window);
+    sampler = std::make_unique<Sampler>(train_data->size(), T, cfg.train.seed);
     if (val_data) {
       val_data->validate_vocab(gpt.vocab_size);
-      if (val_data->num_tokens() < window)
-        ZT_USER_ERROR("data.val: ", val_data->num_tokens(), " tokens cannot fill one sequence of ", window);
-      val_sampler = std::make_unique<Sampler>(val_data->num_tokens(), T, cfg.train.seed);
+      if (val_data->size() < window)
+        ZT_USER_ERROR("data.val: ", val_data->size(), " tokens cannot fill one sequence of ", window);
+      val_sampler = std::make_unique<ValidationSampler>(val_data->size(), T);
     }
   }
 
@@ -138,6 +146,14 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
   ZT_CHECK(s.global_batch == s.B * s.accum * topo.dp_size(), "batch triplet not resolved for this world");
   if (cfg.bf16.enabled) s.param_dtype = s.act_dtype = DType::bf16;
 
+  s.metrics = MetricsWriter(cfg.log.dir, topo.world_rank() == 0);
+  if (const char* f = std::getenv("ZT_INJECT_FAULT")) {
+    long long r = -1, st = -1;
+    if (std::sscanf(f, "rank=%lld,step=%lld", &r, &st) != 2)
+      ZT_USER_ERROR("ZT_INJECT_FAULT='", f, "': expected rank=R,step=S");
+    s.fault_rank = static_cast<int>(r);
+    s.fault_step = st;
+  }
   s.load_data();
   s.units_owned = build_gpt(s.gpt);
   for (const auto& u : s.units_owned) s.units.push_back(u.get());
@@ -151,7 +167,10 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
 
   s.runner = std::make_unique<UnitRunner>(s.units, s.kernels, dev, s.param_dtype, s.act_dtype,
                                           cfg.model.activation_checkpointing);
-  s.mb = std::make_unique<MicroBatchState>(dev, static_cast<int>(s.units.size()));
+  // Arena chunks of four hidden states: fine-grained enough that the peak
+  // bytes reported follow what a micro-batch really keeps.
+  const size_t chunk = static_cast<size_t>(4 * s.B * s.T * s.gpt.d_model) * dtype_size(s.act_dtype);
+  s.mb = std::make_unique<MicroBatchState>(dev, static_cast<int>(s.units.size()), chunk);
   s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.dloss = Buffer(dev, DType::f32, Shape{s.B, s.T}, MemTag::activations);
@@ -183,6 +202,8 @@ int64_t Trainer::num_params() const { return impl_->zero->layout().total_numel()
 StepStats Trainer::train_step() {
   Impl& s = *impl_;
   const double t0 = now_seconds();
+  if (s.topo.world_rank() == s.fault_rank && s.step + 1 == s.fault_step)
+    ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault_step);
   s.zero->zero_grads();
   double loss_sum = 0;
   for (int64_t m = 0; m < s.accum; ++m) {
@@ -228,8 +249,7 @@ double Trainer::evaluate() {
       int32_t* x = s.tokens.as<int32_t>();
       int32_t* y = s.targets.as<int32_t>();
       for (int64_t b = 0; b < s.B; ++b)
-        s.val_sampler->fill_sequential(e * s.global_batch + s.global_index(m, b), x + b * s.T, y + b * s.T,
-                                       *s.val_data);
+        s.val_sampler->fill(e, s.global_index(m, b), s.global_batch, x + b * s.T, y + b * s.T, *s.val_data);
       sum += s.run_micro_batch(false);
     }
   }
@@ -240,7 +260,7 @@ double Trainer::evaluate() {
 void Trainer::run() {
   Impl& s = *impl_;
   const Config& cfg = s.cfg;
-  MetricsWriter metrics(cfg.log.dir, s.topo.world_rank() == 0);
+  MetricsWriter& metrics = s.metrics;
   const int64_t tokens_per_step = s.global_batch * s.T;
   log_info("model: GPT ", s.gpt.n_layer, " layers, d_model ", s.gpt.d_model, ", ", s.gpt.n_head, " heads, seq ",
            s.T, ", vocab ", s.gpt.vocab_size, ": ", num_params(), " parameters");

@@ -67,4 +67,21 @@ if [ "$RC" = 0 ] && awk -v a="$(losses bf/metrics.jsonl | head -1)" -v b="$(loss
 else
   fail "bf16: $(losses bf/metrics.jsonl | head -1) -> $(losses bf/metrics.jsonl | tail -1), fp32 $(losses f32/metrics.jsonl | tail -1)"
 fi
+# A rank that fails in the middle of training is reported once, with its rank,
+# and the whole job ends (the other ranks are inside collectives and would
+# otherwise wait forever).
+export ZT_INJECT_FAULT="rank=1,step=3"
+start=$(date +%s)
+run_np 2 c.json --steps 50 --log-dir fault
+unset ZT_INJECT_FAULT
+took=$(( $(date +%s) - start ))
+if [ "$RC" != 0 ] && [ "$(grep -c 'error on rank 1: .*injected fault' "$WORK/out")" = 1 ] && [ "$took" -lt 60 ]; then
+  echo "ok: a failing rank aborts the job (exit $RC after ${took}s)"
+else
+  fail "fault on rank 1: exit $RC after ${took}s"
+fi
+
+# An unwritable log directory is a clear error before training starts.
+run_np 2 c.json --steps 2 --log-dir /dev/null/x
+[ "$RC" = 2 ] && grep -q "/dev/null/x" "$WORK/out" && echo "ok: unwritable log dir" || fail "unwritable log dir"
 finish
