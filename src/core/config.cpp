@@ -143,7 +143,6 @@ void check_available_features(const Config& cfg) {
   };
   const ZeroConfig& z = cfg.zero;
   const Unavailable rows[] = {
-      {z.stage != 0, "zero_optimization.stage", std::to_string(z.stage), "stage 0 works"},
       {z.offload_optimizer.device != "none", "zero_optimization.offload_optimizer.device",
        "\"" + z.offload_optimizer.device + "\"", "\"none\" works"},
       {z.offload_param.device != "none", "zero_optimization.offload_param.device",

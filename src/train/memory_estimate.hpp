@@ -1,26 +1,33 @@
-// Memory estimate per rank from shapes alone (no allocation): model states
-// (parameters, gradients, optimizer) and activations at the configured
-// micro-batch. Rough for now; the ZeRO work refines it per stage and offload.
+// Memory estimate per rank from the config alone (no allocation): a thin
+// adapter from Config to the ZeRO memory estimator (zero/estimator.hpp,
+// docs/memory.md), for ztrain --dry-run and --estimate-memory.
 #pragma once
 
 #include <string>
 
 #include "core/config.hpp"
+#include "zero/estimator.hpp"
 
 namespace zt {
 
+// The estimator's input for the config's model, dtype, micro-batch, ZeRO
+// stage, buckets and offload on `world` ranks (dp = world / pipeline size).
+// The batch triplet is resolved again for that dp on a copy (UserError when
+// it cannot be, or when the pipeline size does not divide `world`).
+EstimateInput estimate_input(const Config& cfg, int world);
+
 struct MemoryEstimate {
-  int64_t num_params = 0;
-  double params_bytes = 0;       // working copy
-  double master_bytes = 0;       // fp32 master (only when the working copy is 16-bit)
-  double grads_bytes = 0;        // fp32
-  double optim_bytes = 0;        // Adam m and v, fp32
-  double activations_bytes = 0;  // one micro-batch in flight
-  double total() const { return params_bytes + master_bytes + grads_bytes + optim_bytes + activations_bytes; }
+  EstimateInput input;
+  MemoryEstimateRow row;  // the config's own stage and offload
 };
 
+// The config as it will run with `dp_size` data-parallel ranks per stage.
 MemoryEstimate estimate_memory(const Config& cfg, int dp_size);
 std::string format_memory_estimate(const MemoryEstimate& e);
+
+// ztrain --estimate-memory: the table for ZeRO stages 0-3 x offload
+// none/cpu/nvme, per rank, for the config's model and batch on `world` ranks.
+std::string format_estimate_table(const Config& cfg, int world);
 
 // Opens every data file named by the config and checks its format and token
 // range against the model's vocabulary (throws UserError naming the file).

@@ -121,17 +121,21 @@ struct Trainer::Impl {
   }
 
   // Forward (and backward when `train`) of one micro-batch; returns the sum of
-  // its per-token losses.
-  double run_micro_batch(bool train) {
+  // its per-token losses. Adds the phases' seconds to *fwd_s and *bwd_s.
+  double run_micro_batch(bool train, double* fwd_s = nullptr, double* bwd_s = nullptr) {
     mb->reset();
     const Tensor x = tokens.tensor();
     const Tensor y = targets.tensor();
     const int L = static_cast<int>(units.size());
+    const double t0 = now_seconds();
     Tensor loss = runner->forward(0, L, *mb, *zero, x, y);
     double sum = 0;
     const float* l = loss.as<float>();
     for (int64_t i = 0; i < B * T; ++i) sum += l[i];
+    const double t1 = now_seconds();
     if (train) runner->backward(0, L, *mb, *zero, *zero, dloss.tensor());
+    if (fwd_s) *fwd_s += t1 - t0;
+    if (bwd_s) *bwd_s += now_seconds() - t1;
     return sum;
   }
 };
@@ -161,6 +165,12 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
   ZeroOptions zo;
   zo.stage = cfg.zero.stage;
   zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+  zo.allgather_bucket_size = cfg.zero.allgather_bucket_size;
+  zo.overlap_comm = cfg.zero.overlap_comm;
+  zo.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
+  zo.param_persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+  zo.max_live_parameters = cfg.zero.stage3_max_live_parameters;
+  zo.max_reuse_distance = cfg.zero.stage3_max_reuse_distance;
   zo.param_dtype = s.param_dtype;
   s.zero = std::make_unique<ZeroEngine>(s.units, zo, dev, topo.dp());
   s.zero->init_params(cfg.train.seed);
@@ -201,21 +211,28 @@ int64_t Trainer::num_params() const { return impl_->zero->layout().total_numel()
 
 StepStats Trainer::train_step() {
   Impl& s = *impl_;
+  StepStats st;
   const double t0 = now_seconds();
   if (s.topo.world_rank() == s.fault_rank && s.step + 1 == s.fault_step)
     ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault_step);
+  Communicator& dp = s.topo.dp();
+  dp.reset_counters();
   s.zero->zero_grads();
   double loss_sum = 0;
   for (int64_t m = 0; m < s.accum; ++m) {
     s.fill_batch(*s.sampler, *s.train_data, s.step, m);
-    loss_sum += s.run_micro_batch(true);
+    loss_sum += s.run_micro_batch(true, &st.forward_s, &st.backward_s);
   }
+  const double t1 = now_seconds();
   s.zero->reduce_gradients();
 
+  // Every element is owned by exactly one rank (padding has zero gradient),
+  // so the global norm counts no parameter twice.
   double sq = 0;
   for (const OwnedShard& sh : s.zero->owned_shards()) sq += sum_squares(sh.grad, sh.numel());
   const double grad_norm = std::sqrt(s.zero->reduce_owned_sum(sq));
   const float coef = clip_coefficient(grad_norm, s.cfg.gradient_clipping);
+  const double t2 = now_seconds();
 
   AdamWParams hp = s.adamw;
   hp.lr = s.schedule->lr_at(s.step);
@@ -228,10 +245,19 @@ StepStats Trainer::train_step() {
   }
   s.zero->publish_params();
   ++s.step;
+  const double t3 = now_seconds();
 
-  StepStats st;
+  for (int k = 0; k < kNumCommOps; ++k) st.comm_bytes[k] = dp.counters().bytes[k];
+  // Gradients move in fp32, parameters in their storage dtype.
+  const double grad_elems = static_cast<double>(st.comm_bytes[static_cast<int>(CommOp::all_reduce)]) * 2 / 4 +
+                            static_cast<double>(st.comm_bytes[static_cast<int>(CommOp::reduce_scatter)]) / 4;
+  const double param_elems = static_cast<double>(st.comm_bytes[static_cast<int>(CommOp::all_gather)]) /
+                             static_cast<double>(dtype_size(s.param_dtype));
+  st.comm_volume_psi = (grad_elems + param_elems) / static_cast<double>(num_params());
+  st.reduce_s = t2 - t1;
+  st.optimizer_s = t3 - t2;
   st.step = s.step;
-  st.loss = all_reduce_scalar(s.topo.dp(), loss_sum) / static_cast<double>(s.global_batch * s.T);
+  st.loss = all_reduce_scalar(dp, loss_sum) / static_cast<double>(s.global_batch * s.T);
   st.grad_norm = grad_norm;
   st.lr = hp.lr;
   st.step_seconds = now_seconds() - t0;
@@ -298,6 +324,24 @@ void Trainer::run() {
     nlohmann::json rec = {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm},
                           {"tokens_per_s", tok_s}, {"time_s", elapsed}};
     if (validate) rec["val_loss"] = val;
+    if (cfg.wall_clock_breakdown) {
+      nlohmann::json bytes = nlohmann::json::object();
+      for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather})
+        bytes[comm_op_name(op)] = st.comm_bytes[static_cast<int>(op)];
+      rec["comm_bytes"] = bytes;
+      rec["comm_volume_psi"] = st.comm_volume_psi;
+      rec["time_breakdown_s"] = {{"forward", st.forward_s}, {"backward", st.backward_s},
+                                 {"reduce", st.reduce_s}, {"optimizer", st.optimizer_s}, {"step", st.step_seconds}};
+      char bd[320];
+      std::snprintf(bd, sizeof bd,
+                    "  time: forward %.1f ms, backward %.1f ms, reduce %.1f ms, optimizer %.1f ms | comm per rank: "
+                    "all_reduce %.2f MB, reduce_scatter %.2f MB, all_gather %.2f MB = %.2f x params",
+                    st.forward_s * 1e3, st.backward_s * 1e3, st.reduce_s * 1e3, st.optimizer_s * 1e3,
+                    st.comm_bytes[static_cast<int>(CommOp::all_reduce)] / 1e6,
+                    st.comm_bytes[static_cast<int>(CommOp::reduce_scatter)] / 1e6,
+                    st.comm_bytes[static_cast<int>(CommOp::all_gather)] / 1e6, st.comm_volume_psi);
+      log_info(bd);
+    }
     metrics.write(rec);
     window_time = 0;
     window_steps = 0;

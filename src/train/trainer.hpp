@@ -17,6 +17,13 @@ struct StepStats {
   double grad_norm = 0; // before clipping
   double lr = 0;
   double step_seconds = 0;
+  // wall_clock_breakdown: seconds in each phase of the step.
+  double forward_s = 0, backward_s = 0, reduce_s = 0, optimizer_s = 0;
+  // Bytes this rank passed to data-parallel collectives during the step, per
+  // kind (CommOp order), and the ZeRO paper's communication volume in units of
+  // the parameter count: all-reduce counts twice (reduce-scatter + all-gather).
+  uint64_t comm_bytes[7] = {};
+  double comm_volume_psi = 0;
 };
 
 class Trainer {

@@ -1,66 +1,111 @@
 #include "zero/zero_engine.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace zt {
 
-ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Communicator& dp)
-    : units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), dp_(dp) {
-  ZT_CHECK(opts.stage == 0, "ZeRO stage ", opts.stage, " is not implemented by this engine");
-  ZT_CHECK(opts.reduce_bucket_size > 0, "reduce_bucket_size must be positive");
-  const int64_t n = layout_.total_padded();
-  working_ = Buffer(dev, opts.param_dtype, Shape{n}, MemTag::params);
-  if (opts.param_dtype != DType::f32) master_ = Buffer(dev, DType::f32, Shape{n}, MemTag::optim);
-  grads_ = Buffer(dev, DType::f32, Shape{n}, MemTag::grads);
-  exp_avg_ = Buffer(dev, DType::f32, Shape{n}, MemTag::optim);
-  exp_avg_sq_ = Buffer(dev, DType::f32, Shape{n}, MemTag::optim);
-  for (Buffer* b : {&working_, &master_, &grads_, &exp_avg_, &exp_avg_sq_})
-    if (!b->empty()) dev.memset_zero(b->data(), b->bytes());
-  build_views(units);
+struct ZeroEngine::UnitState {
+  int64_t full_offset = -1;         // offset in working_, -1 when partitioned (stage 3)
+  Buffer gathered;                  // stage 3: full working params while gathered
+  std::vector<PendingCollective> gather;  // gather in flight into `gathered`
+  int refs = 0;                     // acquires not yet released (own and tied)
+  Buffer grad;                      // stages 2-3: this micro-batch's full fp32 gradient
+  std::vector<PendingCollective> reduce;  // reduce-scatters reading `grad`
+};
 
-  float* master = master_.empty() ? working_.as<float>() : master_.as<float>();
-  for (int u = 0; u < layout_.num_units(); ++u) {
+ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Communicator& dp)
+    : units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), dp_(dp),
+      rank_(opts.stage == 0 ? 0 : dp.rank()) {
+  ZT_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeRO stage ", opts.stage);
+  ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
+  const int n = layout_.num_units();
+  state_.resize(n);
+  for (int u = 0; u < n; ++u)
+    for (const TiedParam& t : units[u]->tied())
+      ZT_CHECK(t.unit < u && t.param < static_cast<int>(layout_.unit(t.unit).params.size()),
+               "unit ", u, " ties to a parameter of a later or missing unit");
+
+  // Offsets of every unit's full working copy (all units but stage 3's
+  // partitioned ones) and of its owned shard.
+  int64_t full = 0, shard = 0;
+  shard_offset_.resize(n);
+  for (int u = 0; u < n; ++u) {
+    if (!partitioned(u)) {
+      state_[u].full_offset = full;
+      full += layout_.unit(u).padded;
+    }
+    shard_offset_[u] = shard;
+    shard += layout_.unit(u).shard;
+  }
+  const DType pt = opts.param_dtype;
+  const bool f32 = pt == DType::f32;
+  auto zeroed = [&](DType t, int64_t count, MemTag tag) {
+    Buffer b(dev, t, Shape{count}, tag);
+    dev.memset_zero(b.data(), b.bytes());
+    return b;
+  };
+  if (full > 0) working_ = zeroed(pt, full, MemTag::params);
+  if (opts.stage == 0) {
+    if (!f32) master_ = zeroed(DType::f32, layout_.total_padded(), MemTag::optim);
+    grads_ = zeroed(DType::f32, layout_.total_padded(), MemTag::grads);
+    exp_avg_ = zeroed(DType::f32, layout_.total_padded(), MemTag::optim);
+    exp_avg_sq_ = zeroed(DType::f32, layout_.total_padded(), MemTag::optim);
+  } else {
+    master_ = zeroed(DType::f32, shard, MemTag::optim);
+    // Stage 3 in fp32: the working shard is the master shard itself.
+    if (opts.stage == 3 && !f32) working_shard_ = zeroed(pt, shard, MemTag::params);
+    if (opts.stage == 1) grads_ = zeroed(DType::f32, layout_.total_padded(), MemTag::grads);
+    grad_shard_ = zeroed(DType::f32, shard, MemTag::grads);
+    exp_avg_ = zeroed(DType::f32, shard, MemTag::optim);
+    exp_avg_sq_ = zeroed(DType::f32, shard, MemTag::optim);
+  }
+
+  for (int u = 0; u < n; ++u) {
     const FlatUnit& fu = layout_.unit(u);
     OwnedShard s;
     s.unit = u;
-    s.begin = 0;  // stage 0: the whole unit
-    s.end = fu.padded;
-    s.master = master + fu.offset;
-    s.grad = grads_.as<float>() + fu.offset;
-    s.exp_avg = exp_avg_.as<float>() + fu.offset;
-    s.exp_avg_sq = exp_avg_sq_.as<float>() + fu.offset;
+    if (opts.stage == 0) {
+      float* m = master_.empty() ? static_cast<float*>(working_full(u)) : master_.as<float>() + fu.offset;
+      s.begin = 0;
+      s.end = fu.padded;
+      s.master = m;
+      s.grad = grads_.as<float>() + fu.offset;
+      s.exp_avg = exp_avg_.as<float>() + fu.offset;
+      s.exp_avg_sq = exp_avg_sq_.as<float>() + fu.offset;
+    } else {
+      s.begin = layout_.shard_begin(u, rank_);
+      s.end = layout_.shard_end(u, rank_);
+      s.master = master_.as<float>() + shard_offset_[u];
+      s.grad = grad_shard_.as<float>() + shard_offset_[u];
+      s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];
+      s.exp_avg_sq = exp_avg_sq_.as<float>() + shard_offset_[u];
+    }
     s.spans = layout_.decay_spans(u, s.begin, s.end);
     owned_.push_back(std::move(s));
   }
 }
 
-void ZeroEngine::build_views(const std::vector<const Unit*>& units) {
-  const size_t psize = dtype_size(opts_.param_dtype);
-  auto param_view = [&](int u, int p) {
-    const FlatUnit& fu = layout_.unit(u);
-    const ParamSlot& slot = fu.params[p];
-    return working_.view(opts_.param_dtype, slot.shape, static_cast<size_t>(fu.offset + slot.offset) * psize);
-  };
-  auto grad_view = [&](int u, int p) {
-    const FlatUnit& fu = layout_.unit(u);
-    const ParamSlot& slot = fu.params[p];
-    return grads_.view(DType::f32, slot.shape, static_cast<size_t>(fu.offset + slot.offset) * 4);
-  };
-  views_.resize(units.size());
-  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    const int np = static_cast<int>(layout_.unit(u).params.size());
-    for (int p = 0; p < np; ++p) {
-      views_[u].params.push_back(param_view(u, p));
-      views_[u].grads.push_back(grad_view(u, p));
-    }
-    for (const TiedParam& t : units[u]->tied()) {
-      ZT_CHECK(t.unit >= 0 && t.unit < static_cast<int>(units.size()) && t.param >= 0 &&
-                   t.param < static_cast<int>(layout_.unit(t.unit).params.size()),
-               "unit ", u, " ties to a parameter that does not exist");
-      views_[u].params.push_back(param_view(t.unit, t.param));
-      views_[u].grads.push_back(grad_view(t.unit, t.param));
-    }
+ZeroEngine::~ZeroEngine() {
+  // Never leave a collective reading freed memory; errors here cannot be
+  // reported (a destructor must not throw), the job is ending anyway.
+  try {
+    progress_reductions(true);
+    for (int u = 0; u < layout_.num_units(); ++u) finish_all(state_[u].gather);
+  } catch (...) {
   }
+}
+
+bool ZeroEngine::partitioned(int u) const {
+  return opts_.stage == 3 && layout_.unit(u).numel >= opts_.param_persistence_threshold;
+}
+
+void* ZeroEngine::working_full(int u) const {
+  const UnitState& st = state_[u];
+  if (st.full_offset >= 0)
+    return static_cast<char*>(working_.data()) + static_cast<size_t>(st.full_offset) * dtype_size(opts_.param_dtype);
+  ZT_CHECK(!st.gathered.empty(), "unit ", u, " used while not gathered");
+  return st.gathered.data();
 }
 
 void ZeroEngine::init_params(uint64_t seed) {
@@ -78,20 +123,184 @@ void ZeroEngine::init_params(uint64_t seed) {
   publish_params();
 }
 
-std::vector<Tensor> ZeroEngine::acquire(int unit, Phase) { return views_[unit].params; }
-std::vector<Tensor> ZeroEngine::grads(int unit) { return views_[unit].grads; }
+// ---- parameters -----------------------------------------------------------
 
-void ZeroEngine::zero_grads() { dev_.memset_zero(grads_.data(), grads_.bytes()); }
+void ZeroEngine::start_gather(int u) {
+  UnitState& st = state_[u];
+  if (!st.gathered.empty()) return;
+  const FlatUnit& fu = layout_.unit(u);
+  st.gathered = Buffer(dev_, opts_.param_dtype, Shape{fu.padded}, MemTag::params);
+  const void* shard = working_shard_.empty()
+                          ? static_cast<const void*>(master_.as<float>() + shard_offset_[u])
+                          : static_cast<const void*>(working_shard_.as<char>() +
+                                                     static_cast<size_t>(shard_offset_[u]) * dtype_size(opts_.param_dtype));
+  all_gather_unit(dp_, dev_, shard, st.gathered.data(), fu.shard, opts_.param_dtype, opts_.allgather_bucket_size,
+                  st.gather);
+  live_ += fu.padded;
+  peak_live_ = std::max(peak_live_, live_);
+}
+
+void ZeroEngine::wait_gather(int u) { finish_all(state_[u].gather); }
+
+void ZeroEngine::free_gathered(int u) {
+  UnitState& st = state_[u];
+  if (st.gathered.empty()) return;
+  finish_all(st.gather);
+  st.gathered.reset();
+  live_ -= layout_.unit(u).padded;
+}
+
+void ZeroEngine::prefetch(int u, Phase phase) {
+  const int n = layout_.num_units();
+  const int step = phase == Phase::forward ? 1 : -1;
+  int64_t budget = opts_.prefetch_bucket_size;
+  for (int v = u + step; v >= 0 && v < n && budget > 0; v += step) {
+    if (!partitioned(v) || !state_[v].gathered.empty()) continue;
+    const int64_t size = layout_.unit(v).padded;
+    if (size > budget || live_ + size > opts_.max_live_parameters) break;
+    start_gather(v);
+    budget -= size;
+  }
+}
+
+std::vector<Tensor> ZeroEngine::acquire(int unit, Phase phase) {
+  std::vector<int> needed{unit};
+  for (const TiedParam& t : units_[unit]->tied()) needed.push_back(t.unit);
+  for (int u : needed) {
+    ++state_[u].refs;
+    if (partitioned(u)) start_gather(u);
+  }
+  if (partitioned(unit)) prefetch(unit, phase);
+  for (int u : needed) wait_gather(u);
+
+  const size_t es = dtype_size(opts_.param_dtype);
+  auto view = [&](int u, int p) {
+    const ParamSlot& slot = layout_.unit(u).params[p];
+    return Tensor(static_cast<char*>(working_full(u)) + static_cast<size_t>(slot.offset) * es, opts_.param_dtype,
+                  slot.shape, dev_.kind());
+  };
+  std::vector<Tensor> views;
+  for (int p = 0; p < static_cast<int>(layout_.unit(unit).params.size()); ++p) views.push_back(view(unit, p));
+  for (const TiedParam& t : units_[unit]->tied()) views.push_back(view(t.unit, t.param));
+  return views;
+}
+
+void ZeroEngine::release(int unit, Phase phase) {
+  std::vector<int> used{unit};
+  for (const TiedParam& t : units_[unit]->tied()) used.push_back(t.unit);
+  for (int u : used) {
+    UnitState& st = state_[u];
+    ZT_CHECK(st.refs > 0, "unit ", u, " released more often than acquired");
+    if (--st.refs > 0 || !partitioned(u)) continue;
+    // [Note: reuse distance] Keep a unit gathered when its next use comes
+    // within stage3_max_reuse_distance gathered elements and the live
+    // parameters allow. Released in forward by unit k (itself or a unit tied
+    // to it), it is next needed at the latest in backward, after every unit
+    // past k has gone forward and backward: about twice their parameters. A
+    // recomputed unit is used at once. Released in backward by a tied unit k,
+    // it is needed by its own backward after the units between them; released
+    // by its own backward it is not used again this step.
+    int64_t distance = -1;  // -1: not used again this step
+    if (phase == Phase::recompute) {
+      distance = 0;
+    } else if (phase == Phase::forward) {
+      distance = 0;
+      for (int v = unit + 1; v < layout_.num_units(); ++v) distance += 2 * layout_.unit(v).numel;
+    } else if (u != unit) {
+      distance = 0;
+      for (int v = u + 1; v < unit; ++v) distance += layout_.unit(v).numel;
+    }
+    const bool keep =
+        distance >= 0 && distance <= opts_.max_reuse_distance && live_ <= opts_.max_live_parameters;
+    if (!keep) free_gathered(u);
+  }
+}
+
+// ---- gradients ------------------------------------------------------------
+
+void ZeroEngine::ensure_grad_buffer(int u) {
+  UnitState& st = state_[u];
+  if (!st.reduce.empty()) {  // last micro-batch's reduction still reads it
+    finish_all(st.reduce);
+    st.grad.reset();
+  }
+  if (st.grad.empty()) {
+    st.grad = Buffer(dev_, DType::f32, Shape{layout_.unit(u).padded}, MemTag::grads);
+    dev_.memset_zero(st.grad.data(), st.grad.bytes());
+  }
+}
+
+std::vector<Tensor> ZeroEngine::grads(int unit) {
+  std::vector<int> needed{unit};
+  for (const TiedParam& t : units_[unit]->tied()) needed.push_back(t.unit);
+  auto view = [&](int u, int p) {
+    const FlatUnit& fu = layout_.unit(u);
+    const ParamSlot& slot = fu.params[p];
+    float* base = opts_.stage <= 1 ? grads_.as<float>() + fu.offset : state_[u].grad.as<float>();
+    return Tensor(base + slot.offset, DType::f32, slot.shape, dev_.kind());
+  };
+  if (opts_.stage >= 2)
+    for (int u : needed) ensure_grad_buffer(u);
+  std::vector<Tensor> views;
+  for (int p = 0; p < static_cast<int>(layout_.unit(unit).params.size()); ++p) views.push_back(view(unit, p));
+  for (const TiedParam& t : units_[unit]->tied()) views.push_back(view(t.unit, t.param));
+  return views;
+}
+
+void ZeroEngine::done(int unit) {
+  if (opts_.stage < 2) return;
+  UnitState& st = state_[unit];
+  const FlatUnit& fu = layout_.unit(unit);
+  reduce_scatter_unit(dp_, dev_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
+                      opts_.reduce_bucket_size, st.reduce);
+  // Pieces packed through staging finish at once; a whole-unit call may stay
+  // in flight with overlap_comm, holding the gradient buffer until it is done.
+  if (!opts_.overlap_comm || st.reduce.empty()) {
+    finish_all(st.reduce);
+    st.grad.reset();
+  } else {
+    progress_reductions(false);
+  }
+}
+
+void ZeroEngine::progress_reductions(bool wait_all) {
+  for (UnitState& st : state_) {
+    if (st.reduce.empty()) continue;
+    bool complete = true;
+    if (!wait_all)
+      for (PendingCollective& p : st.reduce) complete = complete && p.request->test();
+    if (!complete) continue;
+    finish_all(st.reduce);
+    st.grad.reset();
+  }
+}
+
+void ZeroEngine::zero_grads() {
+  if (!grads_.empty()) dev_.memset_zero(grads_.data(), grads_.bytes());
+  if (!grad_shard_.empty()) dev_.memset_zero(grad_shard_.data(), grad_shard_.bytes());
+}
 
 void ZeroEngine::reduce_gradients() {
-  if (dp_.size() == 1) return;
-  const int64_t n = layout_.total_padded();
-  std::vector<CommRequest> pending;
-  for (int64_t b = 0; b < n; b += opts_.reduce_bucket_size) {
-    const int64_t len = std::min(opts_.reduce_bucket_size, n - b);
-    pending.push_back(dp_.all_reduce(grads_.tensor().slice1d(b, len), ReduceOp::sum));
+  if (opts_.stage == 0) {
+    if (dp_.size() == 1) return;
+    const int64_t n = layout_.total_padded();
+    std::vector<CommRequest> pending;
+    for (int64_t b = 0; b < n; b += opts_.reduce_bucket_size) {
+      const int64_t len = std::min(opts_.reduce_bucket_size, n - b);
+      pending.push_back(dp_.all_reduce(grads_.tensor().slice1d(b, len), ReduceOp::sum));
+    }
+    for (CommRequest& r : pending) wait(r);
+  } else if (opts_.stage == 1) {
+    std::vector<PendingCollective> pending;
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const FlatUnit& fu = layout_.unit(u);
+      reduce_scatter_unit(dp_, dev_, grads_.as<float>() + fu.offset, grad_shard_.as<float>() + shard_offset_[u],
+                          fu.shard, opts_.reduce_bucket_size, pending);
+    }
+    finish_all(pending);
+  } else {
+    progress_reductions(true);
   }
-  for (CommRequest& r : pending) wait(r);
 }
 
 double ZeroEngine::reduce_owned_sum(double local) {
@@ -99,14 +308,44 @@ double ZeroEngine::reduce_owned_sum(double local) {
 }
 
 void ZeroEngine::publish_params() {
-  if (master_.empty()) return;
-  convert(master_.data(), DType::f32, working_.data(), opts_.param_dtype, static_cast<size_t>(layout_.total_padded()));
+  const DType pt = opts_.param_dtype;
+  if (opts_.stage == 0) {
+    if (!master_.empty()) convert(master_.data(), DType::f32, working_.data(), pt, static_cast<size_t>(layout_.total_padded()));
+    return;
+  }
+  // Gathered copies are stale once the shards change.
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    ZT_CHECK(state_[u].refs == 0, "publish_params while unit ", u, " is in use");
+    free_gathered(u);
+  }
+  if (!working_shard_.empty())
+    convert(master_.data(), DType::f32, working_shard_.data(), pt, static_cast<size_t>(master_.tensor().numel()));
+  // Units kept whole: cast the owned shard and all-gather it.
+  const size_t es = dtype_size(pt);
+  Buffer send(dev_, pt, Shape{std::max<int64_t>(1, master_.tensor().numel())}, MemTag::comm);
+  std::vector<PendingCollective> pending;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (partitioned(u)) continue;
+    const FlatUnit& fu = layout_.unit(u);
+    void* shard = send.as<char>() + static_cast<size_t>(shard_offset_[u]) * es;
+    convert(master_.as<float>() + shard_offset_[u], DType::f32, shard, pt, static_cast<size_t>(fu.shard));
+    all_gather_unit(dp_, dev_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
+  }
+  finish_all(pending);
 }
 
-void ZeroEngine::copy_unit_params(int u, float* out) const {
+void ZeroEngine::gather_master(int u, Buffer& full) {
   const FlatUnit& fu = layout_.unit(u);
-  const float* master = master_.empty() ? working_.as<float>() : master_.as<float>();
-  std::copy(master + fu.offset, master + fu.offset + fu.numel, out);
+  full = Buffer(dev_, DType::f32, Shape{fu.padded}, MemTag::workspace);
+  if (opts_.stage == 0) {
+    const float* src = master_.empty() ? static_cast<const float*>(working_full(u)) : master_.as<float>() + fu.offset;
+    std::memcpy(full.data(), src, static_cast<size_t>(fu.padded) * sizeof(float));
+    return;
+  }
+  std::vector<PendingCollective> pending;
+  all_gather_unit(dp_, dev_, master_.as<float>() + shard_offset_[u], full.data(), fu.shard, DType::f32,
+                  opts_.allgather_bucket_size, pending);
+  finish_all(pending);
 }
 
 }  // namespace zt

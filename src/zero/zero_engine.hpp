@@ -1,16 +1,29 @@
 // ZeroEngine: the ParamProvider and GradSink of the parameter seam, and the
 // owner of every model-state buffer of one rank (working parameters, fp32
-// master weights, Adam moments, gradients).
+// master weights, Adam moments, gradients), for ZeRO stages 0-3.
 //
-// Stage 0 (this file's scope today): parameters and gradients are replicated;
-// after the last micro-batch of a step, gradients are all-reduced across the
-// data-parallel group in buckets of `reduce_bucket_size` elements; every rank
-// then updates the whole model identically.
+// [Note: ZeRO stages] Every unit's flat buffer is padded to dp*S elements and
+// rank r owns [r*S, (r+1)*S) of it (FlatLayout). What each stage keeps:
 //
-// The optimizer lives in a lower layer (optim) and does not know how shards
-// are made: the engine exposes the shards this rank owns (master, grad, m, v
-// and their weight-decay spans); the caller updates them and then calls
-// publish_params() to refresh the working copy.
+//   stage | working params      | gradients                          | master, m, v
+//   0     | full, replicated    | full fp32, all-reduced at the step | full
+//   1     | full, replicated    | full fp32, reduce-scattered at the | owned shard
+//         |                     | step into the owned shard          |
+//   2     | full, replicated    | per unit, reduce-scattered as soon | owned shard
+//         |                     | as its backward is done; only the  |
+//         |                     | owned fp32 shard is kept           |
+//   3     | owned shard; a unit | as stage 2                         | owned shard
+//         | is all-gathered     |                                    |
+//         | before it runs      |                                    |
+//
+// After the optimizer updates the owned shards, publish_params() refreshes
+// the working copy: stage 0 casts, stages 1-2 cast the shard and all-gather it
+// (in buckets of allgather_bucket_size), stage 3 casts into the working shard
+// and drops every gathered copy (now stale). In stage 3, units smaller than
+// stage3_param_persistence_threshold are kept whole like stage 1-2 units.
+//
+// The optimizer lives in a lower layer and does not know how shards are made:
+// the engine exposes the shards this rank owns; the caller updates them.
 #pragma once
 
 #include <memory>
@@ -18,14 +31,21 @@
 
 #include "comm/communicator.hpp"
 #include "runtime/device.hpp"
+#include "zero/buckets.hpp"
 #include "zero/flat_layout.hpp"
 
 namespace zt {
 
 struct ZeroOptions {
   int stage = 0;
-  int64_t reduce_bucket_size = 500000000;  // elements, as in DeepSpeed
-  DType param_dtype = DType::f32;          // storage of the working parameters
+  int64_t reduce_bucket_size = 500000000;     // elements, as in DeepSpeed
+  int64_t allgather_bucket_size = 500000000;  // elements
+  bool overlap_comm = false;
+  int64_t prefetch_bucket_size = 50000000;    // stage 3: elements gathered ahead
+  int64_t param_persistence_threshold = 100000;
+  int64_t max_live_parameters = 1000000000;
+  int64_t max_reuse_distance = 1000000000;
+  DType param_dtype = DType::f32;  // storage of the working parameters
 };
 
 // The slice of one unit that this rank owns, with its optimizer state.
@@ -34,7 +54,7 @@ struct OwnedShard {
   int64_t begin = 0;  // unit-local element range
   int64_t end = 0;
   float* master = nullptr;  // fp32 master weights
-  float* grad = nullptr;    // fp32 gradient, reduced across data parallel
+  float* grad = nullptr;    // fp32 gradient, summed over the data-parallel group
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   std::vector<DecaySpan> spans;  // unit-local, covering [begin, end)
@@ -44,6 +64,7 @@ struct OwnedShard {
 class ZeroEngine final : public ParamProvider, public GradSink {
  public:
   ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Communicator& dp);
+  ~ZeroEngine() override;
 
   const FlatLayout& layout() const { return layout_; }
   const ZeroOptions& options() const { return opts_; }
@@ -54,43 +75,65 @@ class ZeroEngine final : public ParamProvider, public GradSink {
 
   // ParamProvider / GradSink.
   std::vector<Tensor> acquire(int unit, Phase phase) override;
-  void release(int unit, Phase phase) override {}
+  void release(int unit, Phase phase) override;
   std::vector<Tensor> grads(int unit) override;
-  void done(int unit) override {}
+  void done(int unit) override;
 
   void zero_grads();
-  // Sum gradients over the data-parallel group (bucketed, non-blocking calls
-  // issued back to back, then waited on).
+  // Completes the gradient reduction of the step: stage 0 all-reduces, stage
+  // 1 reduce-scatters, stages 2-3 wait for the reductions issued in backward.
   void reduce_gradients();
-  // The shards whose update this rank performs.
   std::vector<OwnedShard>& owned_shards() { return owned_; }
   // Sum over the data-parallel group of a per-rank partial sum over owned
   // shards (identity when the shards are not partitioned).
   double reduce_owned_sum(double local);
-  // Refresh the working parameters from the fp32 master weights.
   void publish_params();
 
-  // fp32 copy of unit u's whole flat parameter buffer (numel elements).
-  void copy_unit_params(int u, float* out) const;
+  // Whole-model gather: calls fn(unit, full) for each unit in order with the
+  // unit's complete flat parameters (numel elements, fp32 master values),
+  // holding one unit at a time. Collective over the data-parallel group.
+  template <typename Fn>
+  void for_each_full_unit(Fn&& fn) {
+    Buffer full;
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      gather_master(u, full);
+      fn(u, static_cast<const float*>(full.data()));
+    }
+  }
+  // Elements of working parameters gathered right now (stage 3), and the peak.
+  int64_t live_gathered() const { return live_; }
+  int64_t peak_live_gathered() const { return peak_live_; }
 
  private:
-  struct UnitViews {
-    std::vector<Tensor> params;  // own then tied, working dtype
-    std::vector<Tensor> grads;   // own then tied, fp32
-  };
-  void build_views(const std::vector<const Unit*>& units);
+  struct UnitState;
+  bool partitioned(int u) const;  // stage 3 and not persistent
+  void gather_master(int u, Buffer& full);
+  void* working_full(int u) const;  // full working params of unit u (must be available)
+  void start_gather(int u);
+  void wait_gather(int u);
+  void free_gathered(int u);
+  void prefetch(int u, Phase phase);
+  void ensure_grad_buffer(int u);
+  void progress_reductions(bool wait_all);
 
   std::vector<const Unit*> units_;
   FlatLayout layout_;
   ZeroOptions opts_;
   Device& dev_;
   Communicator& dp_;
-  Buffer working_;  // all units, padded, param_dtype
-  Buffer master_;   // fp32; empty when the working copy is fp32 (it is the master)
-  Buffer grads_;    // fp32, all units, padded
+  int rank_ = 0;
+  // Model-wide buffers: units at layout offsets (full) or shard offsets.
+  Buffer working_;        // full padded working params (stage 0-2; stage 3 persistent units)
+  Buffer working_shard_;  // stage 3: owned range of every unit, param dtype
+  Buffer master_;         // fp32 master: full (stage 0) or shards; empty if working is the fp32 master
+  Buffer grads_;          // fp32 full gradients (stages 0-1)
+  Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3)
   Buffer exp_avg_, exp_avg_sq_;
-  std::vector<UnitViews> views_;
+  std::vector<int64_t> shard_offset_;  // element offset of unit u in the shard buffers
+  std::vector<UnitState> state_;
   std::vector<OwnedShard> owned_;
+  std::vector<PendingCollective> pending_reduce_;
+  int64_t live_ = 0, peak_live_ = 0;
 };
 
 }  // namespace zt

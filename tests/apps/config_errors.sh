@@ -28,8 +28,8 @@ printf 'not a shard' > bad.bin
 cfg '{"train_batch_size": 8, "data": {"train": "bad.bin"}}'
 expect_error malformed-data-file 2 'bad.bin' c.json
 
-cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 3}}'
-expect_error not-available-yet 2 'zero_optimization.stage.*not available yet' c.json
+cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}'
+expect_error not-available-yet 2 'zero_optimization.offload_optimizer.device.*not available yet' c.json
 
 cfg '{"train_batch_size": 8,'
 expect_error bad-json 2 'c.json' c.json

@@ -1,0 +1,47 @@
+// Bucketed reduce-scatter and all-gather of one unit's flat buffer.
+//
+// [Note: buckets inside a unit] A unit's padded flat buffer is dp blocks of S
+// elements, block r owned by rank r, which is exactly the layout of
+// reduce_scatter's input and all_gather's output, so a unit that fits in a
+// bucket moves with one call and no copy. A unit larger than the bucket is cut
+// into pieces of c = bucket/dp elements of every rank's block; a piece's
+// elements are strided in the unit buffer, so they are packed into (or
+// unpacked from) a contiguous staging buffer of dp*c elements. A bucket never
+// spans two units.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "runtime/device.hpp"
+
+namespace zt {
+
+// One collective in flight with the buffers it needs until it completes.
+struct PendingCollective {
+  CommRequest request;
+  Buffer staging;       // packed input/output of a piece, or the shard-sized output
+  float* accumulate_into = nullptr;  // reduce-scatter: add `staging` (count elements) here
+  int64_t count = 0;
+  // all-gather of a piece: unpack `staging` into dp strided blocks.
+  void* unpack_into = nullptr;
+  int64_t unpack_stride = 0;  // elements between rank blocks (S)
+  DType dtype = DType::f32;
+  int dp = 1;
+  void finish();  // waits, then accumulates or unpacks
+  bool test() { return !request || request->test(); }
+};
+
+// Reduce-scatter (sum) the fp32 unit buffer `full` (dp*S elements) and add the
+// result for this rank into `shard` (S elements). Appends the calls it issued.
+void reduce_scatter_unit(Communicator& comm, Device& dev, const float* full, float* shard, int64_t S,
+                         int64_t bucket_elems, std::vector<PendingCollective>& out);
+
+// All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
+void all_gather_unit(Communicator& comm, Device& dev, const void* shard, void* full, int64_t S, DType dtype,
+                     int64_t bucket_elems, std::vector<PendingCollective>& out);
+
+void finish_all(std::vector<PendingCollective>& pending);
+
+}  // namespace zt
