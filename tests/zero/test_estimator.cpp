@@ -1,0 +1,252 @@
+// The memory estimator (zero/estimator.hpp): exact parameter counts, the
+// per-stage relations of ZeRO, offload moving bytes off the device, and the
+// two places where the estimate must equal what ztrain really allocates: the
+// model states of the flat layout (what ZeroEngine allocates) and the
+// activations the unit runner saves for backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "../modules/module_test_support.hpp"
+#include "zero/estimator.hpp"
+#include "zero/flat_layout.hpp"
+
+namespace zt::test {
+namespace {
+
+const GptConfig kGpt2{12, 12, 768, 1024, 50257};
+const GptConfig kTiny{2, 4, 64, 64, 256};
+const GptConfig kOdd{3, 4, 36, 24, 101};  // odd sizes: padding to dp matters
+
+std::vector<const Unit*> unit_views(const std::vector<std::unique_ptr<Unit>>& units) {
+  std::vector<const Unit*> v;
+  for (const auto& u : units) v.push_back(u.get());
+  return v;
+}
+
+EstimateInput input_for(const TransformerShape& s, int dp, int stage, DType dt = DType::bf16) {
+  EstimateInput in;
+  in.shape = s;
+  in.world = in.dp = dp;
+  in.zero_stage = stage;
+  in.param_dtype = dt;
+  in.micro_batch = 2;
+  return in;
+}
+
+TEST(Estimator, ParameterCounts) {
+  EXPECT_EQ(count_parameters(gpt_shape(kGpt2)), 124439808);
+  const int64_t llama = count_parameters(llama2_70b_shape());
+  EXPECT_NEAR(static_cast<double>(llama), 68.98e9, 68.98e9 * 1e-3);
+  EXPECT_EQ(llama, 68976648192);  // 80 x 855,654,400 + 2 x 32000 x 8192 + 8192
+  // The shape agrees with the model ztrain builds, unit by unit.
+  for (const GptConfig& c : {kGpt2, kTiny, kOdd}) {
+    const auto units = build_gpt(c);
+    const std::vector<UnitParams> est = unit_params(gpt_shape(c));
+    ASSERT_EQ(est.size(), units.size());
+    for (size_t u = 0; u < units.size(); ++u) {
+      int64_t n = 0;
+      for (const ParamSpec& p : units[u]->params()) n += p.shape.numel();
+      EXPECT_EQ(est[u].numel, n) << units[u]->name();
+    }
+    EXPECT_EQ(count_parameters(gpt_shape(c)), count_params(unit_views(units)));
+  }
+}
+
+// What ZeroEngine allocates is padded element counts x dtype sizes of the
+// flat layout: working copy, fp32 master (16-bit only), fp32 gradients,
+// Adam m and v. Stage 0 lays out with dp 1; stages >= 1 own unit.shard of
+// each unit.
+TEST(Estimator, ModelStatesMatchFlatLayout) {
+  for (const GptConfig& c : {kTiny, kOdd}) {
+    const auto units = build_gpt(c);
+    const auto views = unit_views(units);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const int64_t pb = static_cast<int64_t>(dtype_size(dt));
+      const int64_t K = (dt == DType::f32 ? 0 : 4) + 8;
+      const FlatLayout whole(views, 1);
+      const MemoryEstimateRow s0 = estimate(input_for(gpt_shape(c), 4, 0, dt));
+      EXPECT_EQ(s0.params, whole.total_padded() * pb);
+      EXPECT_EQ(s0.grads, whole.total_padded() * 4);
+      EXPECT_EQ(s0.optimizer, whole.total_padded() * K);
+      for (int dp : {2, 3, 5}) {
+        const FlatLayout layout(views, dp);
+        int64_t shard = 0;
+        for (int u = 0; u < layout.num_units(); ++u) shard += layout.unit(u).shard;
+        const MemoryEstimateRow s1 = estimate(input_for(gpt_shape(c), dp, 1, dt));
+        const MemoryEstimateRow s2 = estimate(input_for(gpt_shape(c), dp, 2, dt));
+        EXPECT_EQ(s1.params, layout.total_padded() * pb);
+        EXPECT_EQ(s1.grads, layout.total_padded() * 4);
+        EXPECT_EQ(s1.optimizer, shard * K);
+        EXPECT_EQ(s2.grads, shard * 4);
+        EXPECT_EQ(s2.optimizer, shard * K);
+      }
+    }
+  }
+}
+
+TEST(Estimator, StagesPartitionByDp) {
+  const TransformerShape s = llama2_70b_shape();
+  const int dp = 8;
+  const MemoryEstimateRow r0 = estimate(input_for(s, dp, 0)), r1 = estimate(input_for(s, dp, 1)),
+                          r2 = estimate(input_for(s, dp, 2)), r3 = estimate(input_for(s, dp, 3));
+  const int64_t psi = count_parameters(s);
+  // Replicated: 2 + 4 + 12 = 18 bytes per parameter (fp32 gradients).
+  EXPECT_EQ(r0.model_states(), 18 * psi);
+  // Padding adds fewer than dp elements per unit (82 units).
+  const int64_t slack = dp * 82;
+  EXPECT_NEAR(r1.optimizer, r0.optimizer / dp, 12 * slack);
+  EXPECT_EQ(r1.grads, r0.grads + 4 * (r1.params / 2 - psi));  // full, padded
+  EXPECT_NEAR(r2.grads, r0.grads / dp, 4 * slack);
+  EXPECT_EQ(r2.params, r1.params);
+  EXPECT_EQ(r2.optimizer, r1.optimizer);
+  // Stage 3: shard + live gathered units; nothing persists (units > 1e5).
+  const int64_t block = block_parameters(s);
+  const int64_t live = r3.params - (r2.params / dp);
+  EXPECT_EQ(live, (block + (dp - block % dp) % dp) * 2) << "one block gathered, no prefetch (block > 5e7)";
+  EXPECT_EQ(r3.model_states() - live, (2 + 4 + 12) * (r2.params / 2 / dp));
+  // Activations and workspace do not depend on the stage.
+  EXPECT_EQ(r0.activations, r3.activations);
+  EXPECT_EQ(r0.workspace, r3.workspace);
+  EXPECT_EQ(r0.comm, 0);
+  EXPECT_GT(r3.comm, 0);
+}
+
+TEST(Estimator, Stage3PrefetchAndPersistence) {
+  EstimateInput in = input_for(gpt_shape(kTiny), 2, 3);
+  const int64_t block = block_parameters(in.shape);  // 49,856: below the 1e5 threshold
+  in.stage3_param_persistence_threshold = 1;         // nothing persists
+  in.stage3_prefetch_bucket_size = 0;
+  const MemoryEstimateRow none = estimate(in);
+  in.stage3_prefetch_bucket_size = 2 * block;
+  const MemoryEstimateRow two = estimate(in);
+  in.stage3_max_live_parameters = 0;  // the cap never goes below one unit
+  const MemoryEstimateRow capped = estimate(in);
+  EXPECT_EQ(two.params - none.params, 2 * block * 2);
+  EXPECT_EQ(capped.params, none.params);
+  in = input_for(gpt_shape(kTiny), 2, 3);  // default threshold 1e5: blocks and head stay whole
+  const MemoryEstimateRow persist = estimate(in);
+  EXPECT_GT(persist.params, none.params);
+}
+
+TEST(Estimator, OffloadMovesBytesOffTheDevice) {
+  const TransformerShape s = llama2_70b_shape();
+  for (int stage = 1; stage <= 3; ++stage) {
+    EstimateInput in = input_for(s, 8, stage);
+    const MemoryEstimateRow dev = estimate(in);
+    in.offload_optimizer = "cpu";
+    const MemoryEstimateRow cpu = estimate(in);
+    in.offload_optimizer = "nvme";
+    const MemoryEstimateRow nvme = estimate(in);
+    const int64_t shard = dev.optimizer / 12;
+    EXPECT_EQ(cpu.optimizer, 0);
+    EXPECT_EQ(cpu.host, 16 * shard) << "master, m, v and the fp32 gradient shard";
+    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer - (stage >= 2 ? dev.grads : 0));
+    EXPECT_EQ(nvme.total(), cpu.total());
+    EXPECT_EQ(nvme.nvme, 16 * shard);
+    EXPECT_LT(nvme.host, cpu.host / 4);
+    EXPECT_EQ(dev.host + dev.nvme, 0);
+  }
+  EstimateInput in = input_for(s, 8, 3);
+  in.offload_optimizer = "cpu";
+  const MemoryEstimateRow opt_only = estimate(in);
+  in.offload_param = "cpu";
+  const MemoryEstimateRow both = estimate(in);
+  const int64_t param_shard = estimate(input_for(s, 8, 2)).params / 8;
+  EXPECT_EQ(opt_only.params - both.params, param_shard);
+  EXPECT_EQ(both.host - opt_only.host, param_shard);
+  // Not valid combinations.
+  in = input_for(s, 8, 0);
+  in.offload_optimizer = "cpu";
+  EXPECT_FALSE(estimate(in).supported);
+  in = input_for(s, 8, 2);
+  in.offload_param = "cpu";
+  EXPECT_FALSE(estimate(in).supported);
+}
+
+TEST(Estimator, CheckpointingReducesActivations) {
+  for (const TransformerShape& s : {gpt_shape(kGpt2), llama2_70b_shape()}) {
+    EstimateInput in = input_for(s, 8, 3);
+    const MemoryEstimateRow off = estimate(in);
+    in.activation_checkpointing = true;
+    const MemoryEstimateRow on = estimate(in);
+    EXPECT_LT(on.activations * 5, off.activations) << s.name;
+    EXPECT_GT(on.workspace, off.workspace) << "one block's stash is recomputed";
+    EXPECT_LT(on.total(), off.total());
+  }
+  // GPT-2: 12C values in the activation dtype + (4 + n_head) fp32 per token.
+  const TransformerShape g = gpt_shape(kGpt2);
+  EXPECT_EQ(block_saved_bytes_per_token(g, 2), 12 * 768 * 2 + (4 + 12) * 4);
+}
+
+// The activations the runner really saves: the saved arena's high-water mark
+// with chunks small enough that every allocation gets its own (capacity =
+// sum of the live allocations at the end of forward).
+TEST(Estimator, ActivationsMatchTheRunner) {
+  const GptConfig c{3, 4, 32, 32, 50};
+  const int64_t B = 2;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (bool ckpt : {false, true}) {
+      auto dev = make_cpu_device();
+      const auto units = build_gpt(c);
+      const auto views = unit_views(units);
+      FlatStore store(*dev, views, dt, 7);
+      CpuKernels kernels;
+      UnitRunner runner(views, kernels, *dev, dt, dt, ckpt);
+      MicroBatchState mb(*dev, static_cast<int>(views.size()), 64);
+      Buffer tok(*dev, DType::i32, Shape{B, c.seq_len}, MemTag::activations);
+      Buffer tg(*dev, DType::i32, Shape{B, c.seq_len}, MemTag::activations);
+      Buffer w(*dev, DType::f32, Shape{B, c.seq_len}, MemTag::activations);
+      fill_tokens(tok.tensor(), 1, c.vocab_size);
+      fill_tokens(tg.tensor(), 2, c.vocab_size);
+      for (int64_t i = 0; i < B * c.seq_len; ++i) w.as<float>()[i] = 1.0f;
+      const int L = static_cast<int>(views.size());
+      runner.forward(0, L, mb, store, tok.tensor(), tg.tensor());
+      const size_t saved = mb.saved.capacity();
+      runner.backward(0, L, mb, store, store, w.tensor());
+
+      EstimateInput in = input_for(gpt_shape(c), 1, 0, dt);
+      in.micro_batch = B;
+      in.activation_checkpointing = ckpt;
+      const MemoryEstimateRow r = estimate(in);
+      const int64_t trainer_buffers = 12 * B * c.seq_len;  // tokens, targets, loss weights
+      EXPECT_EQ(r.activations - trainer_buffers, static_cast<int64_t>(saved))
+          << dtype_name(dt) << (ckpt ? " checkpointed" : "");
+      // The CPU kernels' scratch also holds staging copies and per-thread
+      // attention buffers that the estimate leaves out; it stays the same order.
+      const double scratch = static_cast<double>(mb.scratch.capacity());
+      EXPECT_GT(scratch, 0.3 * static_cast<double>(r.workspace)) << dtype_name(dt);
+    }
+  }
+}
+
+TEST(Estimator, PipelineStagesShareTheModel) {
+  const TransformerShape s = llama2_70b_shape();
+  EstimateInput in = input_for(s, 8, 1);
+  const MemoryEstimateRow flat = estimate(in);
+  in.pp = 4;
+  in.dp = 2;
+  const MemoryEstimateRow piped = estimate(in);
+  EXPECT_LT(piped.stage_params, flat.num_params / 3);
+  EXPECT_GT(piped.stage_params, flat.num_params / 5);
+  // Stage 0 keeps pp micro-batches of its quarter of the layers in flight.
+  EXPECT_NEAR(static_cast<double>(piped.activations), static_cast<double>(flat.activations), 0.05 * flat.activations);
+  EXPECT_EQ(piped.pp_stage, 0);
+}
+
+TEST(Estimator, Tables) {
+  const std::vector<MemoryEstimateRow> rows = estimate_table(input_for(gpt_shape(kTiny), 2, 0));
+  ASSERT_EQ(rows.size(), 13u);
+  int unsupported = 0;
+  for (const MemoryEstimateRow& r : rows) unsupported += r.supported ? 0 : 1;
+  EXPECT_EQ(unsupported, 2);  // stage 0 with offload
+  const std::string t = llama2_70b_table(8);
+  EXPECT_NE(t.find("68,976,648,192 parameters"), std::string::npos) << t;
+  EXPECT_NE(t.find("activation checkpointing off"), std::string::npos);
+  EXPECT_NE(t.find("activation checkpointing on"), std::string::npos);
+  std::printf("%s", t.c_str());
+}
+
+}  // namespace
+}  // namespace zt::test
