@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
            topo->pp_size(), "), ", threads, " threads per rank, device cpu");
   try {
     trainer->run();
+  } catch (const CollectiveError& e) {
+    // Raised by every rank at the same point: no rank is left waiting.
+    if (mpi.world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     // Other ranks may be inside a collective: print once from here and end the job.
     std::fprintf(stderr, "ztrain: error on rank %d: %s\n", mpi.world_rank(), e.what());

@@ -46,6 +46,13 @@ std::string concat(const Args&... args) {
 
 }  // namespace zt
 
+// An error that every rank raises identically at the same point (for example a
+// diverged run): main prints it once from rank 0 and exits without MPI_Abort.
+class CollectiveError : public std::runtime_error {
+ public:
+  explicit CollectiveError(const std::string& msg) : std::runtime_error(msg) {}
+};
+
 #define ZT_THROW(...) throw ::zt::Error(::zt::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
 
 #define ZT_CHECK(cond, ...)                                                   \

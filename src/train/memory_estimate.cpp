@@ -17,7 +17,7 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   const ZeroConfig& z = c.zero;
   EstimateInput in;
   in.shape = gpt_shape(GptConfig{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size});
-  in.shape.name = m.preset.empty() ? "gpt2 (custom)" : "gpt2 " + m.preset;
+  in.shape.name = m.preset.empty() ? "gpt2 (custom sizes)" : m.preset.rfind("gpt2", 0) == 0 ? m.preset : "gpt2 " + m.preset;
   in.world = world;
   in.pp = pp;
   in.dp = world / pp;

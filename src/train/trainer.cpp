@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include <cblas.h>
@@ -18,6 +19,7 @@
 #include "modules/runner.hpp"
 #include "optim/adamw.hpp"
 #include "optim/clip.hpp"
+#include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
 #include "train/metrics.hpp"
 #include "zero/zero_engine.hpp"
@@ -77,13 +79,17 @@ struct Trainer::Impl {
   DType param_dtype = DType::f32;
   DType act_dtype = DType::f32;
   int64_t B = 0, T = 0, accum = 1, global_batch = 0;
-  int64_t step = 0;  // optimizer steps taken
+  int64_t step = 0;     // iterations taken (each consumes one global batch)
+  int64_t applied = 0;  // optimizer updates made (fp16 skips some): drives the LR schedule and Adam
+  std::unique_ptr<LossScaler> scaler;  // fp16 only
   Buffer tokens, targets, dloss;  // (B, T) i32, i32, f32
   MetricsWriter metrics;
-  // Fault injection for tests (ZT_INJECT_FAULT="rank=R,step=S"): rank R
-  // throws at step S, so the abort path of a failing rank can be exercised.
+  // Fault injection for tests. ZT_INJECT_FAULT="rank=R,step=S": rank R throws
+  // at step S (the abort path of a failing rank). "overflow:rank=R,step=S,unit=U":
+  // rank R's gradient of unit U becomes inf at step S (the fp16 overflow path).
   int fault_rank = -1;
   int64_t fault_step = -1;
+  int fault_unit = -1;  // >= 0: an overflow instead of an exception
 
   Impl(const Config& c, Topology& t, Device& d) : cfg(c), topo(t), dev(d) {}
 
@@ -120,6 +126,41 @@ struct Trainer::Impl {
     for (int64_t b = 0; b < B; ++b) s.fill(step_index, global_index(m, b), global_batch, x + b * T, y + b * T, data);
   }
 
+  // fp16: agrees over all ranks whether any gradient overflowed, updates the
+  // loss scale and returns whether to skip the step. An overflow at the
+  // minimum scale ends the run, naming the unit where it first appears in
+  // backward order (the highest unit whose gradient is not finite).
+  bool check_overflow() {
+    const std::vector<OwnedShard>& shards = zero->owned_shards();
+    std::vector<double> bad(shards.size(), 0.0);
+    bool any = false;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      if (has_inf_or_nan(shards[i].grad, shards[i].numel())) bad[i] = 1;
+      any = any || bad[i] != 0;
+    }
+    any = all_reduce_scalar(topo.world(), any ? 1.0 : 0.0, ReduceOp::max) != 0;
+    const bool skip = scaler->update(any);
+    if (any) {
+      all_reduce_sync(topo.world(), Tensor(bad.data(), DType::f64, Shape{static_cast<int64_t>(bad.size())}),
+                      ReduceOp::max);
+      std::string where = "?";
+      for (size_t i = bad.size(); i-- > 0;)
+        if (bad[i] != 0) {
+          where = units[shards[i].unit]->name();
+          break;
+        }
+      if (scaler->overflow_at_min_scale()) {
+        throw CollectiveError(detail::concat(
+            "fp16: gradients overflow at the minimum loss scale (", scaler->scale(), ", fp16.min_loss_scale) at step ",
+            step + 1, "; the overflow first appears in unit '", where,
+            "' (backward order). The run cannot continue: lower the learning rate, use bf16, or check the data."));
+      }
+      log_info("step ", step + 1, ": fp16 gradient overflow (first in unit '", where, "'), step skipped, loss scale ",
+               scaler->scale());
+    }
+    return skip;
+  }
+
   // Forward (and backward when `train`) of one micro-batch; returns the sum of
   // its per-token losses. Adds the phases' seconds to *fwd_s and *bwd_s.
   double run_micro_batch(bool train, double* fwd_s = nullptr, double* bwd_s = nullptr) {
@@ -149,12 +190,25 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
   s.global_batch = cfg.batch.train_batch_size;
   ZT_CHECK(s.global_batch == s.B * s.accum * topo.dp_size(), "batch triplet not resolved for this world");
   if (cfg.bf16.enabled) s.param_dtype = s.act_dtype = DType::bf16;
+  if (cfg.fp16.enabled) {
+    s.param_dtype = s.act_dtype = DType::f16;
+    LossScalerConfig lc;
+    lc.loss_scale = cfg.fp16.loss_scale;
+    lc.initial_scale_power = cfg.fp16.initial_scale_power;
+    lc.loss_scale_window = cfg.fp16.loss_scale_window;
+    lc.hysteresis = cfg.fp16.hysteresis;
+    lc.consecutive_hysteresis = cfg.fp16.consecutive_hysteresis;
+    lc.min_loss_scale = cfg.fp16.min_loss_scale;
+    s.scaler = std::make_unique<LossScaler>(lc);
+  }
 
   s.metrics = MetricsWriter(cfg.log.dir, topo.world_rank() == 0);
   if (const char* f = std::getenv("ZT_INJECT_FAULT")) {
-    long long r = -1, st = -1;
-    if (std::sscanf(f, "rank=%lld,step=%lld", &r, &st) != 2)
-      ZT_USER_ERROR("ZT_INJECT_FAULT='", f, "': expected rank=R,step=S");
+    long long r = -1, st = -1, u = -1;
+    if (std::sscanf(f, "overflow:rank=%lld,step=%lld,unit=%lld", &r, &st, &u) != 3 &&
+        std::sscanf(f, "rank=%lld,step=%lld", &r, &st) != 2)
+      ZT_USER_ERROR("ZT_INJECT_FAULT='", f, "': expected rank=R,step=S or overflow:rank=R,step=S,unit=U");
+    s.fault_unit = static_cast<int>(u);
     s.fault_rank = static_cast<int>(r);
     s.fault_step = st;
   }
@@ -184,10 +238,6 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
   s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.dloss = Buffer(dev, DType::f32, Shape{s.B, s.T}, MemTag::activations);
-  // Each token's loss weighs 1/(tokens in the global batch): summing the
-  // gradients over micro-batches and ranks then gives the gradient of the mean.
-  const float w = 1.0f / static_cast<float>(s.global_batch * s.T);
-  std::fill(s.dloss.as<float>(), s.dloss.as<float>() + s.B * s.T, w);
 
   s.adamw = AdamWParams{cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
                         cfg.optimizer.weight_decay};
@@ -213,11 +263,18 @@ StepStats Trainer::train_step() {
   Impl& s = *impl_;
   StepStats st;
   const double t0 = now_seconds();
-  if (s.topo.world_rank() == s.fault_rank && s.step + 1 == s.fault_step)
+  const bool fault_now = s.topo.world_rank() == s.fault_rank && s.step + 1 == s.fault_step;
+  if (fault_now && s.fault_unit < 0)
     ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault_step);
   Communicator& dp = s.topo.dp();
   dp.reset_counters();
   s.zero->zero_grads();
+  // Each token's loss weighs 1/(tokens in the global batch), times the fp16
+  // loss scale: summing the gradients over micro-batches and ranks then gives
+  // the (scaled) gradient of the mean loss.
+  const double scale = s.scaler ? s.scaler->scale() : 1.0;
+  const float w = static_cast<float>(scale / static_cast<double>(s.global_batch * s.T));
+  std::fill(s.dloss.as<float>(), s.dloss.as<float>() + s.B * s.T, w);
   double loss_sum = 0;
   for (int64_t m = 0; m < s.accum; ++m) {
     s.fill_batch(*s.sampler, *s.train_data, s.step, m);
@@ -225,23 +282,32 @@ StepStats Trainer::train_step() {
   }
   const double t1 = now_seconds();
   s.zero->reduce_gradients();
+  if (fault_now && s.fault_unit >= 0)
+    for (OwnedShard& sh : s.zero->owned_shards())
+      if (sh.unit == s.fault_unit) sh.grad[0] = std::numeric_limits<float>::infinity();
+  st.loss_scale = scale;
+  if (s.scaler) st.skipped = s.check_overflow();
 
   // Every element is owned by exactly one rank (padding has zero gradient),
   // so the global norm counts no parameter twice.
   double sq = 0;
   for (const OwnedShard& sh : s.zero->owned_shards()) sq += sum_squares(sh.grad, sh.numel());
-  const double grad_norm = std::sqrt(s.zero->reduce_owned_sum(sq));
+  const double grad_norm = std::sqrt(s.zero->reduce_owned_sum(sq)) / scale;
   const float coef = clip_coefficient(grad_norm, s.cfg.gradient_clipping);
   const double t2 = now_seconds();
 
   AdamWParams hp = s.adamw;
-  hp.lr = s.schedule->lr_at(s.step);
-  for (OwnedShard& sh : s.zero->owned_shards()) {
-    for (const DecaySpan& span : sh.spans) {
-      const int64_t off = span.begin - sh.begin;
-      adamw_update(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, span.end - span.begin, hp,
-                   s.step + 1, coef, span.decay);
+  hp.lr = s.schedule->lr_at(s.applied);
+  if (!st.skipped) {
+    const float grad_scale = static_cast<float>(coef / scale);
+    for (OwnedShard& sh : s.zero->owned_shards()) {
+      for (const DecaySpan& span : sh.spans) {
+        const int64_t off = span.begin - sh.begin;
+        adamw_update(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, span.end - span.begin,
+                     hp, s.applied + 1, grad_scale, span.decay);
+      }
     }
+    ++s.applied;
   }
   s.zero->publish_params();
   ++s.step;
@@ -303,7 +369,7 @@ void Trainer::run() {
     ++window_steps;
     const bool last = st.step == cfg.train.steps;
     const bool validate = s.val_sampler && ((cfg.train.eval_interval > 0 && st.step % cfg.train.eval_interval == 0) || last);
-    const bool print = st.step % cfg.steps_per_print == 0 || last || st.step == 1;
+    const bool print = st.step % cfg.steps_per_print == 0 || last || st.step == 1 || st.skipped;
     double val = std::nan("");
     if (validate) val = evaluate();
     if (!print && !validate) continue;
@@ -324,6 +390,10 @@ void Trainer::run() {
     nlohmann::json rec = {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm},
                           {"tokens_per_s", tok_s}, {"time_s", elapsed}};
     if (validate) rec["val_loss"] = val;
+    if (s.scaler) {
+      rec["loss_scale"] = st.loss_scale;
+      rec["skipped"] = st.skipped;
+    }
     if (cfg.wall_clock_breakdown) {
       nlohmann::json bytes = nlohmann::json::object();
       for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather})

@@ -17,6 +17,8 @@ struct StepStats {
   double grad_norm = 0; // before clipping
   double lr = 0;
   double step_seconds = 0;
+  bool skipped = false;    // fp16: the gradients overflowed, no update was made
+  double loss_scale = 1;   // fp16: the scale used for this step
   // wall_clock_breakdown: seconds in each phase of the step.
   double forward_s = 0, backward_s = 0, reduce_s = 0, optimizer_s = 0;
   // Bytes this rank passed to data-parallel collectives during the step, per
