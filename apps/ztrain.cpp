@@ -11,6 +11,7 @@
 #include "comm/topology.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "modules/cpu_kernels.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/trainer.hpp"
 
@@ -158,8 +159,10 @@ int main(int argc, char** argv) {
   }
 
   CpuDevice device;
+  CpuKernels kernels;
   std::unique_ptr<Trainer> trainer;
-  if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, *topo, device); })) return *code;
+  if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, *topo, device, kernels, topo->dp()); }))
+    return *code;
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
            topo->pp_size(), "), ", threads, " threads per rank, device cpu");
   try {

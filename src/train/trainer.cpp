@@ -14,7 +14,6 @@
 #include "io/sampler.hpp"
 #include "io/synthetic.hpp"
 #include "io/token_dataset.hpp"
-#include "modules/cpu_kernels.hpp"
 #include "modules/gpt.hpp"
 #include "modules/runner.hpp"
 #include "optim/adamw.hpp"
@@ -67,7 +66,8 @@ struct Trainer::Impl {
   GptConfig gpt;
   std::vector<std::unique_ptr<Unit>> units_owned;
   std::vector<const Unit*> units;
-  CpuKernels kernels;
+  Kernels& kernels;
+  Communicator& tensor_dp;  // moves device tensors over the data-parallel group
   std::unique_ptr<ZeroEngine> zero;
   std::unique_ptr<UnitRunner> runner;
   std::unique_ptr<MicroBatchState> mb;
@@ -82,7 +82,11 @@ struct Trainer::Impl {
   int64_t step = 0;     // iterations taken (each consumes one global batch)
   int64_t applied = 0;  // optimizer updates made (fp16 skips some): drives the LR schedule and Adam
   std::unique_ptr<LossScaler> scaler;  // fp16 only
-  Buffer tokens, targets, dloss;  // (B, T) i32, i32, f32
+  Buffer tokens, targets, dloss;  // (B, T) i32, i32, f32 on the device
+  std::vector<int32_t> host_tokens, host_targets;  // (B, T) filled by the sampler
+  std::vector<float> host_loss, host_dloss;        // (B, T)
+  Buffer norm_acc;     // (1) f64 on the device
+  Buffer overflow;     // (units) i32 on the device
   MetricsWriter metrics;
   // Fault injection for tests. ZT_INJECT_FAULT="rank=R,step=S": rank R throws
   // at step S (the abort path of a failing rank). "overflow:rank=R,step=S,unit=U":
@@ -91,7 +95,8 @@ struct Trainer::Impl {
   int64_t fault_step = -1;
   int fault_unit = -1;  // >= 0: an overflow instead of an exception
 
-  Impl(const Config& c, Topology& t, Device& d) : cfg(c), topo(t), dev(d) {}
+  Impl(const Config& c, Topology& t, Device& d, Kernels& k, Communicator& tdp)
+      : cfg(c), topo(t), dev(d), kernels(k), tensor_dp(tdp) {}
 
   void load_data() {
     const int64_t window = T + 1;
@@ -121,9 +126,37 @@ struct Trainer::Impl {
   int64_t global_index(int64_t m, int64_t b) const { return (m * topo.dp_size() + topo.dp_rank()) * B + b; }
 
   void fill_batch(const Sampler& s, const TokenDataset& data, int64_t step_index, int64_t m) {
-    int32_t* x = tokens.as<int32_t>();
-    int32_t* y = targets.as<int32_t>();
+    int32_t* x = host_tokens.data();
+    int32_t* y = host_targets.data();
     for (int64_t b = 0; b < B; ++b) s.fill(step_index, global_index(m, b), global_batch, x + b * T, y + b * T, data);
+    upload_batch();
+  }
+  void upload_batch() {
+    dev.copy_from_host(tokens.data(), host_tokens.data(), tokens.bytes());
+    dev.copy_from_host(targets.data(), host_targets.data(), targets.bytes());
+  }
+
+  // AdamW on elements [off, off+n) of an owned shard, on the shard's device.
+  void adamw_span(OwnedShard& sh, int64_t off, int64_t n, const AdamWParams& hp, float grad_scale, bool decay) {
+#if ZT_HAVE_CUDA
+    if (dev.kind() == DeviceKind::cuda) {
+      adamw_update_cuda(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, n, hp, applied + 1,
+                        grad_scale, decay, nullptr, DType::f32, cuda_stream_of(dev));
+      return;
+    }
+#endif
+    adamw_update(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, n, hp, applied + 1,
+                 grad_scale, decay);
+  }
+
+  // sum of squares of every owned gradient shard (one host read per step).
+  double owned_grad_sq() {
+    kernels.zero(norm_acc.tensor());
+    for (const OwnedShard& sh : zero->owned_shards())
+      kernels.sum_squares(Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev.kind()), norm_acc.tensor());
+    double sq = 0;
+    dev.copy_to_host(&sq, norm_acc.data(), sizeof sq);
+    return sq;
   }
 
   // fp16: agrees over all ranks whether any gradient overflowed, updates the
@@ -133,9 +166,15 @@ struct Trainer::Impl {
   bool check_overflow() {
     const std::vector<OwnedShard>& shards = zero->owned_shards();
     std::vector<double> bad(shards.size(), 0.0);
+    std::vector<int32_t> flags(shards.size(), 0);
+    kernels.zero(overflow.tensor());
+    for (size_t i = 0; i < shards.size(); ++i)
+      kernels.check_overflow(Tensor(shards[i].grad, DType::f32, Shape{shards[i].numel()}, dev.kind()),
+                             overflow.tensor().slice1d(static_cast<int64_t>(i), 1));
+    dev.copy_to_host(flags.data(), overflow.data(), flags.size() * sizeof(int32_t));
     bool any = false;
     for (size_t i = 0; i < shards.size(); ++i) {
-      if (has_inf_or_nan(shards[i].grad, shards[i].numel())) bad[i] = 1;
+      bad[i] = flags[i] != 0 ? 1 : 0;
       any = any || bad[i] != 0;
     }
     any = all_reduce_scalar(topo.world(), any ? 1.0 : 0.0, ReduceOp::max) != 0;
@@ -170,9 +209,10 @@ struct Trainer::Impl {
     const int L = static_cast<int>(units.size());
     const double t0 = now_seconds();
     Tensor loss = runner->forward(0, L, *mb, *zero, x, y);
+    // The per-token losses come to the host for the step's mean loss.
+    dev.copy_to_host(host_loss.data(), loss.data, host_loss.size() * sizeof(float));
     double sum = 0;
-    const float* l = loss.as<float>();
-    for (int64_t i = 0; i < B * T; ++i) sum += l[i];
+    for (float l : host_loss) sum += l;
     const double t1 = now_seconds();
     if (train) runner->backward(0, L, *mb, *zero, *zero, dloss.tensor());
     if (fwd_s) *fwd_s += t1 - t0;
@@ -181,7 +221,8 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::make_unique<Impl>(cfg, topo, dev)) {
+Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp)
+    : impl_(std::make_unique<Impl>(cfg, topo, dev, kernels, tensor_dp)) {
   Impl& s = *impl_;
   s.gpt = GptConfig{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len, cfg.model.vocab_size};
   s.B = cfg.batch.micro_batch;
@@ -226,7 +267,7 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
   zo.max_live_parameters = cfg.zero.stage3_max_live_parameters;
   zo.max_reuse_distance = cfg.zero.stage3_max_reuse_distance;
   zo.param_dtype = s.param_dtype;
-  s.zero = std::make_unique<ZeroEngine>(s.units, zo, dev, topo.dp());
+  s.zero = std::make_unique<ZeroEngine>(s.units, zo, dev, kernels, tensor_dp, topo.dp());
   s.zero->init_params(cfg.train.seed);
 
   s.runner = std::make_unique<UnitRunner>(s.units, s.kernels, dev, s.param_dtype, s.act_dtype,
@@ -238,6 +279,12 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev) : impl_(std::ma
   s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.dloss = Buffer(dev, DType::f32, Shape{s.B, s.T}, MemTag::activations);
+  s.host_tokens.resize(static_cast<size_t>(s.B * s.T));
+  s.host_targets.resize(static_cast<size_t>(s.B * s.T));
+  s.host_loss.resize(static_cast<size_t>(s.B * s.T));
+  s.host_dloss.resize(static_cast<size_t>(s.B * s.T));
+  s.norm_acc = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
+  s.overflow = Buffer(dev, DType::i32, Shape{static_cast<int64_t>(s.units.size())}, MemTag::workspace);
 
   s.adamw = AdamWParams{cfg.optimizer.lr, cfg.optimizer.beta1, cfg.optimizer.beta2, cfg.optimizer.eps,
                         cfg.optimizer.weight_decay};
@@ -274,7 +321,8 @@ StepStats Trainer::train_step() {
   // the (scaled) gradient of the mean loss.
   const double scale = s.scaler ? s.scaler->scale() : 1.0;
   const float w = static_cast<float>(scale / static_cast<double>(s.global_batch * s.T));
-  std::fill(s.dloss.as<float>(), s.dloss.as<float>() + s.B * s.T, w);
+  std::fill(s.host_dloss.begin(), s.host_dloss.end(), w);
+  s.dev.copy_from_host(s.dloss.data(), s.host_dloss.data(), s.dloss.bytes());
   double loss_sum = 0;
   for (int64_t m = 0; m < s.accum; ++m) {
     s.fill_batch(*s.sampler, *s.train_data, s.step, m);
@@ -284,14 +332,16 @@ StepStats Trainer::train_step() {
   s.zero->reduce_gradients();
   if (fault_now && s.fault_unit >= 0)
     for (OwnedShard& sh : s.zero->owned_shards())
-      if (sh.unit == s.fault_unit) sh.grad[0] = std::numeric_limits<float>::infinity();
+      if (sh.unit == s.fault_unit) {
+        const float inf = std::numeric_limits<float>::infinity();
+        s.dev.copy_from_host(sh.grad, &inf, sizeof inf);
+      }
   st.loss_scale = scale;
   if (s.scaler) st.skipped = s.check_overflow();
 
   // Every element is owned by exactly one rank (padding has zero gradient),
   // so the global norm counts no parameter twice.
-  double sq = 0;
-  for (const OwnedShard& sh : s.zero->owned_shards()) sq += sum_squares(sh.grad, sh.numel());
+  const double sq = s.owned_grad_sq();
   const double grad_norm = std::sqrt(s.zero->reduce_owned_sum(sq)) / scale;
   const float coef = clip_coefficient(grad_norm, s.cfg.gradient_clipping);
   const double t2 = now_seconds();
@@ -303,8 +353,7 @@ StepStats Trainer::train_step() {
     for (OwnedShard& sh : s.zero->owned_shards()) {
       for (const DecaySpan& span : sh.spans) {
         const int64_t off = span.begin - sh.begin;
-        adamw_update(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, span.end - span.begin,
-                     hp, s.applied + 1, grad_scale, span.decay);
+        s.adamw_span(sh, off, span.end - span.begin, hp, grad_scale, span.decay);
       }
     }
     ++s.applied;
@@ -338,10 +387,11 @@ double Trainer::evaluate() {
   double sum = 0;
   for (int64_t e = 0; e < s.cfg.train.eval_steps; ++e) {
     for (int64_t m = 0; m < s.accum; ++m) {
-      int32_t* x = s.tokens.as<int32_t>();
-      int32_t* y = s.targets.as<int32_t>();
+      int32_t* x = s.host_tokens.data();
+      int32_t* y = s.host_targets.data();
       for (int64_t b = 0; b < s.B; ++b)
         s.val_sampler->fill(e, s.global_index(m, b), s.global_batch, x + b * s.T, y + b * s.T, *s.val_data);
+      s.upload_batch();
       sum += s.run_micro_batch(false);
     }
   }

@@ -7,6 +7,7 @@
 
 #include "comm/topology.hpp"
 #include "core/config.hpp"
+#include "modules/kernels.hpp"
 #include "runtime/device.hpp"
 
 namespace zt {
@@ -30,7 +31,9 @@ struct StepStats {
 
 class Trainer {
  public:
-  Trainer(const Config& cfg, Topology& topo, Device& dev);
+  // `kernels` run on `dev`; `tensor_dp` moves `dev`'s tensors over the
+  // data-parallel group (topo.dp() itself on the CPU).
+  Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -14,12 +14,14 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "modules/kernels.hpp"
 #include "runtime/device.hpp"
 
 namespace zt {
 
 // One collective in flight with the buffers it needs until it completes.
 struct PendingCollective {
+  Kernels* kernels = nullptr;  // adds and copies on the buffers' device
   CommRequest request;
   Buffer staging;       // packed input/output of a piece, or the shard-sized output
   float* accumulate_into = nullptr;  // reduce-scatter: add `staging` (count elements) here
@@ -35,11 +37,11 @@ struct PendingCollective {
 
 // Reduce-scatter (sum) the fp32 unit buffer `full` (dp*S elements) and add the
 // result for this rank into `shard` (S elements). Appends the calls it issued.
-void reduce_scatter_unit(Communicator& comm, Device& dev, const float* full, float* shard, int64_t S,
+void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out);
 
 // All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
-void all_gather_unit(Communicator& comm, Device& dev, const void* shard, void* full, int64_t S, DType dtype,
+void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,
                      int64_t bucket_elems, std::vector<PendingCollective>& out);
 
 void finish_all(std::vector<PendingCollective>& pending);

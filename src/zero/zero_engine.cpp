@@ -14,8 +14,10 @@ struct ZeroEngine::UnitState {
   std::vector<PendingCollective> reduce;  // reduce-scatters reading `grad`
 };
 
-ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Communicator& dp)
-    : units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), dp_(dp),
+ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
+                       Communicator& dp, Communicator& host_dp)
+    : units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), kernels_(kernels),
+      dp_(dp), host_dp_(host_dp),
       rank_(opts.stage == 0 ? 0 : dp.rank()) {
   ZT_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeRO stage ", opts.stage);
   ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
@@ -109,16 +111,19 @@ void* ZeroEngine::working_full(int u) const {
 }
 
 void ZeroEngine::init_params(uint64_t seed) {
+  // Computed on the host, then copied to the engine's device.
+  std::vector<float> host;
   for (const OwnedShard& s : owned_) {
-    std::fill(s.master, s.master + s.numel(), 0.0f);  // padding stays zero
+    host.assign(static_cast<size_t>(s.numel()), 0.0f);  // padding stays zero
     const FlatUnit& fu = layout_.unit(s.unit);
     for (int p = 0; p < static_cast<int>(fu.params.size()); ++p) {
       const ParamSlot& slot = fu.params[p];
       const int64_t b = std::max(s.begin, slot.offset);
       const int64_t e = std::min(s.end, slot.offset + slot.numel());
       if (b >= e) continue;
-      units_[s.unit]->init_param(p, b - slot.offset, e - b, s.master + (b - s.begin), seed, s.unit);
+      units_[s.unit]->init_param(p, b - slot.offset, e - b, host.data() + (b - s.begin), seed, s.unit);
     }
+    dev_.copy_from_host(s.master, host.data(), host.size() * sizeof(float));
   }
   publish_params();
 }
@@ -134,7 +139,7 @@ void ZeroEngine::start_gather(int u) {
                           ? static_cast<const void*>(master_.as<float>() + shard_offset_[u])
                           : static_cast<const void*>(working_shard_.as<char>() +
                                                      static_cast<size_t>(shard_offset_[u]) * dtype_size(opts_.param_dtype));
-  all_gather_unit(dp_, dev_, shard, st.gathered.data(), fu.shard, opts_.param_dtype, opts_.allgather_bucket_size,
+  all_gather_unit(dp_, dev_, kernels_, shard, st.gathered.data(), fu.shard, opts_.param_dtype, opts_.allgather_bucket_size,
                   st.gather);
   live_ += fu.padded;
   peak_live_ = std::max(peak_live_, live_);
@@ -251,7 +256,7 @@ void ZeroEngine::done(int unit) {
   if (opts_.stage < 2) return;
   UnitState& st = state_[unit];
   const FlatUnit& fu = layout_.unit(unit);
-  reduce_scatter_unit(dp_, dev_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
+  reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
                       opts_.reduce_bucket_size, st.reduce);
   // Pieces packed through staging finish at once; a whole-unit call may stay
   // in flight with overlap_comm, holding the gradient buffer until it is done.
@@ -294,7 +299,7 @@ void ZeroEngine::reduce_gradients() {
     std::vector<PendingCollective> pending;
     for (int u = 0; u < layout_.num_units(); ++u) {
       const FlatUnit& fu = layout_.unit(u);
-      reduce_scatter_unit(dp_, dev_, grads_.as<float>() + fu.offset, grad_shard_.as<float>() + shard_offset_[u],
+      reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + fu.offset, grad_shard_.as<float>() + shard_offset_[u],
                           fu.shard, opts_.reduce_bucket_size, pending);
     }
     finish_all(pending);
@@ -304,13 +309,13 @@ void ZeroEngine::reduce_gradients() {
 }
 
 double ZeroEngine::reduce_owned_sum(double local) {
-  return opts_.stage == 0 ? local : all_reduce_scalar(dp_, local);
+  return opts_.stage == 0 ? local : all_reduce_scalar(host_dp_, local);
 }
 
 void ZeroEngine::publish_params() {
   const DType pt = opts_.param_dtype;
   if (opts_.stage == 0) {
-    if (!master_.empty()) convert(master_.data(), DType::f32, working_.data(), pt, static_cast<size_t>(layout_.total_padded()));
+    if (!master_.empty()) kernels_.cast(working_.tensor(), master_.tensor());
     return;
   }
   // Gathered copies are stale once the shards change.
@@ -318,8 +323,7 @@ void ZeroEngine::publish_params() {
     ZT_CHECK(state_[u].refs == 0, "publish_params while unit ", u, " is in use");
     free_gathered(u);
   }
-  if (!working_shard_.empty())
-    convert(master_.data(), DType::f32, working_shard_.data(), pt, static_cast<size_t>(master_.tensor().numel()));
+  if (!working_shard_.empty()) kernels_.cast(working_shard_.tensor(), master_.tensor());
   // Units kept whole: cast the owned shard and all-gather it.
   const size_t es = dtype_size(pt);
   Buffer send(dev_, pt, Shape{std::max<int64_t>(1, master_.tensor().numel())}, MemTag::comm);
@@ -328,8 +332,9 @@ void ZeroEngine::publish_params() {
     if (partitioned(u)) continue;
     const FlatUnit& fu = layout_.unit(u);
     void* shard = send.as<char>() + static_cast<size_t>(shard_offset_[u]) * es;
-    convert(master_.as<float>() + shard_offset_[u], DType::f32, shard, pt, static_cast<size_t>(fu.shard));
-    all_gather_unit(dp_, dev_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
+    kernels_.cast(Tensor(shard, pt, Shape{fu.shard}, dev_.kind()),
+                  Tensor(master_.as<float>() + shard_offset_[u], DType::f32, Shape{fu.shard}, dev_.kind()));
+    all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
   }
   finish_all(pending);
 }
@@ -339,11 +344,11 @@ void ZeroEngine::gather_master(int u, Buffer& full) {
   full = Buffer(dev_, DType::f32, Shape{fu.padded}, MemTag::workspace);
   if (opts_.stage == 0) {
     const float* src = master_.empty() ? static_cast<const float*>(working_full(u)) : master_.as<float>() + fu.offset;
-    std::memcpy(full.data(), src, static_cast<size_t>(fu.padded) * sizeof(float));
+    kernels_.cast(full.tensor(), Tensor(const_cast<float*>(src), DType::f32, Shape{fu.padded}, dev_.kind()));
     return;
   }
   std::vector<PendingCollective> pending;
-  all_gather_unit(dp_, dev_, master_.as<float>() + shard_offset_[u], full.data(), fu.shard, DType::f32,
+  all_gather_unit(dp_, dev_, kernels_, master_.as<float>() + shard_offset_[u], full.data(), fu.shard, DType::f32,
                   opts_.allgather_bucket_size, pending);
   finish_all(pending);
 }

@@ -63,7 +63,11 @@ struct OwnedShard {
 
 class ZeroEngine final : public ParamProvider, public GradSink {
  public:
-  ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Communicator& dp);
+  // `dp` moves tensors on `dev` (NCCL or host-staged MPI for a GPU, MPI on
+  // the CPU); `host_dp` reduces host scalars over the same ranks. Element
+  // operations on the buffers run through `kernels`, on the device.
+  ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
+             Communicator& dp, Communicator& host_dp);
   ~ZeroEngine() override;
 
   const FlatLayout& layout() const { return layout_; }
@@ -90,8 +94,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void publish_params();
 
   // Whole-model gather: calls fn(unit, full) for each unit in order with the
-  // unit's complete flat parameters (numel elements, fp32 master values),
-  // holding one unit at a time. Collective over the data-parallel group.
+  // unit's complete flat parameters (numel elements, fp32 master values, in
+  // the engine's device memory), holding one unit at a time. Collective over
+  // the data-parallel group.
   template <typename Fn>
   void for_each_full_unit(Fn&& fn) {
     Buffer full;
@@ -120,7 +125,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   FlatLayout layout_;
   ZeroOptions opts_;
   Device& dev_;
+  Kernels& kernels_;
   Communicator& dp_;
+  Communicator& host_dp_;
   int rank_ = 0;
   // Model-wide buffers: units at layout offsets (full) or shard offsets.
   Buffer working_;        // full padded working params (stage 0-2; stage 3 persistent units)

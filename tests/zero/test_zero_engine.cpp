@@ -22,6 +22,7 @@ struct Fixture {
   std::vector<std::unique_ptr<Unit>> owned = build_gpt(cfg);
   std::vector<const Unit*> units;
   CpuDevice dev;
+  CpuKernels kernels;
   Topology topo{1};
   Fixture() {
     for (auto& u : owned) units.push_back(u.get());
@@ -35,7 +36,7 @@ struct Fixture {
     o.max_live_parameters = max_live;
     o.max_reuse_distance = reuse;
     o.prefetch_bucket_size = 100000;
-    auto e = std::make_unique<ZeroEngine>(units, o, dev, topo.dp());
+    auto e = std::make_unique<ZeroEngine>(units, o, dev, kernels, topo.dp(), topo.dp());
     e->init_params(7);
     return e;
   }
@@ -50,8 +51,7 @@ struct Fixture {
   // One micro-batch forward and backward; returns the loss sum. The batch
   // differs by rank so that the reduction matters.
   double step(ZeroEngine& e) {
-    CpuKernels k;
-    UnitRunner runner(units, k, dev, DType::f32, DType::f32, false);
+    UnitRunner runner(units, kernels, dev, DType::f32, DType::f32, false);
     MicroBatchState mb(dev, static_cast<int>(units.size()), 1 << 16);
     const int64_t B = 2, T = 16;
     std::vector<int32_t> x(B * T), y(B * T);
