@@ -54,6 +54,11 @@ class Topology {
   Communicator& world() { return *world_; }
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
+  // The same groups as MPI communicators, to build device communicators from
+  // (make_device_communicator in comm/device_comm.hpp).
+  MpiCommunicator& world_mpi() { return *world_; }
+  MpiCommunicator& dp_mpi() { return *dp_; }
+  MpiCommunicator& pp_mpi() { return *pp_; }
 
  private:
   RankGrid grid_;

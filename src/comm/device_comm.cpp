@@ -1,0 +1,79 @@
+#include "comm/device_comm.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "comm/nccl_communicator.hpp"
+#include "comm/staged_mpi_communicator.hpp"
+
+namespace zt {
+
+void wait_host(CommRequest& r) {
+  if (!r) return;
+  if (auto* d = dynamic_cast<DeviceCommHandle*>(r.get())) {
+    d->wait_host();
+  } else {
+    r->wait();
+  }
+  r.reset();
+}
+
+CommEvent::CommEvent() { ZT_COMM_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming)); }
+
+CommEvent::~CommEvent() {
+  if (ev_ != nullptr) cudaEventDestroy(ev_);
+}
+
+CommEvent& CommEvent::operator=(CommEvent&& o) noexcept {
+  if (this != &o) {
+    if (ev_ != nullptr) cudaEventDestroy(ev_);
+    ev_ = o.ev_;
+    o.ev_ = nullptr;
+  }
+  return *this;
+}
+
+namespace {
+int visible_gpus() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" / "no driver" error
+    return 0;
+  }
+  return n;
+}
+}  // namespace
+
+int select_local_gpu(int local_rank) {
+  const int n = visible_gpus();
+  if (n == 0) ZT_USER_ERROR("no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
+  const int dev = local_rank % n;
+  ZT_COMM_CUDA_CHECK(cudaSetDevice(dev));
+  return dev;
+}
+
+bool group_shares_a_gpu(MpiCommunicator& group) {
+  int dev = 0;
+  ZT_COMM_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  ZT_COMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  constexpr int kUuid = sizeof(prop.uuid.bytes);
+  std::vector<char> all(static_cast<size_t>(kUuid) * group.size());
+  ZT_MPI_CHECK(MPI_Allgather(prop.uuid.bytes, kUuid, MPI_BYTE, all.data(), kUuid, MPI_BYTE, group.comm()));
+  for (int a = 0; a < group.size(); ++a)
+    for (int b = a + 1; b < group.size(); ++b)
+      if (std::memcmp(&all[static_cast<size_t>(a) * kUuid], &all[static_cast<size_t>(b) * kUuid], kUuid) == 0)
+        return true;
+  return false;
+}
+
+std::unique_ptr<DeviceCommunicator> make_device_communicator(MpiCommunicator& group, const std::string& backend,
+                                                             cudaStream_t compute, Device* staging_memory) {
+  std::string b = backend;
+  if (b == "auto") b = group_shares_a_gpu(group) ? "mpi" : "nccl";
+  if (b == "nccl") return std::make_unique<NcclCommunicator>(group, compute);
+  if (b == "mpi") return std::make_unique<StagedMpiCommunicator>(group, compute, staging_memory);
+  ZT_USER_ERROR("communicator backend '", backend, "': expected \"nccl\", \"mpi\" or \"auto\"");
+}
+
+}  // namespace zt

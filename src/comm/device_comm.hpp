@@ -1,0 +1,91 @@
+// Communicators on device memory (CUDA build only): the DeviceCommunicator
+// interface shared by NcclCommunicator and StagedMpiCommunicator, the
+// GPU-ordered handle they return, GPU selection by node-local rank, and the
+// factory that picks a backend by name.
+//
+// [Note: stream ordering] A device communicator is bound to the caller's
+// compute stream (set_compute_stream). A call orders itself after the work
+// already queued on that stream, and its handle's wait() makes the compute
+// stream wait for the result without blocking the host: kernels queued after
+// wait() see the result, the host does not. wait_host() blocks the host
+// (for logging, checkpoints, tests). A handle must not outlive its
+// communicator.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/mpi_communicator.hpp"
+#include "runtime/device.hpp"
+
+#define ZT_COMM_CUDA_CHECK(call)                                                         \
+  do {                                                                                   \
+    cudaError_t zt_cuda_rc_ = (call);                                                    \
+    if (zt_cuda_rc_ != cudaSuccess)                                                      \
+      ZT_THROW(#call, ": ", cudaGetErrorName(zt_cuda_rc_), ": ", cudaGetErrorString(zt_cuda_rc_)); \
+  } while (0)
+
+namespace zt {
+
+// A handle whose completion can also be awaited on the host.
+class DeviceCommHandle : public CommHandle {
+ public:
+  virtual void wait_host() = 0;
+};
+
+// wait_host() on a device handle, wait() on any other; resets `r`.
+void wait_host(CommRequest& r);
+
+class DeviceCommunicator : public Communicator {
+ public:
+  // The stream whose work calls are ordered after, and that handles' wait()
+  // makes wait (null: the legacy default stream).
+  void set_compute_stream(cudaStream_t s) { compute_ = s; }
+  cudaStream_t compute_stream() const { return compute_; }
+  // Bracket point-to-point calls that must be issued together (a send and a
+  // recv to the same peer, a ring exchange). NCCL needs it to avoid deadlock;
+  // MPI's non-blocking p2p does not, so the staged backend ignores it.
+  virtual void group_start() = 0;
+  virtual void group_end() = 0;
+  // Blocks the host until every call issued so far has completed.
+  virtual void synchronize() = 0;
+  virtual const char* backend() const = 0;
+
+ protected:
+  cudaStream_t compute_ = nullptr;
+};
+
+// Move-only owner of a cudaEvent_t without timing (cheap to record and wait).
+class CommEvent {
+ public:
+  CommEvent();
+  ~CommEvent();
+  CommEvent(CommEvent&& o) noexcept : ev_(o.ev_) { o.ev_ = nullptr; }
+  CommEvent& operator=(CommEvent&& o) noexcept;
+  CommEvent(const CommEvent&) = delete;
+  CommEvent& operator=(const CommEvent&) = delete;
+  cudaEvent_t get() const { return ev_; }
+
+ private:
+  cudaEvent_t ev_ = nullptr;
+};
+
+// Makes GPU (local_rank % device count) current and returns it. Throws a
+// UserError when no GPU is visible.
+int select_local_gpu(int local_rank);
+
+// True when two members of `group` use the same GPU (compared by UUID).
+// Collective over the group. NCCL refuses such a group.
+bool group_shares_a_gpu(MpiCommunicator& group);
+
+// backend: "nccl" (NcclCommunicator), "mpi" (StagedMpiCommunicator) or "auto"
+// ("nccl" unless two members of the group share a GPU). Collective over the
+// group; call select_local_gpu first. `group` must outlive the result.
+// `staging_memory` (optional, "mpi" only) allocates the pinned staging slots,
+// so they are accounted under MemTag::comm: pass a PinnedHostDevice.
+std::unique_ptr<DeviceCommunicator> make_device_communicator(MpiCommunicator& group, const std::string& backend,
+                                                             cudaStream_t compute, Device* staging_memory = nullptr);
+
+}  // namespace zt

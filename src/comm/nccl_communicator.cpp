@@ -1,0 +1,263 @@
+#include "comm/nccl_communicator.hpp"
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+namespace zt {
+
+struct NcclCompletion {
+  CommEvent event;
+  bool recorded = false;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void poll_pause() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+
+class NcclHandle final : public DeviceCommHandle {
+ public:
+  NcclHandle(std::shared_ptr<NcclCompletion> done, cudaStream_t compute, NcclCommunicator* owner)
+      : done_(std::move(done)), compute_(compute), owner_(owner) {}
+
+  // GPU-side: the compute stream waits; the host does not.
+  void wait() override {
+    require_issued();
+    ZT_COMM_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->event.get(), 0));
+  }
+  bool test() override {
+    if (!done_->recorded) return false;
+    const cudaError_t rc = cudaEventQuery(done_->event.get());
+    if (rc == cudaSuccess) return true;
+    if (rc != cudaErrorNotReady) ZT_COMM_CUDA_CHECK(rc);
+    owner_->check_async_error();
+    return false;
+  }
+  // Polls rather than cudaEventSynchronize, so an asynchronous NCCL error (a
+  // peer gone) surfaces as an exception instead of a hang.
+  void wait_host() override {
+    require_issued();
+    while (!test()) poll_pause();
+  }
+
+ private:
+  void require_issued() const {
+    ZT_CHECK(done_->recorded, "waiting on a NCCL call inside an open group: call group_end() first");
+  }
+  std::shared_ptr<NcclCompletion> done_;
+  cudaStream_t compute_;
+  NcclCommunicator* owner_;
+};
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    default: ZT_THROW("NCCL reduction on ", dtype_name(t), " is not supported");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// True for host tensors (which go to MPI); throws when the pair is mixed.
+bool on_host(const Tensor& a, const Tensor& b) {
+  ZT_CHECK(a.device == b.device, "NcclCommunicator: input and output on different devices");
+  return a.device == DeviceKind::cpu;
+}
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MpiCommunicator& group, cudaStream_t compute)
+    : group_(group), name_(group.group_name()), rank_(group.rank()), size_(group.size()) {
+  compute_ = compute;
+  ZT_COMM_CUDA_CHECK(cudaGetDevice(&device_));
+  if (group_shares_a_gpu(group)) {
+    ZT_USER_ERROR("communicator group '", name_, "' has ranks that share a GPU; NCCL needs one GPU per rank. ",
+                  "Use the host-staged MPI backend (\"mpi\") or run at most one rank per GPU.");
+  }
+  int least = 0, greatest = 0;
+  ZT_COMM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ZT_COMM_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+
+  // Rank 0 makes the id and sends it with a status, so a failure there is an
+  // error on every rank instead of a hang in ncclCommInitRank.
+  struct {
+    ncclUniqueId id;
+    int ok;
+  } boot{};
+  if (rank_ == 0) boot.ok = ncclGetUniqueId(&boot.id) == ncclSuccess ? 1 : 0;
+  try {
+    ZT_MPI_CHECK(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, group.comm()));
+    ZT_CHECK(boot.ok == 1, "ncclGetUniqueId failed on rank 0 of group '", name_, "': ", ncclGetLastError(nullptr));
+    // Some MPIs defer a broadcast's progress to a later call; the barrier makes
+    // sure every rank holds the id before anyone blocks in ncclCommInitRank.
+    ZT_MPI_CHECK(MPI_Barrier(group.comm()));
+    ZT_NCCL_CHECK(ncclCommInitRank(&comm_, size_, boot.id, rank_));
+  } catch (...) {
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ != nullptr && std::uncaught_exceptions() == 0) {
+    // See [Note: NCCL teardown].
+    if (drain(teardown_timeout_s_)) {
+      ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
+    }
+    comm_ = nullptr;
+  }
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void NcclCommunicator::abort() noexcept {
+  if (comm_ != nullptr) ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+void NcclCommunicator::check_async_error() {
+  ZT_CHECK(comm_ != nullptr, "NCCL communicator of group '", name_, "' was aborted after an earlier error");
+  ncclResult_t async = ncclSuccess;
+  ZT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+  if (async != ncclSuccess && async != ncclInProgress) {
+    const std::string detail = ncclGetLastError(comm_);
+    abort();
+    ZT_THROW("NCCL asynchronous error in group '", name_, "': ", ncclGetErrorString(async), " (", detail,
+             "); the communicator was aborted");
+  }
+}
+
+bool NcclCommunicator::drain(double timeout_s) noexcept {
+  const auto start = Clock::now();
+  for (;;) {
+    const cudaError_t rc = cudaStreamQuery(stream_);
+    if (rc == cudaSuccess) return true;
+    if (rc != cudaErrorNotReady) return false;
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return false;
+    if (async != ncclSuccess && async != ncclInProgress) return false;
+    if (std::chrono::duration<double>(Clock::now() - start).count() > timeout_s) return false;
+    poll_pause();
+  }
+}
+
+void NcclCommunicator::synchronize() {
+  for (;;) {
+    check_async_error();
+    const cudaError_t rc = cudaStreamQuery(stream_);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) ZT_COMM_CUDA_CHECK(rc);
+    poll_pause();
+  }
+}
+
+std::shared_ptr<NcclCompletion> NcclCommunicator::begin_call() {
+  check_async_error();
+  ZT_COMM_CUDA_CHECK(cudaEventRecord(input_ready_.get(), compute_));
+  ZT_COMM_CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_.get(), 0));
+  return group_depth_ > 0 ? group_done_ : std::make_shared<NcclCompletion>();
+}
+
+CommRequest NcclCommunicator::end_call(std::shared_ptr<NcclCompletion> done) {
+  if (group_depth_ == 0) {
+    ZT_COMM_CUDA_CHECK(cudaEventRecord(done->event.get(), stream_));
+    done->recorded = true;
+  }
+  return std::make_unique<NcclHandle>(std::move(done), compute_, this);
+}
+
+void NcclCommunicator::group_start() {
+  check_async_error();
+  ZT_NCCL_CHECK(ncclGroupStart());
+  if (group_depth_++ == 0) group_done_ = std::make_shared<NcclCompletion>();
+}
+
+void NcclCommunicator::group_end() {
+  ZT_CHECK(group_depth_ > 0, "group_end() without group_start()");
+  --group_depth_;
+  ZT_NCCL_CHECK(ncclGroupEnd());
+  if (group_depth_ == 0) {
+    ZT_COMM_CUDA_CHECK(cudaEventRecord(group_done_->event.get(), stream_));
+    group_done_->recorded = true;
+    group_done_.reset();
+  }
+}
+
+CommRequest NcclCommunicator::all_reduce(Tensor buf, ReduceOp op) {
+  count(CommOp::all_reduce, buf.bytes());
+  if (buf.device == DeviceKind::cpu) return group_.all_reduce(buf, op);
+  auto done = begin_call();
+  ZT_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype),
+                              nccl_op(op), comm_, stream_));
+  return end_call(std::move(done));
+}
+
+CommRequest NcclCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
+  ZT_CHECK(in.dtype == out.dtype && in.numel() == out.numel() * size_, "reduce_scatter: in has ", in.numel(),
+           " elements, out ", out.numel(), ", group size ", size_);
+  count(CommOp::reduce_scatter, in.bytes());
+  if (on_host(in, out)) return group_.reduce_scatter(in, out, op);
+  auto done = begin_call();
+  ZT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype),
+                                  nccl_op(op), comm_, stream_));
+  return end_call(std::move(done));
+}
+
+CommRequest NcclCommunicator::all_gather(Tensor in, Tensor out) {
+  ZT_CHECK(in.dtype == out.dtype && out.numel() == in.numel() * size_, "all_gather: in has ", in.numel(),
+           " elements, out ", out.numel(), ", group size ", size_);
+  count(CommOp::all_gather, out.bytes());
+  if (on_host(in, out)) return group_.all_gather(in, out);
+  auto done = begin_call();
+  // Bytes: gathering moves data without arithmetic, so any dtype (u16 too) works.
+  ZT_NCCL_CHECK(ncclAllGather(in.data, out.data, in.bytes(), ncclUint8, comm_, stream_));
+  return end_call(std::move(done));
+}
+
+CommRequest NcclCommunicator::broadcast(Tensor buf, int root) {
+  ZT_CHECK(root >= 0 && root < size_, "broadcast root ", root, " outside group of ", size_);
+  count(CommOp::broadcast, buf.bytes());
+  if (buf.device == DeviceKind::cpu) return group_.broadcast(buf, root);
+  auto done = begin_call();
+  ZT_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.bytes(), ncclUint8, root, comm_, stream_));
+  return end_call(std::move(done));
+}
+
+CommRequest NcclCommunicator::send(Tensor buf, int peer, int tag) {
+  ZT_CHECK(peer >= 0 && peer < size_, "send to peer ", peer, " in group of ", size_);
+  count(CommOp::send, buf.bytes());
+  if (buf.device == DeviceKind::cpu) return group_.send(buf, peer, tag);
+  auto done = begin_call();
+  ZT_NCCL_CHECK(ncclSend(buf.data, buf.bytes(), ncclUint8, peer, comm_, stream_));
+  return end_call(std::move(done));
+}
+
+CommRequest NcclCommunicator::recv(Tensor buf, int peer, int tag) {
+  ZT_CHECK(peer >= 0 && peer < size_, "recv from peer ", peer, " in group of ", size_);
+  count(CommOp::recv, buf.bytes());
+  if (buf.device == DeviceKind::cpu) return group_.recv(buf, peer, tag);
+  auto done = begin_call();
+  ZT_NCCL_CHECK(ncclRecv(buf.data, buf.bytes(), ncclUint8, peer, comm_, stream_));
+  return end_call(std::move(done));
+}
+
+void NcclCommunicator::barrier() {
+  count(CommOp::barrier, 0);
+  ZT_MPI_CHECK(MPI_Barrier(group_.comm()));
+}
+
+}  // namespace zt
