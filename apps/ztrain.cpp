@@ -12,6 +12,13 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "modules/cpu_kernels.hpp"
+#if ZT_HAVE_CUDA
+#include "modules/cuda/cuda_kernels.hpp"
+#include "runtime/cuda/cuda_device.hpp"
+#endif
+#if ZT_HAVE_NCCL
+#include "comm/device_comm.hpp"
+#endif
 #include "train/memory_estimate.hpp"
 #include "train/trainer.hpp"
 
@@ -29,6 +36,8 @@ struct Args {
   std::string device = "auto";
   std::optional<std::string> log_dir;
   bool dry_run = false;
+  bool estimate_memory = false;
+  int world = 0;
 };
 
 // Runs `fn` on every rank, then agrees: when any rank failed, the lowest
@@ -65,6 +74,32 @@ std::optional<int> agree(Fn&& fn) {
   return agreed_code;
 }
 
+bool cuda_available() {
+#if ZT_HAVE_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+// The GPU backend: the GPU of this rank's node-local index, its kernels, and
+// the data-parallel communicator for device tensors (NCCL, or MPI staged
+// through host memory when ranks share a GPU).
+void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels,
+                       std::unique_ptr<Communicator>& comm) {
+#if ZT_HAVE_CUDA && ZT_HAVE_NCCL
+  if (cuda_device_count() == 0) ZT_USER_ERROR("--device cuda: no CUDA device is visible on ", process_host());
+  const int ordinal = select_local_gpu(topo.local_rank());
+  auto cuda = std::make_unique<CudaDevice>(ordinal);
+  kernels = std::make_unique<CudaKernels>(*cuda);
+  comm = make_device_communicator(topo.dp_mpi(), "auto", cuda->stream());
+  device = std::move(cuda);
+#else
+  (void)topo, (void)device, (void)kernels, (void)comm;
+  ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
+#endif
+}
+
 Args parse_args(int argc, char** argv, bool& exit_now) {
   Args a;
   po::options_description opts("Options");
@@ -76,7 +111,10 @@ Args parse_args(int argc, char** argv, bool& exit_now) {
       ("steps", po::value<int64_t>(), "number of optimizer steps (overrides train.steps)")
       ("device", po::value<std::string>(&a.device)->default_value("auto"), "cpu, cuda or auto")
       ("log-dir", po::value<std::string>(), "directory for metrics.jsonl (overrides log.dir)")
-      ("dry-run", po::bool_switch(&a.dry_run), "validate the config and data, print the resolved config and a memory estimate, and exit");
+      ("dry-run", po::bool_switch(&a.dry_run), "validate the config and data, print the resolved config and a memory estimate, and exit")
+      ("estimate-memory", po::bool_switch(&a.estimate_memory),
+       "print the per-rank memory estimate for ZeRO stages 0-3 x offload none/cpu/nvme, and exit")
+      ("world", po::value<int>(&a.world)->default_value(0), "ranks assumed by --estimate-memory (default: the mpirun size)");
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>(&a.config));
   po::options_description all;
@@ -128,8 +166,12 @@ int main(int argc, char** argv) {
         if (args.steps) overrides.push_back("train.steps=" + std::to_string(*args.steps));
         if (args.log_dir) overrides.push_back("log.dir=" + nlohmann::json(*args.log_dir).dump());
         cfg = load_config(args.config, overrides);
-        if (args.device == "cuda")
-          ZT_USER_ERROR("--device cuda: the CUDA backend is not available yet in this build; use --device cpu");
+        if (args.estimate_memory) {
+          if (mpi.world_rank() == 0)
+            std::cout << format_estimate_table(cfg, args.world > 0 ? args.world : mpi.world_size()) << std::flush;
+          exit_now = true;
+          return;
+        }
         const int pp = cfg.pipeline.parallel_size;
         if (mpi.world_size() % pp != 0)
           ZT_USER_ERROR(args.config, ": pipeline.parallel_size (", pp, ") must divide the number of ranks (",
@@ -158,13 +200,26 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  CpuDevice device;
-  CpuKernels kernels;
+  // The device: the CPU, or the GPU of this rank's node-local index.
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Kernels> kernels;
+  std::unique_ptr<Communicator> device_comm;  // dp tensors on the GPU
   std::unique_ptr<Trainer> trainer;
-  if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, *topo, device, kernels, topo->dp()); }))
+  if (auto code = agree([&] {
+        const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
+        if (cuda) {
+          make_cuda_backend(*topo, device, kernels, device_comm);
+        } else {
+          device = std::make_unique<CpuDevice>();
+          kernels = std::make_unique<CpuKernels>();
+        }
+        Communicator& tensor_dp = device_comm ? *device_comm : topo->dp();
+        trainer = std::make_unique<Trainer>(cfg, *topo, *device, *kernels, tensor_dp);
+      }))
     return *code;
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
-           topo->pp_size(), "), ", threads, " threads per rank, device cpu");
+           topo->pp_size(), "), ", threads, " threads per rank, device ", device->name(),
+           device_comm ? ", data-parallel communicator " + device_comm->group_name() : std::string());
   try {
     trainer->run();
   } catch (const CollectiveError& e) {

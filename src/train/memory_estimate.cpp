@@ -38,6 +38,7 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
   in.stage3_max_live_parameters = z.stage3_max_live_parameters;
   in.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
+  in.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
   in.sub_group_size = z.sub_group_size;
   in.optimizer_buffer_count = z.offload_optimizer.buffer_count;
   in.param_buffer_count = z.offload_param.buffer_count;

@@ -22,6 +22,10 @@
 #include "optim/lr_schedule.hpp"
 #include "train/metrics.hpp"
 #include "zero/zero_engine.hpp"
+#if ZT_HAVE_CUDA
+#include "modules/cuda/adamw.cuh"
+#include "runtime/cuda/cuda_device.hpp"
+#endif
 
 namespace zt {
 
@@ -141,7 +145,7 @@ struct Trainer::Impl {
 #if ZT_HAVE_CUDA
     if (dev.kind() == DeviceKind::cuda) {
       adamw_update_cuda(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off, n, hp, applied + 1,
-                        grad_scale, decay, nullptr, DType::f32, cuda_stream_of(dev));
+                        grad_scale, decay, nullptr, DType::f32, static_cast<CudaDevice&>(dev).stream());
       return;
     }
 #endif

@@ -77,7 +77,8 @@ void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* sh
     p.unpack_stride = S;
     p.unpack_into = static_cast<char*>(full) + static_cast<size_t>(off) * es;
     p.request = comm.all_gather(in, p.staging.tensor());
-    out.push_back(std::move(p));
+    // One piece in flight at a time, so staging stays one bucket.
+    p.finish();
   }
 }
 

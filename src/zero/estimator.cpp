@@ -11,38 +11,36 @@
 // (K = 12: fp32 master, Adam m and v) for mixed-precision Adam. ztrain keeps
 // gradients in fp32 (fp32 accumulation over micro-batches, DESIGN.md
 // "Numerics"), so its replicated model states are 2 + 4 + 12 = 18 bytes per
-// parameter in bf16/fp16, and 4 + 4 + 8 = 16 in fp32 (the working copy is the
-// master, K = 8).
+// parameter in bf16/fp16 (16 in fp32 at stage 0, where the working copy is
+// the master and K = 8).
 //
-// Units and padding (FlatLayout): units are the embedding, each block and
-// the head; each unit's flat buffer is padded to a multiple of N (of 1 at
-// stage 0, as ZeroEngine builds it), and a rank owns S = padded / N of each.
-//   stage 0: working copy, fp32 gradients and optimizer states, all whole.
-//   stage 1: optimizer states (K bytes) over the shard only.
-//   stage 2: also the fp32 gradient over the shard only; the full-size
-//            gradient exists only for what is in flight: a reduce bucket of
-//            max(reduce_bucket_size, largest unit incl. tied) fp32 elements
-//            (a unit's backward writes its whole gradient before its
-//            reduce-scatter), two of them with overlap_comm.
-//   stage 3: also the working parameters over the shard only, plus the live
-//            gathered units: the largest unit (with the unit its tied
-//            parameter lives in) plus the following units that fit whole in
-//            stage3_prefetch_bucket_size, capped at
-//            stage3_max_live_parameters (never below one unit); units smaller
-//            than stage3_param_persistence_threshold stay whole.
-// Communication buckets: stage 0 all-reduces the gradient buffer in place
-// (nothing extra); stages 1-2 add one reduce bucket (fp32) and one
-// all-gather bucket (parameter dtype) for publishing the updated shard;
-// stage 3 gathers into the live-parameter buffers instead.
+// The buffers are ZeroEngine's (see its [Note: ZeRO stages]). Each unit's
+// flat buffer is padded to a multiple of N (of 1 at stage 0) and a rank owns
+// S = padded / N of each (FlatLayout).
+//   stage 0: working copy, fp32 gradients, master (16-bit only), m, v: whole.
+//   stage 1: full fp32 gradients plus the owned fp32 gradient shard; an fp32
+//            master shard (whatever the dtype) and m, v over the shard.
+//   stage 2: no full gradient buffer: a unit's backward writes a full-size
+//            fp32 buffer of that unit, reduce-scattered into the shard at
+//            its end (kept until then with overlap_comm, so one more unit).
+//            A tied parameter's owner keeps its buffer from the tying unit's
+//            backward to its own (GPT-2: wte through the whole backward).
+//   stage 3: also the working parameters over the shard (none in fp32: the
+//            master shard is the working shard), plus the live gathered
+//            units ([Note: stage-3 live parameters]); units smaller than
+//            stage3_param_persistence_threshold stay whole.
+// Communication staging: stage 0 all-reduces in place; stages >= 1 stage one
+// reduce bucket (fp32); stages 1-2 one all-gather bucket (parameter dtype)
+// for publishing the updated shards, stage 3 one for units gathered in pieces.
 // Offload (stage >= 1): offload_optimizer moves master, m, v and the fp32
-// gradient shard off the device (stage 1 keeps its full device gradient and
-// copies the shard out). The CPU optimizer always keeps an fp32 master on the
-// host, so the host holds 12 + 4 bytes per owned element even for fp32
-// training. cpu: pinned host memory; nvme: the NVMe file, staged through
-// buffer_count host buffers of one sub-group (min(sub_group_size, S)) fp32
-// elements, as DeepSpeed's optimizer swapper does. offload_param (stage 3):
-// the parameter shard goes to host memory or NVMe; nvme stages it through
-// buffer_count buffers of max(buffer_size, largest unit) elements.
+// gradient shard off the device; the full-size buffers of stages 1-3 stay.
+// The CPU optimizer keeps an fp32 master on the host, so the host holds
+// 12 + 4 bytes per owned element. cpu: pinned host memory; nvme: the NVMe
+// file, staged through buffer_count host buffers of one sub-group
+// (min(sub_group_size, S)) fp32 elements, as DeepSpeed's optimizer swapper
+// does. offload_param (stage 3): the parameter shard goes to host memory or
+// NVMe; nvme stages it through buffer_count buffers of max(buffer_size,
+// largest unit) elements.
 // Activations: see the comment of block_saved_bytes_per_token.
 
 namespace zt {
@@ -87,38 +85,80 @@ std::vector<StageUnit> stage_units(const TransformerShape& s, int pp, int stage)
   return out;
 }
 
-// Elements gathered for one unit's forward or backward at stage 3.
-int64_t gathered(const std::vector<StageUnit>& u, size_t i, const EstimateInput& in) {
-  auto size = [&](size_t j) {
-    const int64_t n = u[j].p.numel;
-    return n < in.stage3_param_persistence_threshold ? 0 : round_up(n, in.dp);
+// [Note: stage-3 live parameters] Replays ZeroEngine's gather policy over
+// one step from the unit sizes alone: acquire gathers the unit and the units
+// it ties to, then prefetches the next partitioned units in the direction of
+// travel while they fit whole in stage3_prefetch_bucket_size and keep the
+// live total within stage3_max_live_parameters; release keeps a unit gathered
+// when its next use comes within stage3_max_reuse_distance elements (forward:
+// twice the parameters of the later units; a recomputation: at once; a tied
+// unit released by a later one in backward: the units between them) and the
+// live total allows, and frees it otherwise. Returns the peak live elements.
+int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in, bool checkpointing) {
+  const int n = static_cast<int>(u.size());
+  auto partitioned = [&](int v) { return u[v].p.numel >= in.stage3_param_persistence_threshold; };
+  auto size = [&](int v) { return round_up(u[v].p.numel, in.dp); };
+  std::vector<bool> gathered(static_cast<size_t>(n), false);
+  int64_t live = 0, peak = 0;
+  auto gather = [&](int v) {
+    if (gathered[v]) return;
+    gathered[v] = true;
+    live += size(v);
+    peak = std::max(peak, live);
   };
-  int64_t g = size(i);
-  const int t = u[i].p.tied_unit;
-  if (t >= 0 && static_cast<size_t>(t) != i) g += size(static_cast<size_t>(t));
-  return g;
-}
-
-// Peak live gathered elements over the forward and the backward order.
-int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in) {
-  std::vector<size_t> order;
-  for (size_t i = 0; i < u.size(); ++i)
-    if (u[i].runs) order.push_back(i);
-  int64_t best = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t k = 0; k < order.size(); ++k) {
-      const int64_t g = gathered(u, order[k], in);
-      int64_t prefetch = 0;
-      for (size_t k2 = k + 1; k2 < order.size(); ++k2) {
-        const int64_t next = gathered(u, order[k2], in);
-        if (prefetch + next > in.stage3_prefetch_bucket_size) break;
-        prefetch += next;
-      }
-      best = std::max(best, std::max(g, std::min(g + prefetch, in.stage3_max_live_parameters)));
+  auto needed = [&](int v) {
+    std::vector<int> list{v};
+    if (u[v].p.tied_unit >= 0) list.push_back(u[v].p.tied_unit);
+    return list;
+  };
+  enum class Pass { forward, backward, recompute };
+  auto acquire = [&](int v, Pass pass) {
+    for (int w : needed(v))
+      if (partitioned(w)) gather(w);
+    if (!partitioned(v)) return;
+    const int step = pass == Pass::forward ? 1 : -1;
+    int64_t budget = in.stage3_prefetch_bucket_size;
+    for (int w = v + step; w >= 0 && w < n && budget > 0; w += step) {
+      if (!partitioned(w) || gathered[w] || !u[w].runs) continue;
+      if (size(w) > budget || live + size(w) > in.stage3_max_live_parameters) break;
+      gather(w);
+      budget -= size(w);
     }
-    std::reverse(order.begin(), order.end());
+  };
+  auto release = [&](int v, Pass pass) {
+    for (int w : needed(v)) {
+      if (!partitioned(w) || !gathered[w]) continue;
+      int64_t distance = -1;  // not used again this step
+      if (pass == Pass::recompute) {
+        distance = 0;
+      } else if (pass == Pass::forward) {
+        distance = 0;
+        for (int x = v + 1; x < n; ++x) distance += 2 * u[x].p.numel;
+      } else if (w != v) {
+        distance = 0;
+        for (int x = w + 1; x < v; ++x) distance += u[x].p.numel;
+      }
+      if (distance < 0 || distance > in.stage3_max_reuse_distance || live > in.stage3_max_live_parameters) {
+        gathered[w] = false;
+        live -= size(w);
+      }
+    }
+  };
+  for (int v = 0; v < n; ++v) {
+    if (!u[v].runs) continue;
+    acquire(v, Pass::forward);
+    release(v, Pass::forward);
   }
-  return best;
+  for (int v = n - 1; v >= 0; --v) {
+    if (!u[v].runs) continue;
+    if (checkpointing && u[v].block) {
+      acquire(v, Pass::recompute);
+      release(v, Pass::recompute);
+    }
+    acquire(v, Pass::backward);
+    release(v, Pass::backward);
+  }
+  return peak;
 }
 
 MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
@@ -126,42 +166,62 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
   const std::vector<StageUnit> units = stage_units(s, in.pp, pp_stage);
   const bool last = pp_stage == in.pp - 1;
   const int stage = in.zero_stage;
+  const bool f32 = in.param_dtype == DType::f32;
   const int64_t pb = static_cast<int64_t>(dtype_size(in.param_dtype)), a = pb;
-  const int64_t K = (pb == 4 ? 0 : 4) + 8;  // master (16-bit only) + m + v
   const int64_t n_layout = stage == 0 ? 1 : in.dp;
 
   MemoryEstimateRow r;
   r.pp_stage = pp_stage;
-  int64_t padded = 0, unit_max = 0, persistent = 0;
-  for (const StageUnit& u : units) {
-    const int64_t p = round_up(u.p.numel, n_layout);
-    r.stage_params += u.p.numel;
+  // padded: all units; persistent: stage-3 units kept whole; unit_max: the
+  // largest unit; held: a tied parameter's owner, whose gradient buffer
+  // (stages 2-3) lives from the tying unit's backward to its own.
+  int64_t padded = 0, persistent = 0, unit_max = 0, held = 0, other_max = 0;
+  std::vector<bool> owner(units.size(), false);
+  for (const StageUnit& u : units)
+    if (u.p.tied_unit >= 0) owner[static_cast<size_t>(u.p.tied_unit)] = true;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const int64_t numel = units[i].p.numel, p = round_up(numel, n_layout);
+    r.stage_params += numel;
     padded += p;
-    unit_max = std::max(unit_max, p + u.p.tied_numel);
-    if (u.p.numel < in.stage3_param_persistence_threshold) persistent += p;
+    unit_max = std::max(unit_max, p);
+    if (numel < in.stage3_param_persistence_threshold) persistent += p;
+    if (owner[i])
+      held += p;
+    else
+      other_max = std::max(other_max, p);
   }
   const int64_t shard = padded / n_layout;
+  const int nbuf = in.overlap_comm.value_or(stage == 3) ? 2 : 1;
 
-  // Parameters: replicated below stage 3; at stage 3 shard + live + persistent.
+  // Parameters: replicated below stage 3. Stage 3: the units kept whole, the
+  // live gathered units, and the working shard of every unit (none in fp32,
+  // where the fp32 master shard is the working shard).
   if (stage < 3) {
     r.params = padded * pb;
   } else {
-    const int64_t sharded = (padded - persistent) / in.dp * pb;
-    r.params = (persistent + live_parameters(units, in)) * pb;
-    if (in.offload_param == "none") r.params += sharded;
-    if (in.offload_param == "cpu") r.host += sharded;
+    r.params = (persistent + live_parameters(units, in, in.activation_checkpointing)) * pb;
+    const int64_t working_shard = f32 ? 0 : shard * pb;
+    if (in.offload_param == "none") r.params += working_shard;
+    if (in.offload_param == "cpu") r.host += shard * pb;
     if (in.offload_param == "nvme") {
-      r.nvme += sharded;
+      r.nvme += shard * pb;
       r.host += in.param_buffer_count * std::max(in.param_buffer_size, unit_max) * pb;
     }
   }
 
-  // Gradients and optimizer states.
+  // Gradients: stage 0 full; stage 1 full + owned shard; stages 2-3 the owned
+  // shard + the full-size buffers of the units in backward (the held tied
+  // owner, the current unit, and with overlap_comm the previous one still
+  // being reduce-scattered).
+  int64_t device_grads = stage <= 1 ? padded : held + nbuf * other_max;
+  const int64_t grad_shard = stage == 0 ? 0 : shard;
+  // Optimizer: stage 0 keeps a master only for 16-bit parameters; stages >= 1
+  // keep an fp32 master shard whatever the dtype.
+  const int64_t K = stage == 0 ? (f32 ? 8 : 12) : 12;
   if (!offloaded(in.offload_optimizer)) {
-    r.grads = (stage <= 1 ? padded : shard) * 4;
+    device_grads += grad_shard;
     r.optimizer = K * shard;
   } else {
-    r.grads = stage <= 1 ? padded * 4 : 0;
     const int64_t moved = (12 + 4) * shard;  // master, m, v, gradient shard
     if (in.offload_optimizer == "cpu") {
       r.host += moved;
@@ -170,13 +230,13 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
       r.host += in.optimizer_buffer_count * std::min(in.sub_group_size, shard) * 4;
     }
   }
+  r.grads = device_grads * 4;
 
-  // Communication buckets (stage 0 reduces in place).
-  const int nbuf = in.overlap_comm.value_or(stage == 3) ? 2 : 1;
-  if (stage == 1) r.comm = nbuf * std::min(in.reduce_bucket_size, padded) * 4;
-  if (stage >= 2)
-    r.comm = nbuf * std::min(std::max(in.reduce_bucket_size, unit_max), std::max(padded, unit_max)) * 4;
+  // Communication staging (stage 0 all-reduces in place): one reduce bucket
+  // (fp32) and, where units are all-gathered in pieces, one all-gather bucket.
+  if (stage >= 1) r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
+  if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
 
   // Activations of one micro-batch per token, times the micro-batches in
   // flight on this stage (1F1B: pp - stage).
@@ -184,8 +244,8 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
   int64_t blocks = 0;
   for (const StageUnit& u : units) blocks += u.block ? 1 : 0;
   const int64_t block_saved = block_saved_bytes_per_token(s, a);
-  int64_t per_token = 12;                  // tokens, targets (i32), loss weights (f32)
-  per_token += C * a;  // the embedding's output, or the input received from the previous stage
+  int64_t per_token = 12;  // tokens, targets (i32), loss weights (f32)
+  per_token += C * a;      // the embedding's output, or the input received from the previous stage
   per_token += blocks * (in.activation_checkpointing ? C * a : block_saved);
   if (last) per_token += 4 + C * a + (norm_stats(s) + 1) * 4;  // loss, final norm + stats, lse
   r.activations = (in.pp - pp_stage) * tokens * per_token;
@@ -375,16 +435,19 @@ std::string format_count(int64_t n) {
 }  // namespace
 
 std::string format_estimate_table(const EstimateInput& base, const std::vector<MemoryEstimateRow>& rows) {
-  // GiB, or MiB when nothing reaches 1 GiB (small models).
+  // GiB, or MiB when no device total reaches 1 GiB (small models).
   int64_t largest = 0;
-  for (const MemoryEstimateRow& r : rows) largest = std::max({largest, r.total(), r.host, r.nvme});
+  for (const MemoryEstimateRow& r : rows) largest = std::max(largest, r.total());
   const bool gib = largest >= (int64_t{1} << 30);
   const double unit = gib ? double(int64_t{1} << 30) : double(1 << 20);
   const TransformerShape& s = base.shape;
   const int64_t n = count_parameters(s);
   std::ostringstream os;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%.2fe9", static_cast<double>(n) / 1e9);
+  if (n >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.2f B", static_cast<double>(n) / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f M", static_cast<double>(n) / 1e6);
   os << "memory per rank (" << (gib ? "GiB" : "MiB") << "): " << s.name << ", " << format_count(n) << " parameters ("
      << buf << "), " << s.n_layer << " layers, d_model " << s.d_model << ", " << s.n_head << " heads";
   if (s.n_kv_head != s.n_head) os << " (" << s.n_kv_head << " kv)";
@@ -413,11 +476,11 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
   os << "  states = params + grads + optim; DEVICE = states + activ + comm + work; host and nvme are per rank\n"
      << "  (a node needs them times its ranks). Offload column: optimizer (stage 3: optimizer/parameters).\n";
   std::snprintf(buf, sizeof buf,
-                "  buckets (elements): reduce %.3g, allgather %.3g, stage3 prefetch %.3g, max live %.3g, "
-                "persistence %.3g; overlap_comm %s\n",
+                "  buckets (elements): reduce %.3g, allgather %.3g; stage 3: prefetch %.3g, max live %.3g, "
+                "reuse distance %.3g, persistence %.3g; overlap_comm %s\n",
                 double(base.reduce_bucket_size), double(base.allgather_bucket_size),
                 double(base.stage3_prefetch_bucket_size), double(base.stage3_max_live_parameters),
-                double(base.stage3_param_persistence_threshold),
+                double(base.stage3_max_reuse_distance), double(base.stage3_param_persistence_threshold),
                 base.overlap_comm ? (*base.overlap_comm ? "on" : "off") : "stage 3 only (DeepSpeed's default)");
   os << buf;
   if (base.pp > 1)

@@ -81,6 +81,7 @@ struct EstimateInput {
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_max_live_parameters = 1000000000;
   int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_reuse_distance = 1000000000;
   int64_t sub_group_size = 1000000000;
   // Host staging for NVMe offload: offload_optimizer.buffer_count buffers of
   // one optimizer sub-group, offload_param.buffer_count x buffer_size.
@@ -91,9 +92,9 @@ struct EstimateInput {
   void validate() const;
 };
 
-// Bytes per rank. Device columns add up to total(); host and nvme are
-// where offload puts what left the device (per rank: a node needs
-// host x ranks per node).
+// Bytes per rank. The device columns add up to total(), each at its own
+// peak; host and nvme hold what offload moved off the device (per rank: a
+// node needs host x ranks per node).
 struct MemoryEstimateRow {
   int zero_stage = 0;
   std::string offload_optimizer = "none";
@@ -103,11 +104,11 @@ struct MemoryEstimateRow {
   int pp_stage = 0;         // the pipeline stage reported (the one needing most)
   int64_t num_params = 0;   // whole model
   int64_t stage_params = 0; // parameters of the reported pipeline stage
-  int64_t params = 0;       // working copy: replicated, shard, gathered, persistent
-  int64_t grads = 0;        // fp32 gradient storage (full or shard)
-  int64_t optimizer = 0;    // fp32 master (16-bit training only) + Adam m + v
+  int64_t params = 0;       // working copy: replicated, or shard + gathered + persistent
+  int64_t grads = 0;        // fp32: full, shard, and full-size buffers of the units in backward
+  int64_t optimizer = 0;    // fp32 master (not at stage 0 in fp32) + Adam m + v
   int64_t activations = 0;  // saved for backward, all in-flight micro-batches
-  int64_t comm = 0;         // reduce / all-gather buckets in flight
+  int64_t comm = 0;         // reduce / all-gather staging buckets
   int64_t workspace = 0;    // backward temporaries, recomputation, logits chunk
   int64_t host = 0;         // host memory for offload (pinned)
   int64_t nvme = 0;

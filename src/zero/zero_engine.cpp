@@ -324,14 +324,21 @@ void ZeroEngine::publish_params() {
     free_gathered(u);
   }
   if (!working_shard_.empty()) kernels_.cast(working_shard_.tensor(), master_.tensor());
-  // Units kept whole: cast the owned shard and all-gather it.
+  // Units kept whole: cast the owned shard and all-gather it. The send
+  // buffer holds the shards of those units only.
   const size_t es = dtype_size(pt);
-  Buffer send(dev_, pt, Shape{std::max<int64_t>(1, master_.tensor().numel())}, MemTag::comm);
+  int64_t whole = 0;
+  for (int u = 0; u < layout_.num_units(); ++u)
+    if (!partitioned(u)) whole += layout_.unit(u).shard;
+  if (whole == 0) return;
+  Buffer send(dev_, pt, Shape{whole}, MemTag::comm);
   std::vector<PendingCollective> pending;
+  int64_t at = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (partitioned(u)) continue;
     const FlatUnit& fu = layout_.unit(u);
-    void* shard = send.as<char>() + static_cast<size_t>(shard_offset_[u]) * es;
+    void* shard = send.as<char>() + static_cast<size_t>(at) * es;
+    at += fu.shard;
     kernels_.cast(Tensor(shard, pt, Shape{fu.shard}, dev_.kind()),
                   Tensor(master_.as<float>() + shard_offset_[u], DType::f32, Shape{fu.shard}, dev_.kind()));
     all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);

@@ -26,6 +26,13 @@ else
   fail "dry-run"
 fi
 
+run_np 1 c.json --estimate-memory --world 4
+if [ "$RC" = 0 ] && grep -q "nvme/nvme" "$WORK/out" && grep -q "activation checkpointing off" "$WORK/out"; then
+  echo "ok: estimate-memory table"
+else
+  fail "estimate-memory"
+fi
+
 run_np 2 c.json --steps 5 --log-dir logs/a --set train.seed=7
 m=logs/a/metrics.jsonl
 if [ "$RC" != 0 ] || [ ! -f "$m" ]; then

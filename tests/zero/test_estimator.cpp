@@ -54,33 +54,50 @@ TEST(Estimator, ParameterCounts) {
   }
 }
 
-// What ZeroEngine allocates is padded element counts x dtype sizes of the
-// flat layout: working copy, fp32 master (16-bit only), fp32 gradients,
-// Adam m and v. Stage 0 lays out with dp 1; stages >= 1 own unit.shard of
-// each unit.
+// What ZeroEngine allocates (zero_engine.cpp, [Note: ZeRO stages]) is
+// padded element counts of the flat layout x dtype sizes: stage 0 lays out
+// with dp 1 and keeps everything whole; stages >= 1 keep an fp32 master, m, v
+// and gradient shard of unit.shard elements per unit, stage 1 also the full
+// fp32 gradient, stages 2-3 full-size fp32 gradient buffers only for the
+// units in backward, stage 3 a working shard instead of the working copy.
 TEST(Estimator, ModelStatesMatchFlatLayout) {
   for (const GptConfig& c : {kTiny, kOdd}) {
     const auto units = build_gpt(c);
     const auto views = unit_views(units);
     for (DType dt : {DType::f32, DType::bf16}) {
       const int64_t pb = static_cast<int64_t>(dtype_size(dt));
-      const int64_t K = (dt == DType::f32 ? 0 : 4) + 8;
       const FlatLayout whole(views, 1);
       const MemoryEstimateRow s0 = estimate(input_for(gpt_shape(c), 4, 0, dt));
       EXPECT_EQ(s0.params, whole.total_padded() * pb);
       EXPECT_EQ(s0.grads, whole.total_padded() * 4);
-      EXPECT_EQ(s0.optimizer, whole.total_padded() * K);
+      EXPECT_EQ(s0.optimizer, whole.total_padded() * ((dt == DType::f32 ? 0 : 4) + 8));
       for (int dp : {2, 3, 5}) {
         const FlatLayout layout(views, dp);
-        int64_t shard = 0;
-        for (int u = 0; u < layout.num_units(); ++u) shard += layout.unit(u).shard;
+        int64_t shard = 0, others = 0;  // others: the largest unit but the embedding (tied owner)
+        for (int u = 0; u < layout.num_units(); ++u) {
+          shard += layout.unit(u).shard;
+          if (u > 0) others = std::max(others, layout.unit(u).padded);
+        }
+        const int64_t wte_owner = layout.unit(0).padded;
         const MemoryEstimateRow s1 = estimate(input_for(gpt_shape(c), dp, 1, dt));
         const MemoryEstimateRow s2 = estimate(input_for(gpt_shape(c), dp, 2, dt));
         EXPECT_EQ(s1.params, layout.total_padded() * pb);
-        EXPECT_EQ(s1.grads, layout.total_padded() * 4);
-        EXPECT_EQ(s1.optimizer, shard * K);
-        EXPECT_EQ(s2.grads, shard * 4);
-        EXPECT_EQ(s2.optimizer, shard * K);
+        EXPECT_EQ(s1.grads, (layout.total_padded() + shard) * 4);
+        EXPECT_EQ(s1.optimizer, shard * 12);
+        EXPECT_EQ(s2.params, layout.total_padded() * pb);
+        EXPECT_EQ(s2.grads, (shard + wte_owner + others) * 4) << "shard + held wte owner + current unit";
+        EXPECT_EQ(s2.optimizer, shard * 12);
+        // Stage 3 with every unit partitioned, no prefetch and no reuse: the
+        // live units are the head and the embedding it ties to, or a block.
+        EstimateInput in = input_for(gpt_shape(c), dp, 3, dt);
+        in.stage3_param_persistence_threshold = 1;
+        in.stage3_prefetch_bucket_size = 0;
+        in.stage3_max_reuse_distance = -1;
+        const MemoryEstimateRow s3 = estimate(in);
+        const int64_t live = std::max(layout.unit(1).padded, layout.unit(layout.num_units() - 1).padded + wte_owner);
+        EXPECT_EQ(s3.params, ((dt == DType::f32 ? 0 : shard) + live) * pb);
+        EXPECT_EQ(s3.grads, (shard + wte_owner + 2 * others) * 4) << "overlap_comm: one more unit";
+        EXPECT_EQ(s3.optimizer, shard * 12);
       }
     }
   }
@@ -92,20 +109,24 @@ TEST(Estimator, StagesPartitionByDp) {
   const MemoryEstimateRow r0 = estimate(input_for(s, dp, 0)), r1 = estimate(input_for(s, dp, 1)),
                           r2 = estimate(input_for(s, dp, 2)), r3 = estimate(input_for(s, dp, 3));
   const int64_t psi = count_parameters(s);
+  const int64_t block = block_parameters(s) + (dp - block_parameters(s) % dp) % dp;  // padded
+  const int64_t head = psi - 80 * block_parameters(s) - 32000 * 8192;                 // untied: norm + lm_head
   // Replicated: 2 + 4 + 12 = 18 bytes per parameter (fp32 gradients).
   EXPECT_EQ(r0.model_states(), 18 * psi);
   // Padding adds fewer than dp elements per unit (82 units).
   const int64_t slack = dp * 82;
+  const int64_t shard = r1.optimizer / 12;
   EXPECT_NEAR(r1.optimizer, r0.optimizer / dp, 12 * slack);
-  EXPECT_EQ(r1.grads, r0.grads + 4 * (r1.params / 2 - psi));  // full, padded
-  EXPECT_NEAR(r2.grads, r0.grads / dp, 4 * slack);
+  EXPECT_EQ(r1.grads, 4 * (r1.params / 2 + shard));  // full + shard
+  EXPECT_EQ(r2.grads, 4 * (shard + block));          // shard + the block in backward
   EXPECT_EQ(r2.params, r1.params);
   EXPECT_EQ(r2.optimizer, r1.optimizer);
-  // Stage 3: shard + live gathered units; nothing persists (units > 1e5).
-  const int64_t block = block_parameters(s);
-  const int64_t live = r3.params - (r2.params / dp);
-  EXPECT_EQ(live, (block + (dp - block % dp) % dp) * 2) << "one block gathered, no prefetch (block > 5e7)";
-  EXPECT_EQ(r3.model_states() - live, (2 + 4 + 12) * (r2.params / 2 / dp));
+  // Stage 3: shard + live gathered units. The last block is kept gathered
+  // for its backward (its reuse distance, twice the head, is under 1e9) while
+  // the head is gathered; nothing persists (every unit > 1e5).
+  const int64_t live = r3.params - 2 * shard;
+  EXPECT_EQ(live, (block + head + (dp - head % dp) % dp) * 2);
+  EXPECT_EQ(r3.model_states() - live - 4 * 2 * block, 18 * shard) << "two blocks' gradients with overlap_comm";
   // Activations and workspace do not depend on the stage.
   EXPECT_EQ(r0.activations, r3.activations);
   EXPECT_EQ(r0.workspace, r3.workspace);
@@ -113,21 +134,29 @@ TEST(Estimator, StagesPartitionByDp) {
   EXPECT_GT(r3.comm, 0);
 }
 
-TEST(Estimator, Stage3PrefetchAndPersistence) {
-  EstimateInput in = input_for(gpt_shape(kTiny), 2, 3);
-  const int64_t block = block_parameters(in.shape);  // 49,856: below the 1e5 threshold
-  in.stage3_param_persistence_threshold = 1;         // nothing persists
+TEST(Estimator, Stage3PrefetchReuseAndPersistence) {
+  // Blocks of 49,856 parameters, larger than the embedding and the head.
+  EstimateInput in = input_for(gpt_shape(GptConfig{4, 4, 64, 64, 256}), 2, 3);
+  const int64_t block = block_parameters(in.shape);
+  const int64_t padded = count_parameters(in.shape);  // every unit is even: no padding at dp 2
+  in.stage3_param_persistence_threshold = 1;          // nothing persists
+  in.stage3_max_reuse_distance = -1;                  // nothing is kept after its use
   in.stage3_prefetch_bucket_size = 0;
   const MemoryEstimateRow none = estimate(in);
-  in.stage3_prefetch_bucket_size = 2 * block;
-  const MemoryEstimateRow two = estimate(in);
-  in.stage3_max_live_parameters = 0;  // the cap never goes below one unit
+  in.stage3_prefetch_bucket_size = block;  // the next block, whole
+  const MemoryEstimateRow next = estimate(in);
+  in.stage3_max_live_parameters = 0;  // no prefetch past the cap; the units in use are gathered anyway
   const MemoryEstimateRow capped = estimate(in);
-  EXPECT_EQ(two.params - none.params, 2 * block * 2);
+  EXPECT_EQ(next.params - none.params, block * 2);
   EXPECT_EQ(capped.params, none.params);
-  in = input_for(gpt_shape(kTiny), 2, 3);  // default threshold 1e5: blocks and head stay whole
-  const MemoryEstimateRow persist = estimate(in);
-  EXPECT_GT(persist.params, none.params);
+  // DeepSpeed's defaults: reuse keeps this small model gathered whole.
+  in.stage3_max_live_parameters = 1000000000;
+  in.stage3_max_reuse_distance = 1000000000;
+  EXPECT_EQ(estimate(in).params, (padded + padded / 2) * 2);
+  // Persistence: every unit under 1e5 stays whole; the working shard remains.
+  in = input_for(in.shape, 2, 3);
+  in.stage3_max_reuse_distance = -1;
+  EXPECT_EQ(estimate(in).params, (padded + padded / 2) * 2);
 }
 
 TEST(Estimator, OffloadMovesBytesOffTheDevice) {
@@ -142,7 +171,7 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
     const int64_t shard = dev.optimizer / 12;
     EXPECT_EQ(cpu.optimizer, 0);
     EXPECT_EQ(cpu.host, 16 * shard) << "master, m, v and the fp32 gradient shard";
-    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer - (stage >= 2 ? dev.grads : 0));
+    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer - 4 * shard) << "the gradient shard leaves too";
     EXPECT_EQ(nvme.total(), cpu.total());
     EXPECT_EQ(nvme.nvme, 16 * shard);
     EXPECT_LT(nvme.host, cpu.host / 4);
@@ -216,6 +245,9 @@ TEST(Estimator, ActivationsMatchTheRunner) {
       // The CPU kernels' scratch also holds staging copies and per-thread
       // attention buffers that the estimate leaves out; it stays the same order.
       const double scratch = static_cast<double>(mb.scratch.capacity());
+      std::printf("%s%s: saved %zu B (estimate %lld), scratch %.0f B (estimate %lld)\n", dtype_name(dt),
+                  ckpt ? " ckpt" : "", saved, static_cast<long long>(r.activations - trainer_buffers), scratch,
+                  static_cast<long long>(r.workspace));
       EXPECT_GT(scratch, 0.3 * static_cast<double>(r.workspace)) << dtype_name(dt);
     }
   }
@@ -242,7 +274,7 @@ TEST(Estimator, Tables) {
   for (const MemoryEstimateRow& r : rows) unsupported += r.supported ? 0 : 1;
   EXPECT_EQ(unsupported, 2);  // stage 0 with offload
   const std::string t = llama2_70b_table(8);
-  EXPECT_NE(t.find("68,976,648,192 parameters"), std::string::npos) << t;
+  EXPECT_NE(t.find("68,976,648,192 parameters (68.98 B)"), std::string::npos) << t;
   EXPECT_NE(t.find("activation checkpointing off"), std::string::npos);
   EXPECT_NE(t.find("activation checkpointing on"), std::string::npos);
   std::printf("%s", t.c_str());
