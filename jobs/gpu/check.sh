@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# GPU host checks in one go (see docs/cuda.md): kernel parity tests, device
+# communicators, and training on the GPU against the CPU:
+#   - 50 steps of bf16 on the GPU against the fp32 CPU loss curve,
+#   - ZeRO stages 0-3 in fp32 on one rank (NCCL) and on 2 ranks sharing the
+#     GPU (MPI staged through host memory) against the fp32 CPU run,
+#   - fp16 with an injected overflow.
+# Usage (on the GPU host, from the repository root):
+#   jobs/gpu/check.sh BUNDLE_DIR OUT_DIR
+set -uo pipefail
+bundle=${1:?usage: check.sh BUNDLE_DIR OUT_DIR}
+out=${2:?usage: check.sh BUNDLE_DIR OUT_DIR}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/$bundle/lib:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
+summary="$out/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+for t in cuda_runtime cuda_kernels_parity cuda_adamw cuda_attention_parity cuda_classifier_parity cuda_gpt_parity cuda_attn_timing; do
+  [ -x "$bundle/bin/$t" ] || { note "$t: missing"; continue; }
+  "$bundle/bin/$t" > "$out/$t.log" 2>&1
+  note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
+done
+grep -h -E "TFLOP|ms" "$out/cuda_attn_timing.log" 2>/dev/null | head -8 | tee -a "$summary"
+for np in 1 2; do
+  "${mpi[@]}" -np $np "$bundle/bin/test_device_comm" > "$out/comm_np$np.log" 2>&1
+  note "test_device_comm np $np: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/comm_np$np.log" | tr '\n' ' ')"
+done
+
+cat > "$out/tiny.json" <<'JSON'
+{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 10, "warmup_type": "linear"}},
+ "model": {"preset": "tiny"}, "train": {"steps": 50, "eval_interval": 0}}
+JSON
+losses() { grep '"step"' "$1" | grep -o '"loss":[^,}]*' | cut -d: -f2 | tr '\n' ' '; }
+compare() {  # compare NAME REF OUT TOL: max relative difference of the loss curves
+  python3 - "$@" <<'PY' | tee -a "$summary"
+import json, sys
+name, ref, out, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def curve(p):
+    try: return [json.loads(l)["loss"] for l in open(p) if '"step"' in l]
+    except OSError: return []
+a, b = curve(ref), curve(out)
+if not a or len(a) != len(b):
+    print(f"{name}: FAIL (curves of {len(a)} and {len(b)} steps)"); sys.exit()
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"{name}: {'ok' if d <= tol else 'FAIL'} max rel diff {d:.2e} (tol {tol:g}); loss {a[0]:.4f} -> {a[-1]:.4f} vs {b[-1]:.4f}")
+PY
+}
+"${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cpu --log-dir "$out/cpu" > "$out/cpu.log" 2>&1
+"${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda --set bf16.enabled=true --log-dir "$out/gpu-bf16" > "$out/gpu-bf16.log" 2>&1
+compare "bf16 GPU vs fp32 CPU, 50 steps" "$out/cpu/metrics.jsonl" "$out/gpu-bf16/metrics.jsonl" 0.02
+for stage in 0 1 2 3; do
+  for np in 1 2; do
+    "${mpi[@]}" -np $np "$bundle/bin/ztrain" "$out/tiny.json" --device cuda --steps 20 \
+      --set zero_optimization.stage=$stage --set zero_optimization.stage3_param_persistence_threshold=1000 \
+      --log-dir "$out/z$stage-np$np" > "$out/z$stage-np$np.log" 2>&1 || note "stage $stage np $np: rc=$?"
+    python3 - "$out/cpu/metrics.jsonl" "$out/z$stage-np$np/metrics.jsonl" > "$out/z$stage-np$np.cut" <<'PY'
+import json, sys
+a = [l for l in open(sys.argv[1]) if '"step"' in l][:20]
+open(sys.argv[1] + ".20", "w").writelines(a)
+PY
+    compare "fp32 GPU ZeRO-$stage np $np vs CPU, 20 steps" "$out/cpu/metrics.jsonl.20" "$out/z$stage-np$np/metrics.jsonl" 1e-3
+  done
+done
+grep -h "data-parallel communicator\|device cuda" "$out"/z*-np*.log | sort | uniq -c | tee -a "$summary"
+ZT_INJECT_FAULT="overflow:rank=0,step=3,unit=2" "${mpi[@]}" -x ZT_INJECT_FAULT -np 1 "$bundle/bin/ztrain" "$out/tiny.json" \
+  --device cuda --steps 8 --set fp16.enabled=true --set fp16.hysteresis=1 --log-dir "$out/fp16" > "$out/fp16.log" 2>&1
+note "fp16 on GPU: rc=$? scales $(grep -o '"loss_scale":[^,}]*' "$out/fp16/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ') skipped $(grep -o '"skipped":[a-z]*' "$out/fp16/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')"
+grep -h "peak memory" "$out/gpu-bf16.log" | tee -a "$summary"
+grep -h "tok/s" "$out/gpu-bf16.log" | tail -1 | tee -a "$summary"

@@ -1,0 +1,25 @@
+// Fused AdamW on the GPU for flat fp32 shards: the operation order of the
+// CPU's adamw_update ([Note: AdamW formula], optim/adamw.hpp), so that CPU
+// and GPU give the same fp32 bits (adamw.cu is compiled with -fmad=false,
+// the GPU's counterpart of the CPU build's -ffp-contract=off).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.hpp"
+#include "optim/adamw.hpp"
+
+namespace zt {
+
+// Updates param, m, v (n fp32 values each, device memory) in place from grad.
+// step >= 1 is the bias-correction step; grad_scale multiplies every gradient
+// first; decay turns weight decay on for the whole range. When param_copy is
+// not null it receives the updated parameters rounded to nearest even in
+// copy_dtype (bf16 or f16; f32 is a plain copy). Enqueued on `stream`.
+void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& hp,
+                       int64_t step, float grad_scale, bool decay, void* param_copy, DType copy_dtype,
+                       cudaStream_t stream);
+
+}  // namespace zt

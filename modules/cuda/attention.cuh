@@ -1,0 +1,42 @@
+// Causal multi-head self-attention on the GPU, flash-style: the (T, T) score
+// matrix never exists in device memory. Semantics are those of
+// Kernels::attention_fwd / attention_bwd (modules/kernels.hpp) and of the CPU
+// reference (modules/cpu_kernels_attention.cpp).
+//
+// Paths (chosen from the storage dtype of qkv):
+//   bf16, f16  tensor cores (mma.sync m16n8k16, fp32 accumulation), tiles of
+//              64 queries x 64 keys per block of 4 warps;
+//   f32        SIMT fp32 (exact fp32 products, for parity with the CPU).
+// f64 storage is CPU-only. Head size hs = C / n_head may be 1..128; it is
+// zero-padded to 16, 32, 64 or 128 inside the kernels.
+//
+// All work is enqueued on `stream`; nothing synchronises the host.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/tensor.hpp"
+#include "runtime/device.hpp"
+
+namespace zt {
+
+// out (B, T, C) storage = softmax(q k^T / sqrt(hs), causal) v per head;
+// lse (B, n_head, T) f32 = each query's log-sum-exp of the scaled scores.
+// qkv (B, T, 3C) storage holds [q | k | v]. out and lse are fully written.
+void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
+                        cudaStream_t stream);
+
+// dqkv (B, T, 3C) f32 is fully written (not accumulated) from dout (B, T, C)
+// f32, recomputing the probabilities from qkv and lse (FlashAttention-2).
+// out (B, T, C) storage is the forward's output. Workspace taken from `ws`
+// (and returned before this call does): delta (B, n_head, T) f32 and, for
+// 16-bit storage, dout rounded to the storage dtype (B, T, C). The arena's
+// memory is handed back while the kernels may still run, so later users of
+// the arena must run on the same stream (or after it).
+//
+// Deterministic: dq is computed by its own kernel (no atomics), so the same
+// inputs give the same bits on every run.
+void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int n_head, Arena& ws, cudaStream_t stream);
+
+}  // namespace zt

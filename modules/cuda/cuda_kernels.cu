@@ -1,0 +1,180 @@
+// CudaKernels: argument checks (the CPU reference's, plus "in GPU memory")
+// and dispatch to the launchers of this folder.
+#include "modules/cuda/common.cuh"
+#include "modules/cuda/cuda_kernels.hpp"
+#include "modules/cuda/elementwise.cuh"
+#include "modules/cuda/embedding.cuh"
+#include "modules/cuda/gelu.cuh"
+#include "modules/cuda/layernorm.cuh"
+#include "modules/cuda/matmul.cuh"
+#include "modules/cuda/reduce.cuh"
+
+namespace zt {
+
+using cuda::check_dtype;
+using cuda::check_on_device;
+using cuda::cols;
+using cuda::rows;
+
+CudaKernels::CudaKernels(CudaDevice& dev, const CudaKernelsOptions& opts) : CudaKernels(dev, dev.stream(), opts) {}
+
+CudaKernels::CudaKernels(CudaDevice& dev, cudaStream_t stream, const CudaKernelsOptions& opts)
+    : dev_(dev), stream_(stream), lt_(CublasLtHandle::create()),
+      lt_workspace_(dev, opts.cublaslt_workspace_bytes, MemTag::workspace),
+      matmul_(std::make_unique<cuda::Matmul>(lt_.get(), lt_workspace_.data(), opts.cublaslt_workspace_bytes,
+                                             opts.allow_tf32)),
+      classifier_chunk_bytes_(opts.classifier_chunk_bytes) {}
+
+CudaKernels::~CudaKernels() = default;
+
+void* CudaKernels::scratch(size_t bytes) {
+  if (scratch_.bytes() < bytes) {
+    // The old block returns to the device's cache; work already queued on the
+    // stream finishes with it before anything queued later can reuse it.
+    scratch_.reset();
+    scratch_ = Buffer(dev_, bytes, MemTag::workspace);
+  }
+  return scratch_.data();
+}
+
+// ---- dense -----------------------------------------------------------------------
+
+void CudaKernels::matmul(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b,
+                         bool trans_b, bool accumulate, const Tensor& bias) {
+  matmul_->run(ws, out, a, trans_a, b, trans_b, accumulate, bias, stream_);
+}
+
+void CudaKernels::bias_grad(const Tensor& dbias, const Tensor& dout) {
+  const int64_t N = cols(dout), R = rows(dout);
+  ZT_CHECK(dbias.numel() == N, "bias_grad: dbias ", dbias.shape.str(), " for dout ", dout.shape.str());
+  check_on_device(dbias, "dbias");
+  check_on_device(dout, "dout");
+  check_dtype(dbias, DType::f32, "dbias");
+  check_dtype(dout, DType::f32, "dout");
+  cuda::bias_grad(static_cast<float*>(dbias.data), static_cast<const float*>(dout.data), R, N,
+                  scratch(cuda::bias_grad_workspace_bytes(R, N)), stream_);
+}
+
+// ---- layer norm -------------------------------------------------------------------
+
+void CudaKernels::layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                                const Tensor& w, const Tensor& b) {
+  const int64_t C = cols(x), N = rows(x);
+  ZT_CHECK(out.numel() == x.numel() && w.numel() == C && b.numel() == C && mean.numel() == N && rstd.numel() == N,
+           "layernorm_fwd shapes: x ", x.shape.str(), " out ", out.shape.str(), " w ", w.shape.str());
+  ZT_CHECK(out.dtype == x.dtype && b.dtype == w.dtype, "layernorm_fwd: out/x or w/b dtypes differ");
+  for (const Tensor* t : {&out, &mean, &rstd, &x, &w, &b}) check_on_device(*t, "layernorm_fwd tensor");
+  check_dtype(mean, DType::f32, "mean");
+  check_dtype(rstd, DType::f32, "rstd");
+  cuda::layernorm_fwd(out.data, static_cast<float*>(mean.data), static_cast<float*>(rstd.data), x.data, x.dtype,
+                      w.data, b.data, w.dtype, N, C, stream_);
+}
+
+void CudaKernels::layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db,
+                                const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                const Tensor& rstd) {
+  const int64_t C = cols(x), N = rows(x);
+  ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C && dw.numel() == C &&
+               db.numel() == C && mean.numel() == N && rstd.numel() == N,
+           "layernorm_bwd shapes: x ", x.shape.str(), " dx ", dx.shape.str());
+  for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_on_device(*t, "layernorm_bwd tensor");
+  for (const Tensor* t : {&dx, &dw, &db, &dout, &mean, &rstd}) check_dtype(*t, DType::f32, "layernorm_bwd gradient");
+  cuda::layernorm_bwd(static_cast<float*>(dx.data), accumulate_dx, static_cast<float*>(dw.data),
+                      static_cast<float*>(db.data), static_cast<const float*>(dout.data), x.data, x.dtype, w.data,
+                      w.dtype, static_cast<const float*>(mean.data), static_cast<const float*>(rstd.data), N, C,
+                      scratch(cuda::layernorm_bwd_workspace_bytes(N, C)), stream_);
+}
+
+// ---- GELU ----------------------------------------------------------------------------
+
+void CudaKernels::gelu_fwd(const Tensor& out, const Tensor& x) {
+  ZT_CHECK(out.numel() == x.numel() && out.dtype == x.dtype, "gelu_fwd: out ", out.shape.str(), " x ",
+           x.shape.str());
+  check_on_device(out, "gelu out");
+  check_on_device(x, "gelu x");
+  cuda::gelu_fwd(out.data, x.data, x.dtype, x.numel(), stream_);
+}
+
+void CudaKernels::gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& x) {
+  ZT_CHECK(din.numel() == x.numel() && dout.numel() == x.numel(), "gelu_bwd shapes");
+  for (const Tensor* t : {&din, &dout, &x}) check_on_device(*t, "gelu_bwd tensor");
+  check_dtype(din, DType::f32, "gelu_bwd din");
+  check_dtype(dout, DType::f32, "gelu_bwd dout");
+  cuda::gelu_bwd(static_cast<float*>(din.data), static_cast<const float*>(dout.data), x.data, x.dtype, x.numel(),
+                 stream_);
+}
+
+// ---- embedding -------------------------------------------------------------------------
+
+void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
+  const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2], V = wte.shape[0];
+  ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C && wpe.shape[1] == C && wpe.shape[0] >= T,
+           "embedding shapes: out ", out.shape.str(), " wte ", wte.shape.str(), " wpe ", wpe.shape.str());
+  ZT_CHECK(wpe.dtype == wte.dtype, "embedding: wte and wpe dtypes differ");
+  check_dtype(tokens, DType::i32, "tokens");
+  for (const Tensor* t : {&out, &tokens, &wte, &wpe}) check_on_device(*t, "embedding tensor");
+  cuda::embedding_fwd(out.data, out.dtype, static_cast<const int32_t*>(tokens.data), wte.data, wpe.data, wte.dtype,
+                      B, T, C, V, stream_);
+}
+
+void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  ZT_CHECK(tokens.shape.rank() == 2, "embedding_bwd: tokens (B, T)");
+  const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cols(dout), V = dwte.shape[0];
+  ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C && dwpe.shape[1] == C && dwpe.shape[0] >= T,
+           "embedding_bwd shapes");
+  check_dtype(tokens, DType::i32, "tokens");
+  for (const Tensor* t : {&dwte, &dwpe, &dout}) check_dtype(*t, DType::f32, "embedding gradient");
+  for (const Tensor* t : {&dwte, &dwpe, &dout, &tokens}) check_on_device(*t, "embedding_bwd tensor");
+  cuda::embedding_bwd(static_cast<float*>(dwte.data), static_cast<float*>(dwpe.data),
+                      static_cast<const float*>(dout.data), static_cast<const int32_t*>(tokens.data), B, T, C, V,
+                      scratch(cuda::embedding_bwd_workspace_bytes(B, T, V)), stream_);
+}
+
+// ---- element-wise ------------------------------------------------------------------------
+
+void CudaKernels::add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  ZT_CHECK(out.numel() == a.numel() && out.numel() == b.numel(), "add: ", a.shape.str(), " + ", b.shape.str(),
+           " -> ", out.shape.str());
+  ZT_CHECK(b.dtype == a.dtype, "add: a and b must share a dtype");
+  for (const Tensor* t : {&out, &a, &b}) check_on_device(*t, "add tensor");
+  cuda::add(out.data, out.dtype, a.data, b.data, a.dtype, out.numel(), stream_);
+}
+
+void CudaKernels::cast(const Tensor& dst, const Tensor& src) {
+  ZT_CHECK(dst.numel() == src.numel(), "cast: ", src.shape.str(), " into ", dst.shape.str());
+  check_on_device(dst, "cast dst");
+  check_on_device(src, "cast src");
+  cuda::cast(dst.data, dst.dtype, src.data, src.dtype, src.numel(), stream_);
+}
+
+void CudaKernels::zero(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return;
+  check_on_device(t, "zero");
+  ZT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+}
+
+void CudaKernels::scale(const Tensor& x, double alpha) {
+  check_on_device(x, "scale");
+  cuda::scale(x.data, x.dtype, alpha, x.numel(), stream_);
+}
+
+void CudaKernels::sum_squares(const Tensor& x, const Tensor& acc) {
+  ZT_CHECK(acc.numel() == 1, "sum_squares: acc must have one element");
+  check_dtype(acc, DType::f64, "sum_squares acc");
+  check_on_device(acc, "sum_squares acc");
+  check_on_device(x, "sum_squares x");
+  const int64_t n = x.numel();
+  cuda::sum_squares(x.data, x.dtype, n, static_cast<double*>(acc.data),
+                    scratch(cuda::sum_squares_workspace_bytes(n)), stream_);
+}
+
+void CudaKernels::check_overflow(const Tensor& x, const Tensor& flag) {
+  ZT_CHECK(flag.numel() == 1, "check_overflow: flag must have one element");
+  check_dtype(flag, DType::i32, "overflow flag");
+  check_on_device(flag, "overflow flag");
+  check_on_device(x, "check_overflow x");
+  cuda::check_overflow(x.data, x.dtype, x.numel(), static_cast<int32_t*>(flag.data), stream_);
+}
+
+}  // namespace zt

@@ -1,0 +1,107 @@
+// CudaKernels: the Kernels table on one GPU. Every call only enqueues work on
+// the kernels' stream (by default the CudaDevice's compute stream) and never
+// synchronises the host. Tensors must be in that GPU's memory; storage may be
+// f32, bf16 or f16 (f64 storage is CPU-only, except for cast), math is fp32.
+//
+// What runs where: matrix products on cuBLASLt (modules/cuda/matmul.cuh,
+// [Note: matmul precision]); LayerNorm, GELU, embedding, the element-wise ops
+// and the reductions on this folder's kernels; attention and the fused
+// classifier on attention.cuh and classifier.cuh. Every reduction is
+// deterministic (no atomics on floating-point values), so activation
+// checkpointing's recomputation is bit-identical to the forward.
+//
+// Workspace: calls given an Arena take their temporaries from it; bias_grad,
+// layernorm_bwd, embedding_bwd and sum_squares use a scratch buffer of this
+// object (MemTag::workspace) that grows to the largest request and is then
+// reused, so steady-state steps allocate nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "modules/kernels.hpp"
+#include "runtime/cuda/cuda_device.hpp"
+#include "runtime/cuda/cuda_handles.hpp"
+
+namespace zt {
+
+namespace cuda {
+class Matmul;
+}
+struct ClassifierBlas;
+
+struct CudaKernelsOptions {
+  // f32 x f32 products on TF32 tensor cores: faster, but ~1e-3 relative
+  // error instead of fp32's ~1e-6 (the parity tests keep it off).
+  bool allow_tf32 = false;
+  // Device memory cuBLASLt may use per product (NVIDIA advises 32 MiB on Hopper).
+  size_t cublaslt_workspace_bytes = size_t{32} << 20;
+  // Bound on the logits (and dlogits) the fused classifier holds at once.
+  size_t classifier_chunk_bytes = size_t{64} << 20;
+};
+
+class CudaKernels final : public Kernels {
+ public:
+  // Enqueues on dev.stream().
+  explicit CudaKernels(CudaDevice& dev, const CudaKernelsOptions& opts = {});
+  // Enqueues on `stream` (of dev's GPU). Memory that dev allocates is reused
+  // in dev.stream()'s order ([Note: caching allocator]): work on another
+  // stream must be ordered against it by the caller.
+  CudaKernels(CudaDevice& dev, cudaStream_t stream, const CudaKernelsOptions& opts = {});
+  ~CudaKernels() override;
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+
+  DeviceKind device() const override { return DeviceKind::cuda; }
+  cudaStream_t stream() const { return stream_; }
+  CudaDevice& cuda_device() const { return dev_; }
+
+  void matmul(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+              bool accumulate, const Tensor& bias = Tensor()) override;
+  void bias_grad(const Tensor& dbias, const Tensor& dout) override;
+
+  void layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
+                     const Tensor& b) override;
+  void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+
+  void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head) override;
+  void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                     const Tensor& lse, int n_head) override;
+
+  void gelu_fwd(const Tensor& out, const Tensor& x) override;
+  void gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& x) override;
+
+  void classifier_fwd(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x, const Tensor& w,
+                      const Tensor& targets) override;
+  void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss, const Tensor& x,
+                      const Tensor& w, const Tensor& targets, const Tensor& lse) override;
+
+  void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override;
+  void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) override;
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void cast(const Tensor& dst, const Tensor& src) override;
+  void zero(const Tensor& t) override;
+  void scale(const Tensor& x, double alpha) override;
+  void sum_squares(const Tensor& x, const Tensor& acc) override;
+  void check_overflow(const Tensor& x, const Tensor& flag) override;
+
+ private:
+  // The scratch buffer, grown to at least `bytes` (only ever grows).
+  void* scratch(size_t bytes);
+  // The cuBLASLt handle and workspace, as the classifier launchers take them.
+  ClassifierBlas blas() const;
+
+  CudaDevice& dev_;
+  cudaStream_t stream_;
+  CublasLtHandle lt_;
+  Buffer lt_workspace_;
+  std::unique_ptr<cuda::Matmul> matmul_;
+  Buffer scratch_;
+  size_t classifier_chunk_bytes_;
+};
+
+}  // namespace zt

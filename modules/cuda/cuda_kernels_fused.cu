@@ -1,0 +1,54 @@
+// CudaKernels: the fused attention and classifier, which delegate to their
+// launchers (attention.cuh, classifier.cuh) on the kernels' stream, sharing
+// this object's cuBLASLt handle and workspace.
+#include "modules/cuda/attention.cuh"
+#include "modules/cuda/classifier.cuh"
+#include "modules/cuda/common.cuh"
+#include "modules/cuda/cuda_kernels.hpp"
+#include "modules/cuda/elementwise.cuh"
+
+namespace zt {
+namespace {
+
+// The classifier takes x and w in one dtype. With f32 weights and 16-bit
+// activations, w is rounded to the activations' dtype in the arena (as
+// [Note: matmul precision] does for any mixed product).
+Tensor classifier_weight(Arena& ws, const Tensor& x, const Tensor& w, cudaStream_t stream) {
+  if (w.dtype == x.dtype) return w;
+  ZT_CHECK(w.dtype == DType::f32, "classifier: weight ", dtype_name(w.dtype), " with activations ",
+           dtype_name(x.dtype), " (weights must match the activations or be f32)");
+  const Tensor w16 = ws.alloc(x.dtype, w.shape);
+  cuda::cast(w16.data, w16.dtype, w.data, w.dtype, w.numel(), stream);
+  return w16;
+}
+
+}  // namespace
+
+void CudaKernels::attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head) {
+  attention_fwd_cuda(out, lse, qkv, n_head, stream_);
+}
+
+void CudaKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                const Tensor& out, const Tensor& lse, int n_head) {
+  attention_bwd_cuda(dqkv, dout, qkv, out, lse, n_head, ws, stream_);
+}
+
+void CudaKernels::classifier_fwd(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x,
+                                 const Tensor& w, const Tensor& targets) {
+  cuda::ArenaScope scope(ws);
+  const Tensor wx = classifier_weight(ws, x, w, stream_);
+  classifier_fwd_cuda(ws, losses, lse, x, wx, targets, blas(), stream_, classifier_chunk_bytes_);
+}
+
+void CudaKernels::classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
+                                 const Tensor& x, const Tensor& w, const Tensor& targets, const Tensor& lse) {
+  cuda::ArenaScope scope(ws);
+  const Tensor wx = classifier_weight(ws, x, w, stream_);
+  classifier_bwd_cuda(ws, dx, dw, dloss, x, wx, targets, lse, blas(), stream_, classifier_chunk_bytes_);
+}
+
+ClassifierBlas CudaKernels::blas() const {
+  return ClassifierBlas{lt_.get(), lt_workspace_.data(), lt_workspace_.bytes()};
+}
+
+}  // namespace zt

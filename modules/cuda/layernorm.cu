@@ -1,0 +1,221 @@
+// LayerNorm forward and backward. One warp per row for everything per row
+// (statistics, normalised output, dx); the parameter gradients dw, db are
+// column sums done by column_reduce.cuh.
+#include "modules/cuda/column_reduce.cuh"
+#include "modules/cuda/layernorm.cuh"
+
+namespace zt::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr float kEps = 1e-5f;
+
+// Visits the row's columns owned by `lane`, kVec at a time (kVecPath: C is a
+// multiple of kVec and every row start is vector-aligned) or one at a time.
+// f(c, k) is called for column c + k, k < width.
+template <bool kVecPath, typename F>
+__device__ __forceinline__ void for_lane_columns(int lane, int C, F&& f) {
+  if constexpr (kVecPath) {
+    for (int c = lane * kVec; c < C; c += 32 * kVec) f(c);
+  } else {
+    for (int c = lane; c < C; c += 32) f(c);
+  }
+}
+
+template <bool kVecPath, typename T>
+__device__ __forceinline__ void load_cols(const T* p, int c, float (&v)[kVecPath ? kVec : 1]) {
+  if constexpr (kVecPath) {
+    load_vec(p + c, v);
+  } else {
+    v[0] = to_float(p[c]);
+  }
+}
+
+template <typename TX, typename TW, bool kVecPath>
+__global__ void layernorm_fwd_kernel(TX* out, float* mean, float* rstd, const TX* x, const TW* w, const TW* b,
+                                     int64_t N, int C) {
+  constexpr int W = kVecPath ? kVec : 1;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const TX* xr = x + row * C;
+  float s = 0.0f;
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float v[W];
+    load_cols<kVecPath>(xr, c, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) s += v[k];
+  });
+  const float m = warp_sum(s) / static_cast<float>(C);
+  float var = 0.0f;
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float v[W];
+    load_cols<kVecPath>(xr, c, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float d = v[k] - m;
+      var += d * d;
+    }
+  });
+  const float r = 1.0f / sqrtf(warp_sum(var) / static_cast<float>(C) + kEps);
+  TX* orow = out + row * C;
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float v[W], wv[W], bv[W];
+    load_cols<kVecPath>(xr, c, v);
+    load_cols<kVecPath>(w, c, wv);
+    load_cols<kVecPath>(b, c, bv);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = (v[k] - m) * r * wv[k] + bv[k];
+    if constexpr (kVecPath) {
+      store_vec(orow + c, v);
+    } else {
+      orow[c] = from_float<TX>(v[0]);
+    }
+  });
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. dx may
+// alias dout: the first pass only reads, and in the second each element is
+// read and then written by the same lane.
+template <typename TX, typename TW, bool kVecPath>
+__global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dout, const TX* x, const TW* w,
+                                        const float* mean, const float* rstd, int64_t N, int C) {
+  constexpr int W = kVecPath ? kVec : 1;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const TX* xr = x + row * C;
+  const float* dr = dout + row * C;
+  float* dxr = dx + row * C;
+  const float m = mean[row], r = rstd[row];
+  float g_mean = 0.0f, gx_mean = 0.0f;
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float xv[W], dv[W], wv[W];
+    load_cols<kVecPath>(xr, c, xv);
+    load_cols<kVecPath>(dr, c, dv);
+    load_cols<kVecPath>(w, c, wv);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float g = dv[k] * wv[k];
+      g_mean += g;
+      gx_mean += g * (xv[k] - m) * r;
+    }
+  });
+  g_mean = warp_sum(g_mean) / static_cast<float>(C);
+  gx_mean = warp_sum(gx_mean) / static_cast<float>(C);
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float xv[W], dv[W], wv[W], old[W] = {};
+    load_cols<kVecPath>(xr, c, xv);
+    load_cols<kVecPath>(dr, c, dv);
+    load_cols<kVecPath>(w, c, wv);
+    if (accumulate) load_cols<kVecPath>(dxr, c, old);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float xhat = (xv[k] - m) * r;
+      const float v = (dv[k] * wv[k] - g_mean - xhat * gx_mean) * r;
+      dv[k] = accumulate ? old[k] + v : v;
+    }
+    if constexpr (kVecPath) {
+      store_vec(dxr + c, dv);
+    } else {
+      dxr[c] = dv[0];
+    }
+  });
+}
+
+// Column values of the parameter gradients: dw gets dout * xhat, db dout.
+template <typename TX>
+struct LayerNormParamLoad {
+  const float* dout;
+  const TX* x;
+  const float* mean;
+  const float* rstd;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[2]) const {
+    const float d = dout[r * cols + c];
+    v[0] = d * ((to_float(x[r * cols + c]) - mean[r]) * rstd[r]);
+    v[1] = d;
+  }
+};
+
+// Calls f(Type<TX>, Type<TW>) for TW = TX or TW = float.
+template <typename F>
+void with_ln_types(DType xt, DType wt, F&& f) {
+  with_float_type(xt, "layernorm x", [&](auto tx) {
+    using TX = typename decltype(tx)::type;
+    if (wt == xt) {
+      f(tx, tx);
+    } else if (wt == DType::f32) {
+      f(tx, Type<float>{});
+    } else {
+      ZT_THROW("layernorm: weights ", dtype_name(wt), " with activations ", dtype_name(xt),
+               " (weights must match the activations or be f32)");
+    }
+  });
+}
+
+template <typename TX, typename TW>
+bool ln_vec_ok(const void* x, const void* w, const void* b, const void* y, int64_t C) {
+  return C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<TW>(w) && vec_aligned<TW>(b) && vec_aligned<TX>(y);
+}
+
+}  // namespace
+
+void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt, const void* w, const void* b,
+                   DType wt, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N <= 0) return;
+  ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "layernorm: C = ", C);
+  const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  with_ln_types(xt, wt, [&](auto tx, auto tw) {
+    using TX = typename decltype(tx)::type;
+    using TW = typename decltype(tw)::type;
+    auto args = [&](auto kernel) {
+      kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(static_cast<TX*>(out), mean, rstd, static_cast<const TX*>(x),
+                                                       static_cast<const TW*>(w), static_cast<const TW*>(b), N,
+                                                       static_cast<int>(C));
+    };
+    if (ln_vec_ok<TX, TW>(x, w, b, out, C)) {
+      args(layernorm_fwd_kernel<TX, TW, true>);
+    } else {
+      args(layernorm_fwd_kernel<TX, TW, false>);
+    }
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C) {
+  return column_partials_floats(2, N, C) * sizeof(float);
+}
+
+void layernorm_bwd(float* dx, bool accumulate_dx, float* dw, float* db, const float* dout, const void* x,
+                   DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N, int64_t C,
+                   void* workspace, cudaStream_t stream) {
+  if (N <= 0) return;
+  ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "layernorm: C = ", C);
+  const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  with_ln_types(xt, wt, [&](auto tx, auto tw) {
+    using TX = typename decltype(tx)::type;
+    using TW = typename decltype(tw)::type;
+    // Parameter gradients first: dx may alias dout.
+    column_sums_into<2>(LayerNormParamLoad<TX>{dout, static_cast<const TX*>(x), mean, rstd, C}, dw, db,
+                        static_cast<float*>(workspace), N, C, stream);
+    auto args = [&](auto kernel) {
+      kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dout, static_cast<const TX*>(x),
+                                                       static_cast<const TW*>(w), mean, rstd, N,
+                                                       static_cast<int>(C));
+    };
+    const bool vec = ln_vec_ok<TX, TW>(x, w, w, x, C) && vec_aligned<float>(dx) && vec_aligned<float>(dout);
+    if (vec) {
+      args(layernorm_bwd_dx_kernel<TX, TW, true>);
+    } else {
+      args(layernorm_bwd_dx_kernel<TX, TW, false>);
+    }
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace zt::cuda

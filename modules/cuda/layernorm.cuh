@@ -1,0 +1,28 @@
+// LayerNorm over the last dimension (eps = 1e-5) on raw device pointers.
+// x and out share the storage dtype xt; w and b share wt, which is xt or f32;
+// mean, rstd and every gradient are fp32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.hpp"
+
+namespace zt::cuda {
+
+// out (N, C) = (x - mean) * rstd * w + b; mean, rstd (N). One warp per row,
+// two-pass variance (as the CPU reference).
+void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt, const void* w, const void* b,
+                   DType wt, int64_t N, int64_t C, cudaStream_t stream);
+
+// Bytes of workspace layernorm_bwd needs.
+size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C);
+// dx (N, C) = (or += when accumulate_dx) the input gradient; dw, db (C) +=.
+// dx may alias dout. dw and db are summed deterministically (no atomics).
+void layernorm_bwd(float* dx, bool accumulate_dx, float* dw, float* db, const float* dout, const void* x,
+                   DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N, int64_t C,
+                   void* workspace, cudaStream_t stream);
+
+}  // namespace zt::cuda

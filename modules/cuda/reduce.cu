@@ -1,0 +1,100 @@
+// Bias gradients and the sum of squares.
+#include "modules/cuda/column_reduce.cuh"
+#include "modules/cuda/reduce.cuh"
+
+namespace zt::cuda {
+namespace {
+
+struct DoutLoad {
+  const float* dout;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const { v[0] = dout[r * cols + c]; }
+};
+
+// [Note: deterministic sum of squares] A grid whose size depends on n alone
+// (kSumBlocks at most) writes one f64 partial per block: each thread sums its
+// grid-stride elements in order, the block adds its threads' sums by a fixed
+// tree; one warp then adds the partials in a fixed order.
+constexpr int kSumThreads = 256;
+constexpr int64_t kSumBlocks = 1024;
+
+int64_t sum_blocks(int64_t n) {
+  const int64_t per_block = int64_t{kSumThreads} * 32;  // at least 32 elements a thread
+  return std::min<int64_t>(kSumBlocks, std::max<int64_t>(1, (n + per_block - 1) / per_block));
+}
+
+__device__ double block_sum(double v) {
+  __shared__ double warp_sums[kSumThreads / 32];
+  v = warp_sum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  double s = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kSumThreads / 32; ++w) s += warp_sums[w];
+  }
+  return s;  // valid in thread 0
+}
+
+// vec: x is aligned to kVec elements (never for f64), so a thread reads 16
+// or 32 bytes at a time.
+template <typename T>
+__global__ void sum_squares_partial_kernel(const T* x, int64_t n, bool vec, double* partial) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  double s = 0;
+  int64_t done = 0;
+  if constexpr (sizeof(T) < 8) {
+    if (vec) {
+      const int64_t nv = n / kVec;
+      for (int64_t v = tid; v < nv; v += stride) {
+        float f[kVec];
+        load_vec(x + v * kVec, f);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s += static_cast<double>(f[k]) * f[k];
+      }
+      done = nv * kVec;
+    }
+  }
+  for (int64_t i = done + tid; i < n; i += stride) {
+    const double v = to_double(x[i]);
+    s += v * v;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_squares_finish_kernel(const double* partial, int64_t blocks, double* acc) {
+  double s = 0;
+  for (int64_t b = threadIdx.x; b < blocks; b += 32) s += partial[b];
+  s = warp_sum(s);
+  if (threadIdx.x == 0) *acc += s;
+}
+
+}  // namespace
+
+size_t bias_grad_workspace_bytes(int64_t rows, int64_t cols) {
+  return column_partials_floats(1, rows, cols) * sizeof(float);
+}
+
+void bias_grad(float* dbias, const float* dout, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
+  column_sums_into<1>(DoutLoad{dout, cols}, dbias, nullptr, static_cast<float*>(workspace), rows, cols, stream);
+}
+
+size_t sum_squares_workspace_bytes(int64_t n) { return static_cast<size_t>(sum_blocks(n)) * sizeof(double); }
+
+void sum_squares(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = sum_blocks(n);
+  double* partial = static_cast<double*>(workspace);
+  with_any_float_type(t, "sum_squares", [&](auto tx) {
+    using T = typename decltype(tx)::type;
+    sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, stream>>>(
+        static_cast<const T*>(x), n, vec_aligned<T>(x), partial);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+  sum_squares_finish_kernel<<<1, 32, 0, stream>>>(partial, blocks, acc);
+  ZT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace zt::cuda

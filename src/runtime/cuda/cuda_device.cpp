@@ -1,0 +1,176 @@
+#include "runtime/cuda/cuda_device.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/cuda/cuda_check.hpp"
+
+namespace zt {
+namespace {
+
+// Makes a device current for one scope and restores the previous one, so a
+// CudaDevice works whatever device the calling thread last selected.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int ordinal) {
+    ZT_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != ordinal) ZT_CUDA_CHECK(cudaSetDevice(ordinal));
+    changed_ = prev_ != ordinal;
+  }
+  ~DeviceGuard() {
+    if (changed_) (void)cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+constexpr size_t kSmallLimit = size_t{1} << 20;  // up to here: 512 B classes
+constexpr size_t kSmallRound = 512;
+constexpr size_t kLargeRound = size_t{2} << 20;
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: not an error here
+    return 0;
+  }
+  return n;
+}
+
+int select_cuda_device(int local_rank) {
+  ZT_CHECK(local_rank >= 0, "local rank must be >= 0, got ", local_rank);
+  const int n = cuda_device_count();
+  if (n == 0) ZT_THROW("no CUDA device is visible to this process (local rank ", local_rank, ")");
+  const int dev = local_rank % n;
+  ZT_CUDA_CHECK(cudaSetDevice(dev));
+  return dev;
+}
+
+// ---- CudaDevice ------------------------------------------------------------
+
+size_t CudaDevice::size_class(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  const size_t round = bytes <= kSmallLimit ? kSmallRound : kLargeRound;
+  return (bytes + round - 1) / round * round;
+}
+
+CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
+  const int n = cuda_device_count();
+  ZT_CHECK(ordinal >= 0 && ordinal < n, "CUDA device ", ordinal, " requested, ", n, " visible");
+  ZT_CUDA_CHECK(cudaSetDevice(ordinal));
+  stream_ = CudaStream::create(/*non_blocking=*/true);
+}
+
+CudaDevice::~CudaDevice() {
+  if (cudaSetDevice(ordinal_) == cudaSuccess) (void)cudaDeviceSynchronize();
+  release_cached();
+  for (auto& [p, cls] : held_) (void)cudaFree(p);
+  held_.clear();
+}
+
+void* CudaDevice::raw_allocate(size_t bytes) {
+  const size_t cls = size_class(bytes);
+  auto it = free_.find(cls);
+  if (it != free_.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= cls;
+    held_.emplace(p, cls);
+    return p;
+  }
+  DeviceGuard guard(ordinal_);
+  void* p = nullptr;
+  cudaError_t st = cudaMalloc(&p, cls);
+  if (st == cudaErrorMemoryAllocation && cached_ > 0) {
+    (void)cudaGetLastError();  // clear it: later launch checks must not see it
+    empty_cache();
+    st = cudaMalloc(&p, cls);
+  }
+  if (st == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;  // Device::allocate reports the tag and the usage
+  }
+  ZT_CUDA_CHECK(st);
+  held_.emplace(p, cls);
+  reserved_ += cls;
+  if (reserved_ > peak_reserved_) peak_reserved_ = reserved_;
+  return p;
+}
+
+void CudaDevice::raw_deallocate(void* p, size_t bytes) noexcept {
+  auto it = held_.find(p);
+  if (it == held_.end() || it->second != size_class(bytes)) {
+    // A pointer this device never handed out, or a wrong size: the caller's
+    // bookkeeping is broken and continuing would corrupt the cache.
+    std::fprintf(stderr, "CudaDevice %d: deallocate(%p, %zu) of a block it does not hold\n", ordinal_, p,
+                 bytes);
+    std::abort();
+  }
+  const size_t cls = it->second;
+  held_.erase(it);
+  free_[cls].push_back(p);
+  cached_ += cls;
+}
+
+void CudaDevice::release_cached() noexcept {
+  for (auto& [cls, blocks] : free_) {
+    for (void* p : blocks) {
+      (void)cudaFree(p);
+      reserved_ -= cls;
+    }
+  }
+  free_.clear();
+  cached_ = 0;
+}
+
+void CudaDevice::empty_cache() {
+  DeviceGuard guard(ordinal_);
+  ZT_CUDA_CHECK(cudaDeviceSynchronize());
+  release_cached();
+}
+
+void CudaDevice::memset_zero(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_.get()));
+}
+
+void CudaDevice::copy_to_host(void* host_dst, const void* dev_src, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDefault, stream_.get()));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+void CudaDevice::copy_from_host(void* dev_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyDefault, stream_.get()));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+void CudaDevice::synchronize() { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+// ---- PinnedHostDevice ----------------------------------------------------------
+
+void* PinnedHostDevice::raw_allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t st = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (st == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  ZT_CUDA_CHECK(st);
+  return p;
+}
+
+void PinnedHostDevice::raw_deallocate(void* p, size_t) noexcept { (void)cudaFreeHost(p); }
+void PinnedHostDevice::memset_zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+void PinnedHostDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void PinnedHostDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+}  // namespace zt

@@ -1,0 +1,59 @@
+#include "runtime/cuda/cuda_handles.hpp"
+
+#include "runtime/cuda/cuda_check.hpp"
+
+namespace zt {
+
+CudaStream CudaStream::create(bool non_blocking, int priority) {
+  CudaStream s;
+  ZT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.s_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault,
+                                             priority));
+  return s;
+}
+void CudaStream::synchronize() const { ZT_CUDA_CHECK(cudaStreamSynchronize(s_)); }
+void CudaStream::wait(cudaEvent_t event) const { ZT_CUDA_CHECK(cudaStreamWaitEvent(s_, event, 0)); }
+void CudaStream::reset() noexcept {
+  if (s_ != nullptr) {
+    (void)cudaStreamDestroy(s_);
+    s_ = nullptr;
+  }
+}
+
+CudaEvent CudaEvent::create(bool timing) {
+  CudaEvent e;
+  ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e.e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return e;
+}
+void CudaEvent::record(cudaStream_t stream) const { ZT_CUDA_CHECK(cudaEventRecord(e_, stream)); }
+void CudaEvent::synchronize() const { ZT_CUDA_CHECK(cudaEventSynchronize(e_)); }
+bool CudaEvent::ready() const {
+  const cudaError_t st = cudaEventQuery(e_);
+  if (st == cudaErrorNotReady) return false;  // not an error, and not recorded as one
+  ZT_CUDA_CHECK(st);
+  return true;
+}
+float CudaEvent::elapsed_ms(const CudaEvent& start, const CudaEvent& stop) {
+  float ms = 0;
+  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, stop.e_));
+  return ms;
+}
+void CudaEvent::reset() noexcept {
+  if (e_ != nullptr) {
+    (void)cudaEventDestroy(e_);
+    e_ = nullptr;
+  }
+}
+
+CublasLtHandle CublasLtHandle::create() {
+  CublasLtHandle h;
+  ZT_CUBLAS_CHECK(cublasLtCreate(&h.h_));
+  return h;
+}
+void CublasLtHandle::reset() noexcept {
+  if (h_ != nullptr) {
+    (void)cublasLtDestroy(h_);
+    h_ = nullptr;
+  }
+}
+
+}  // namespace zt

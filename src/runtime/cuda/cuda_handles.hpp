@@ -1,0 +1,97 @@
+// Move-only RAII owners of CUDA streams, events and the cuBLASLt handle.
+// Functions take the raw handle (get()) as a cheap non-owning view.
+// Destructors never throw: a failure to destroy is ignored (the context may
+// already be gone at process exit).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace zt {
+
+class CudaStream {
+ public:
+  CudaStream() = default;  // empty: owns nothing
+  // A stream on the current device; non-blocking streams do not synchronise
+  // with the legacy default stream.
+  static CudaStream create(bool non_blocking = true, int priority = 0);
+  ~CudaStream() { reset(); }
+  CudaStream(CudaStream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  CudaStream& operator=(CudaStream&& o) noexcept {
+    if (this != &o) {
+      reset();
+      s_ = std::exchange(o.s_, nullptr);
+    }
+    return *this;
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  cudaStream_t get() const { return s_; }
+  explicit operator bool() const { return s_ != nullptr; }
+  void synchronize() const;
+  // Work later queued on this stream waits for `event`.
+  void wait(cudaEvent_t event) const;
+  void reset() noexcept;
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class CudaEvent {
+ public:
+  CudaEvent() = default;
+  // timing=false gives the cheaper cudaEventDisableTiming event for ordering.
+  static CudaEvent create(bool timing = false);
+  ~CudaEvent() { reset(); }
+  CudaEvent(CudaEvent&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  CudaEvent& operator=(CudaEvent&& o) noexcept {
+    if (this != &o) {
+      reset();
+      e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  cudaEvent_t get() const { return e_; }
+  explicit operator bool() const { return e_ != nullptr; }
+  void record(cudaStream_t stream) const;
+  void synchronize() const;
+  bool ready() const;  // cudaEventQuery: true when the recorded work is done
+  // Milliseconds between two recorded timing events.
+  static float elapsed_ms(const CudaEvent& start, const CudaEvent& stop);
+  void reset() noexcept;
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+class CublasLtHandle {
+ public:
+  CublasLtHandle() = default;
+  static CublasLtHandle create();
+  ~CublasLtHandle() { reset(); }
+  CublasLtHandle(CublasLtHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  CublasLtHandle& operator=(CublasLtHandle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  CublasLtHandle(const CublasLtHandle&) = delete;
+  CublasLtHandle& operator=(const CublasLtHandle&) = delete;
+
+  cublasLtHandle_t get() const { return h_; }
+  explicit operator bool() const { return h_ != nullptr; }
+  void reset() noexcept;
+
+ private:
+  cublasLtHandle_t h_ = nullptr;
+};
+
+}  // namespace zt

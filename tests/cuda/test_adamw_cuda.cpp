@@ -1,0 +1,109 @@
+// The fused GPU AdamW against the CPU's adamw_update on random data: the
+// same operation order on both sides ([Note: AdamW formula]), so parameters,
+// m, v and the working copy must agree bit for bit.
+#include <cstring>
+#include <tuple>
+
+#include "cuda_test_support.hpp"
+#include "modules/cuda/adamw.cuh"
+#include "optim/adamw.hpp"
+
+namespace zt::test {
+namespace {
+
+struct AdamWCase {
+  double beta1;  // 0.9: lerp from the start; 0.3: aten's other lerp branch
+  bool decay;
+  int64_t step;
+  DType copy;  // f32 here means "no working copy"
+  int64_t offset;
+};
+
+// Elements of two arrays whose bits differ.
+int64_t bit_mismatches(const void* a, const void* b, int64_t n, size_t elem) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::memcmp(static_cast<const char*>(a) + i * elem, static_cast<const char*>(b) + i * elem, elem) != 0) ++bad;
+  }
+  return bad;
+}
+
+using CudaAdamW = GpuFixture;
+
+TEST_F(CudaAdamW, MatchesCpuBitForBit) {
+  const int64_t n = 1000003;  // odd: vector body and scalar tail
+  const AdamWCase cases[] = {
+      {0.9, true, 1, DType::f32, 0},   {0.9, false, 7, DType::bf16, 0}, {0.3, true, 3, DType::f16, 0},
+      {0.9, true, 1000, DType::bf16, 1}, {0.3, false, 2, DType::f32, 1},
+  };
+  for (const AdamWCase& c : cases) {
+    AdamWParams hp;
+    hp.lr = 3e-4;
+    hp.beta1 = c.beta1;
+    hp.beta2 = 0.95;
+    hp.eps = 1e-8;
+    hp.weight_decay = 0.1;
+    const float grad_scale = 0.37f;
+    // Random state as after some steps: v >= 0.
+    const Tensor p = host_random(DType::f32, Shape{n}), g = host_random(DType::f32, Shape{n}, 4.0);
+    const Tensor m = host_random(DType::f32, Shape{n}, 0.1), v = host_random(DType::f32, Shape{n}, 0.01);
+    float* vh = v.as<float>();
+    for (int64_t i = 0; i < n; ++i) vh[i] = std::fabs(vh[i]);
+    const Tensor p_d = to_gpu(p, c.offset), g_d = to_gpu(g, c.offset), m_d = to_gpu(m, c.offset),
+                 v_d = to_gpu(v, c.offset);
+    const bool with_copy = c.copy != DType::f32;
+    const Tensor copy = host_tensor(c.copy, Shape{n});
+    const Tensor copy_d = gpu_tensor(c.copy, Shape{n});
+    if (with_copy) poison(copy_d);
+
+    if (c.copy == DType::bf16) {
+      adamw_update(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, hp, c.step, grad_scale, c.decay,
+                   static_cast<bf16*>(copy.data));
+    } else if (c.copy == DType::f16) {
+      adamw_update(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, hp, c.step, grad_scale, c.decay,
+                   static_cast<f16*>(copy.data));
+    } else {
+      adamw_update(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, hp, c.step, grad_scale, c.decay);
+    }
+    adamw_update_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
+                      static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, hp, c.step, grad_scale,
+                      c.decay, with_copy ? copy_d.data : nullptr, c.copy, gpu->stream());
+
+    const std::string what = "beta1 " + std::to_string(c.beta1) + " decay " + std::to_string(c.decay) + " step " +
+                             std::to_string(c.step) + " copy " + dtype_name(c.copy) + " offset " +
+                             std::to_string(c.offset);
+    for (const auto& [host_t, dev_t, name] : {std::make_tuple(p, p_d, "param"), std::make_tuple(m, m_d, "m"),
+                                              std::make_tuple(v, v_d, "v")}) {
+      std::vector<float> back(static_cast<size_t>(n));
+      gpu->copy_to_host(back.data(), dev_t.data, dev_t.bytes());
+      EXPECT_EQ(bit_mismatches(back.data(), host_t.data, n, 4), 0) << name << ", " << what;
+    }
+    if (with_copy) {
+      std::vector<char> back(copy_d.bytes());
+      gpu->copy_to_host(back.data(), copy_d.data, copy_d.bytes());
+      EXPECT_EQ(bit_mismatches(back.data(), copy.data, n, 2), 0) << "working copy, " << what;
+    }
+  }
+}
+
+TEST_F(CudaAdamW, FloatWorkingCopyIsTheParameters) {
+  const int64_t n = 77;
+  AdamWParams hp;
+  const Tensor p = host_random(DType::f32, Shape{n}), g = host_random(DType::f32, Shape{n});
+  const Tensor p_d = to_gpu(p), g_d = to_gpu(g), m_d = gpu_tensor(DType::f32, Shape{n}),
+               v_d = gpu_tensor(DType::f32, Shape{n}), copy_d = gpu_tensor(DType::f32, Shape{n});
+  gpu_k->zero(m_d);
+  gpu_k->zero(v_d);
+  poison(copy_d);
+  adamw_update_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
+                    static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, hp, 1, 1.0f, true, copy_d.data,
+                    DType::f32, gpu->stream());
+  EXPECT_EQ(max_abs_diff(values(copy_d), values(p_d)), 0.0);
+  EXPECT_THROW(adamw_update_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
+                                 static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, hp, 0, 1.0f, true,
+                                 nullptr, DType::f32, gpu->stream()),
+               Error);
+}
+
+}  // namespace
+}  // namespace zt::test

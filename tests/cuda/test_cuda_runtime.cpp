@@ -1,0 +1,179 @@
+// CudaDevice (caching allocator, tagged accounting, copies), PinnedHostDevice,
+// the RAII handles and device selection. Tests that need a GPU skip without one.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/cuda_device.hpp"
+#include "runtime/cuda/cuda_handles.hpp"
+
+#define ZT_REQUIRE_GPU()                                                  \
+  do {                                                                    \
+    if (::zt::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+namespace zt {
+namespace {
+
+constexpr int kParams = static_cast<int>(MemTag::params);
+constexpr int kGrads = static_cast<int>(MemTag::grads);
+
+TEST(CudaRuntime, DeviceCountNeverThrows) {
+  int n = -1;
+  EXPECT_NO_THROW(n = cuda_device_count());
+  EXPECT_GE(n, 0);  // 0 without a driver or a device: the GPU tests skip on it
+}
+
+TEST(CudaRuntime, SizeClasses) {
+  EXPECT_EQ(CudaDevice::size_class(0), 512u);
+  EXPECT_EQ(CudaDevice::size_class(1), 512u);
+  EXPECT_EQ(CudaDevice::size_class(512), 512u);
+  EXPECT_EQ(CudaDevice::size_class(513), 1024u);
+  EXPECT_EQ(CudaDevice::size_class(size_t{1} << 20), size_t{1} << 20);
+  EXPECT_EQ(CudaDevice::size_class((size_t{1} << 20) + 1), size_t{2} << 20);
+  EXPECT_EQ(CudaDevice::size_class((size_t{5} << 20) + 3), size_t{6} << 20);
+}
+
+TEST(CudaRuntime, CachingAllocatorReusesBlocksAndAccountsByTag) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  EXPECT_EQ(dev.kind(), DeviceKind::cuda);
+  void* p = nullptr;
+  {
+    Buffer a(dev, 1000, MemTag::params);
+    p = a.data();
+    EXPECT_EQ(dev.stats().current[kParams], 1000u);
+    EXPECT_EQ(dev.reserved_bytes(), 1024u);
+    Buffer g(dev, size_t{3} << 20, MemTag::grads);
+    EXPECT_EQ(dev.stats().current_total, 1000u + (size_t{3} << 20));
+    EXPECT_EQ(dev.reserved_bytes(), 1024u + (size_t{4} << 20));
+  }
+  // Freed blocks stay cached: the accounting of what callers hold drops,
+  // reserved memory does not.
+  EXPECT_EQ(dev.stats().current_total, 0u);
+  EXPECT_EQ(dev.stats().peak[kParams], 1000u);
+  EXPECT_EQ(dev.stats().peak[kGrads], size_t{3} << 20);
+  EXPECT_EQ(dev.cached_bytes(), 1024u + (size_t{4} << 20));
+  {
+    Buffer b(dev, 900, MemTag::activations);  // same size class: the same block
+    EXPECT_EQ(b.data(), p);
+    EXPECT_EQ(dev.reserved_bytes(), 1024u + (size_t{4} << 20));
+    dev.empty_cache();  // drops only the cached 4 MiB block
+    EXPECT_EQ(dev.reserved_bytes(), 1024u);
+    EXPECT_EQ(dev.cached_bytes(), 0u);
+  }
+  dev.empty_cache();
+  EXPECT_EQ(dev.reserved_bytes(), 0u);
+  EXPECT_GE(dev.peak_reserved_bytes(), 1024u + (size_t{4} << 20));
+}
+
+TEST(CudaRuntime, OutOfMemoryThrowsAndLeavesNoStickyError) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  Buffer keep(dev, 4096, MemTag::params);
+  { Buffer cached(dev, 8192, MemTag::workspace); }
+  try {
+    Buffer huge(dev, size_t{1} << 52, MemTag::activations);  // 4 PiB
+    FAIL() << "allocation of 4 PiB succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("activations"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(dev.cached_bytes(), 0u) << "the cache is emptied before giving up";
+  EXPECT_EQ(dev.stats().current_total, 4096u);
+}
+
+TEST(CudaRuntime, CopiesAndMemset) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  const size_t n = 100003;
+  std::vector<float> src(n), back(n, -1.0f);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i) * 0.5f;
+  Buffer d(dev, DType::f32, Shape{static_cast<int64_t>(n)}, MemTag::activations);
+  EXPECT_EQ(d.tensor().device, DeviceKind::cuda);
+  dev.copy_from_host(d.data(), src.data(), n * 4);
+  dev.copy_to_host(back.data(), d.data(), n * 4);
+  EXPECT_EQ(0, std::memcmp(src.data(), back.data(), n * 4));
+  dev.memset_zero(static_cast<char*>(d.data()) + 4, (n - 2) * 4);
+  dev.copy_to_host(back.data(), d.data(), n * 4);
+  EXPECT_EQ(back[0], src[0]);
+  EXPECT_EQ(back[n - 1], src[n - 1]);
+  for (size_t i = 1; i + 1 < n; ++i) ASSERT_EQ(back[i], 0.0f) << i;
+  dev.synchronize();
+}
+
+TEST(CudaRuntime, PinnedHostMemory) {
+  ZT_REQUIRE_GPU();
+  PinnedHostDevice pinned;
+  CudaDevice dev(0);
+  Buffer h(pinned, 1 << 20, MemTag::offload);
+  EXPECT_EQ(pinned.stats().current[static_cast<int>(MemTag::offload)], size_t{1} << 20);
+  EXPECT_EQ(h.tensor().device, DeviceKind::cpu);
+  cudaPointerAttributes attr{};
+  ZT_CUDA_CHECK(cudaPointerGetAttributes(&attr, h.data()));
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "pinned memory must be registered with CUDA";
+  std::memset(h.data(), 0x5a, h.bytes());
+  Buffer d(dev, h.bytes(), MemTag::comm);
+  CudaStream s = CudaStream::create();
+  ZT_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.bytes(), cudaMemcpyHostToDevice, s.get()));
+  s.synchronize();
+  pinned.memset_zero(h.data(), h.bytes());
+  std::vector<unsigned char> back(h.bytes());
+  dev.copy_to_host(back.data(), d.data(), h.bytes());
+  for (size_t i = 0; i < back.size(); i += 4099) ASSERT_EQ(back[i], 0x5a) << i;
+  EXPECT_EQ(static_cast<unsigned char*>(h.data())[7], 0);
+}
+
+TEST(CudaRuntime, StreamsEventsAndHandlesAreMoveOnlyOwners) {
+  ZT_REQUIRE_GPU();
+  ZT_CUDA_CHECK(cudaSetDevice(0));
+  CudaStream a = CudaStream::create();
+  EXPECT_TRUE(static_cast<bool>(a));
+  CudaStream b = std::move(a);
+  EXPECT_FALSE(static_cast<bool>(a));
+  EXPECT_TRUE(static_cast<bool>(b));
+  CudaEvent start = CudaEvent::create(true), stop = CudaEvent::create(true);
+  start.record(b.get());
+  stop.record(b.get());
+  stop.synchronize();
+  EXPECT_TRUE(stop.ready());
+  EXPECT_GE(CudaEvent::elapsed_ms(start, stop), 0.0f);
+  CudaEvent order = CudaEvent::create();
+  order.record(b.get());
+  CudaStream c = CudaStream::create();
+  c.wait(order.get());
+  c.synchronize();
+  CublasLtHandle h = CublasLtHandle::create();
+  CublasLtHandle h2 = std::move(h);
+  EXPECT_FALSE(static_cast<bool>(h));
+  EXPECT_TRUE(static_cast<bool>(h2));
+}
+
+TEST(CudaRuntime, SelectDeviceByLocalRank) {
+  ZT_REQUIRE_GPU();
+  const int n = cuda_device_count();
+  for (int rank : {0, 1, 5}) {
+    EXPECT_EQ(select_cuda_device(rank), rank % n);
+    int cur = -1;
+    ZT_CUDA_CHECK(cudaGetDevice(&cur));
+    EXPECT_EQ(cur, rank % n);
+  }
+  ZT_CUDA_CHECK(cudaSetDevice(0));
+}
+
+TEST(CudaRuntime, ErrorsCarryTheCudaName) {
+  ZT_REQUIRE_GPU();
+  try {
+    ZT_CUDA_CHECK(cudaSetDevice(1 << 20));
+    FAIL() << "cudaSetDevice of a missing device succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaErrorInvalidDevice"), std::string::npos) << e.what();
+  }
+  (void)cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,213 @@
+// Parity of CudaKernels with CpuKernels: matrix products, bias gradients,
+// LayerNorm and the embedding. Fresh random inputs on every run, GPU outputs
+// poisoned with NaN before each call (every element must be written), and
+// the error bounds of [Note: parity tolerances].
+#include "cuda_test_support.hpp"
+
+namespace zt::test {
+namespace {
+
+const DType kStorage[] = {DType::f32, DType::bf16, DType::f16};
+
+struct CudaDense : GpuFixture {
+  // Runs one matmul on both sides and returns the relative error.
+  double matmul_case(int64_t M, int64_t N, int64_t K, DType ta_t, DType tb_t, DType out_t, bool ta, bool tb,
+                     bool acc, bool bias, DType bias_t, int64_t offset) {
+    const Tensor a = host_random(ta_t, ta ? Shape{K, M} : Shape{M, K});
+    const Tensor b = host_random(tb_t, tb ? Shape{N, K} : Shape{K, N});
+    const Tensor bh = bias ? host_random(bias_t, Shape{N}) : Tensor();
+    const Tensor out = host_random(out_t, Shape{M, N});
+    const Tensor a_d = to_gpu(a, offset), b_d = to_gpu(b, offset), out_d = to_gpu(out, offset);
+    const Tensor bias_d = bias ? to_gpu(bh, offset) : Tensor();
+    if (!acc) poison(out_d);
+    cpu_k->matmul(*host_ws, out, a, ta, b, tb, acc, bh);
+    gpu_k->matmul(*gpu_ws, out_d, a_d, ta, b_d, tb, acc, bias_d);
+    return rel_error(values(out_d), values(out));
+  }
+};
+
+TEST_F(CudaDense, MatmulSameTypeAllTransposesAccumulateBias) {
+  // Odd sizes (unaligned leading dimensions) and aligned ones.
+  const int64_t sizes[2][3] = {{37, 45, 29}, {128, 192, 256}};
+  for (DType t : kStorage) {
+    for (const auto& s : sizes) {
+      for (int mask = 0; mask < 16; ++mask) {
+        const bool ta = mask & 1, tb = mask & 2, acc = mask & 4, bias = mask & 8;
+        const double err = matmul_case(s[0], s[1], s[2], t, t, t, ta, tb, acc, bias, t, 0);
+        EXPECT_LT(err, tolerance(t)) << dtype_name(t) << " " << s[0] << "x" << s[1] << "x" << s[2] << " ta " << ta
+                                     << " tb " << tb << " acc " << acc << " bias " << bias;
+      }
+    }
+  }
+}
+
+TEST_F(CudaDense, MatmulMixedTypesAsInTraining) {
+  struct Case {
+    DType a, b, out, bias;
+    bool ta, tb, acc, bias_on;
+    const char* what;
+  };
+  const Case cases[] = {
+      {DType::f32, DType::bf16, DType::f32, DType::f32, false, false, false, false, "dx = dout W (bf16 W)"},
+      {DType::f32, DType::bf16, DType::f32, DType::f32, true, false, true, false, "dW += dout^T x (bf16 x)"},
+      {DType::bf16, DType::f32, DType::bf16, DType::f32, false, true, false, true, "y = x W^T + b (f32 params)"},
+      {DType::bf16, DType::f32, DType::bf16, DType::f32, false, true, true, true, "res += x W^T + b (f32 params)"},
+      {DType::bf16, DType::bf16, DType::f32, DType::f32, true, false, true, false, "f32 out from bf16"},
+      {DType::f16, DType::f16, DType::f32, DType::f32, true, false, true, false, "f32 out from f16"},
+      {DType::f32, DType::f16, DType::f32, DType::f32, false, false, false, false, "dx = dout W (f16 W)"},
+      {DType::f32, DType::f32, DType::bf16, DType::f32, false, true, true, true, "f32 inputs, bf16 out"},
+      {DType::bf16, DType::f16, DType::f16, DType::f16, false, false, false, true, "bf16 with f16"},
+  };
+  for (const Case& c : cases) {
+    for (int64_t offset : {0, 1}) {
+      const double err = matmul_case(96, 80, 72, c.a, c.b, c.out, c.ta, c.tb, c.acc, c.bias_on, c.bias, offset);
+      EXPECT_LT(err, 1e-2) << c.what << " offset " << offset;
+    }
+  }
+}
+
+TEST_F(CudaDense, MatmulMisalignedPointersAndEmptyK) {
+  for (DType t : kStorage) {
+    // Pointers off by one element: other algorithms, and the bias fallback.
+    for (int mask = 0; mask < 4; ++mask) {
+      const double err = matmul_case(64, 48, 40, t, t, t, mask & 1, false, mask & 2, true, t, 1);
+      EXPECT_LT(err, tolerance(t)) << dtype_name(t) << " misaligned, mask " << mask;
+    }
+    // K = 0: out = [out +] bias, or zeros. (a is stored (K, M): a matrix
+    // (M, 0) would have no rows in the Tensor-as-matrix reading.)
+    for (int mask = 0; mask < 4; ++mask) {
+      const double err = matmul_case(5, 7, 0, t, t, t, true, false, mask & 1, mask & 2, t, 0);
+      EXPECT_LT(err, tolerance(t)) << dtype_name(t) << " K = 0, mask " << mask;
+    }
+  }
+}
+
+TEST_F(CudaDense, BiasGradIsExactSumAndDeterministic) {
+  for (int64_t R : {1, 1000, 4099}) {
+    for (int64_t N : {77, 768}) {
+      const Tensor dout = host_random(DType::f32, Shape{R, N});
+      const Tensor db = host_random(DType::f32, Shape{N});
+      const Tensor dout_d = to_gpu(dout), db_d = to_gpu(db), db2_d = to_gpu(db);
+      cpu_k->bias_grad(db, dout);
+      gpu_k->bias_grad(db_d, dout_d);
+      gpu_k->bias_grad(db2_d, dout_d);
+      const std::vector<double> g = values(db_d);
+      EXPECT_LT(rel_error(g, values(db)), 1e-5) << R << "x" << N;
+      EXPECT_EQ(max_abs_diff(g, values(db2_d)), 0.0) << "bias_grad must be deterministic";
+    }
+  }
+}
+
+TEST_F(CudaDense, LayerNormForward) {
+  for (DType xt : kStorage) {
+    for (DType wt : {xt, DType::f32}) {
+      for (int64_t C : {768, 75}) {  // vector and scalar paths
+        const int64_t N = 67;
+        const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(wt, Shape{C}), b = host_random(wt, Shape{C});
+        const Tensor out = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
+                     rstd = host_tensor(DType::f32, Shape{N});
+        const Tensor out_d = gpu_tensor(xt, Shape{N, C}), mean_d = gpu_tensor(DType::f32, Shape{N}),
+                     rstd_d = gpu_tensor(DType::f32, Shape{N});
+        for (const Tensor* t : {&out_d, &mean_d, &rstd_d}) poison(*t);
+        cpu_k->layernorm_fwd(out, mean, rstd, x, w, b);
+        gpu_k->layernorm_fwd(out_d, mean_d, rstd_d, to_gpu(x), to_gpu(w), to_gpu(b));
+        const std::string what = std::string(dtype_name(xt)) + "/" + dtype_name(wt) + " C " + std::to_string(C);
+        EXPECT_LT(rel_error(values(out_d), values(out)), tolerance(xt)) << what;
+        EXPECT_LT(rel_error(values(mean_d), values(mean)), 1e-5) << what;
+        EXPECT_LT(rel_error(values(rstd_d), values(rstd)), 1e-5) << what;
+      }
+    }
+  }
+}
+
+TEST_F(CudaDense, LayerNormBackward) {
+  for (DType xt : kStorage) {
+    for (DType wt : {xt, DType::f32}) {
+      for (int64_t C : {768, 75}) {
+        for (int mode = 0; mode < 3; ++mode) {  // write dx, accumulate into dx, dx aliasing dout
+          const int64_t N = 203;
+          const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(wt, Shape{C}), b = host_random(wt, Shape{C});
+          const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
+                       rstd = host_tensor(DType::f32, Shape{N});
+          cpu_k->layernorm_fwd(y, mean, rstd, x, w, b);
+          const Tensor dout = host_random(DType::f32, Shape{N, C});
+          const Tensor dx = mode == 2 ? dout : host_random(DType::f32, Shape{N, C});
+          const Tensor dw = host_random(DType::f32, Shape{C}), db = host_random(DType::f32, Shape{C});
+          const Tensor dout_d = to_gpu(dout);
+          const Tensor dx_d = mode == 2 ? dout_d : to_gpu(dx);
+          const Tensor dw_d = to_gpu(dw), db_d = to_gpu(db);
+          if (mode == 0) poison(dx_d);
+          const bool acc = mode == 1;
+          cpu_k->layernorm_bwd(dx, acc, dw, db, dout, x, w, mean, rstd);
+          gpu_k->layernorm_bwd(dx_d, acc, dw_d, db_d, dout_d, to_gpu(x), to_gpu(w), to_gpu(mean), to_gpu(rstd));
+          const std::string what = std::string(dtype_name(xt)) + "/" + dtype_name(wt) + " C " +
+                                   std::to_string(C) + " mode " + std::to_string(mode);
+          // All fp32 arithmetic on identical inputs.
+          EXPECT_LT(rel_error(values(dx_d), values(dx)), 1e-5) << what;
+          EXPECT_LT(rel_error(values(dw_d), values(dw)), 1e-5) << what;
+          EXPECT_LT(rel_error(values(db_d), values(db)), 1e-5) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaDense, EmbeddingForwardAndExactBackward) {
+  const int64_t B = 4, T = 33, Tmax = 40, V = 13;  // few tokens: many repeats
+  for (DType wt : kStorage) {
+    for (DType ot : {wt, DType::bf16}) {
+      for (int64_t C : {64, 36}) {
+        const Tensor tok = host_tensor(DType::i32, Shape{B, T});
+        fill_tokens(tok, rng_key(seed, ++draws), static_cast<int>(V));
+        const Tensor wte = host_random(wt, Shape{V, C}), wpe = host_random(wt, Shape{Tmax, C});
+        const Tensor out = host_tensor(ot, Shape{B, T, C});
+        const Tensor tok_d = to_gpu(tok), out_d = gpu_tensor(ot, Shape{B, T, C});
+        poison(out_d);
+        cpu_k->embedding_fwd(out, tok, wte, wpe);
+        gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), to_gpu(wpe));
+        const std::string what = std::string(dtype_name(wt)) + " -> " + dtype_name(ot) + " C " + std::to_string(C);
+        // One sum of two values, rounded once: the same on both sides.
+        EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << what;
+
+        const Tensor dout = host_random(DType::f32, Shape{B, T, C});
+        const Tensor dwte = host_random(DType::f32, Shape{V, C}), dwpe = host_random(DType::f32, Shape{Tmax, C});
+        const Tensor dwte_d = to_gpu(dwte), dwpe_d = to_gpu(dwpe);
+        cpu_k->embedding_bwd(dwte, dwpe, dout, tok);
+        gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), tok_d);
+        // [Note: embedding backward]: the CPU's order of additions, bit for bit.
+        EXPECT_EQ(max_abs_diff(values(dwte_d), values(dwte)), 0.0) << what;
+        EXPECT_EQ(max_abs_diff(values(dwpe_d), values(dwpe)), 0.0) << what;
+      }
+    }
+  }
+}
+
+TEST_F(CudaDense, EmbeddingBadTokenGivesNanRowNotAFault) {
+  const int64_t B = 1, T = 3, C = 8, V = 5;
+  const Tensor tok = host_tensor(DType::i32, Shape{B, T});
+  tok.as<int32_t>()[0] = 1;
+  tok.as<int32_t>()[1] = 7;  // outside [0, V)
+  tok.as<int32_t>()[2] = -1;
+  const Tensor wte = host_random(DType::f32, Shape{V, C}), wpe = host_random(DType::f32, Shape{T, C});
+  const Tensor out_d = gpu_tensor(DType::f32, Shape{B, T, C});
+  gpu_k->embedding_fwd(out_d, to_gpu(tok), to_gpu(wte), to_gpu(wpe));
+  const std::vector<double> v = values(out_d);
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_TRUE(std::isfinite(v[c]));
+    EXPECT_TRUE(std::isnan(v[C + c]));
+    EXPECT_TRUE(std::isnan(v[2 * C + c]));
+  }
+  // The backward skips such tokens.
+  const Tensor dwte_d = gpu_tensor(DType::f32, Shape{V, C}), dwpe_d = gpu_tensor(DType::f32, Shape{T, C});
+  gpu_k->zero(dwte_d);
+  gpu_k->zero(dwpe_d);
+  const Tensor dout = host_random(DType::f32, Shape{B, T, C});
+  gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), to_gpu(tok));
+  const std::vector<double> g = values(dwte_d), d = values(dout);
+  for (int64_t v2 = 0; v2 < V; ++v2) {
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(g[v2 * C + c], v2 == 1 ? d[c] : 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace zt::test

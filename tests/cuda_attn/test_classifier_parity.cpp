@@ -1,0 +1,162 @@
+// Parity of the CUDA fused classifier + cross-entropy
+// (modules/cuda/classifier.cuh) with CpuKernels: random inputs each run (seed
+// printed), a vocabulary that is a multiple of nothing useful (5003), ignored
+// targets (-1) among the rows, chunks that do not divide N, outputs poisoned
+// with NaN, and dw accumulated onto a non-zero start.
+//
+// Bounds on ||gpu - cpu|| / ||cpu||:
+//   losses, lse  1e-5 in every dtype: the logits are fp32 sums of exact
+//                products of the same inputs on both sides.
+//   dx, dw       f32 1e-5 (summation order only); bf16 2e-2 and f16 5e-3:
+//                the GPU rounds dlogits to the storage dtype before the two
+//                products (relative error <= u/2 per element, u = 2^-8 or
+//                2^-11, random sign), a few u/2 in the norm.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "modules/cpu_kernels.hpp"
+#include "modules/cuda/classifier.cuh"
+#include "tests/cuda_attn/cuda_test_util.hpp"
+
+namespace zt {
+namespace {
+
+using test::TestTensor;
+
+struct ClsCase {
+  int N, C, V;
+  int rows_per_chunk;  // 0: the default chunk budget; else a multiple of 8 (or below 8: 8)
+};
+
+double grad_tol(DType t) { return t == DType::f32 ? 1e-5 : t == DType::bf16 ? 2e-2 : 5e-3; }
+
+class ClassifierParity : public ::testing::TestWithParam<std::tuple<DType, ClsCase>> {};
+
+TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DType st = std::get<0>(GetParam());
+  const ClsCase c = std::get<1>(GetParam());
+  std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.N) << 40 | uint64_t(c.V) << 8 | uint64_t(c.C)) ^
+                      static_cast<uint64_t>(st) << 56);
+  const std::vector<float> x_h = test::round_to(test::normal_vec(rng, size_t(c.N) * c.C, 1.0f), st);
+  const std::vector<float> w_h = test::round_to(test::normal_vec(rng, size_t(c.V) * c.C, 0.5f), st);
+  std::vector<int32_t> tg(c.N);
+  std::uniform_int_distribution<int32_t> pick(0, c.V - 1);
+  for (int n = 0; n < c.N; ++n) tg[n] = n % 10 == 3 ? -1 : pick(rng);
+  tg[0] = 0;
+  if (c.N > 1) tg[c.N - 1] = c.V - 1;
+  std::uniform_real_distribution<float> weight(0.5f, 1.5f);
+  std::vector<float> dloss_h(c.N);
+  for (float& d : dloss_h) d = weight(rng) / c.N;
+
+  // CPU reference: once from dw = 0 to learn the gradient's scale, then from
+  // a start of that scale, so that overwriting instead of accumulating fails.
+  CpuDevice cpu_dev;
+  Arena cpu_ws(cpu_dev, MemTag::workspace);
+  CpuKernels cpu;
+  TestTensor x_c(cpu_dev, st, Shape{c.N, c.C}), w_c(cpu_dev, st, Shape{c.V, c.C}),
+      tg_c(cpu_dev, DType::i32, Shape{c.N}), loss_c(cpu_dev, DType::f32, Shape{c.N}),
+      lse_c(cpu_dev, DType::f32, Shape{c.N}), dloss_c(cpu_dev, DType::f32, Shape{c.N}),
+      dx_c(cpu_dev, DType::f32, Shape{c.N, c.C}), dw_c(cpu_dev, DType::f32, Shape{c.V, c.C});
+  x_c.fill(cpu_dev, x_h);
+  w_c.fill(cpu_dev, w_h);
+  tg_c.fill_i32(cpu_dev, tg);
+  dloss_c.fill(cpu_dev, dloss_h);
+  cpu.classifier_fwd(cpu_ws, loss_c.t, lse_c.t, x_c.t, w_c.t, tg_c.t);
+  dw_c.fill(cpu_dev, std::vector<float>(size_t(c.V) * c.C, 0.0f));
+  cpu.classifier_bwd(cpu_ws, dx_c.t, dw_c.t, dloss_c.t, x_c.t, w_c.t, tg_c.t, lse_c.t);
+  double g2 = 0;
+  for (float v : dw_c.read(cpu_dev)) g2 += double(v) * v;
+  const float g_rms = static_cast<float>(std::sqrt(g2 / (double(c.V) * c.C)));
+  const std::vector<float> dw0 = test::normal_vec(rng, size_t(c.V) * c.C, g_rms);
+  dw_c.fill(cpu_dev, dw0);
+  cpu.classifier_bwd(cpu_ws, dx_c.t, dw_c.t, dloss_c.t, x_c.t, w_c.t, tg_c.t, lse_c.t);
+  const std::vector<float> loss_ref = loss_c.read(cpu_dev), lse_ref = lse_c.read(cpu_dev),
+                           dx_ref = dx_c.read(cpu_dev), dw_ref = dw_c.read(cpu_dev);
+
+  // GPU.
+  test::PlainCudaDevice dev;
+  Arena ws(dev, MemTag::workspace, size_t{1} << 20);
+  TestTensor x(dev, st, Shape{c.N, c.C}), w(dev, st, Shape{c.V, c.C}), tgt(dev, DType::i32, Shape{c.N}),
+      loss(dev, DType::f32, Shape{c.N}), lse(dev, DType::f32, Shape{c.N}), dloss(dev, DType::f32, Shape{c.N}),
+      dx(dev, DType::f32, Shape{c.N, c.C}), dw(dev, DType::f32, Shape{c.V, c.C}),
+      lt_ws(dev, DType::u16, Shape{int64_t{16} << 20});  // 32 MiB
+  x.fill(dev, x_h);
+  w.fill(dev, w_h);
+  tgt.fill_i32(dev, tg);
+  dloss.fill(dev, dloss_h);
+  dw.fill(dev, dw0);
+  cudaStream_t stream = nullptr;
+  ZT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const ClassifierBlas blas{lt, lt_ws.t.data, lt_ws.t.bytes()};
+  // The launcher rounds rows per chunk down to a multiple of 8 (at least 8).
+  const size_t chunk = c.rows_per_chunk == 0 ? kClassifierChunkBytes
+                                             : size_t(c.rows_per_chunk) * c.V * (st == DType::f32 ? 4 : 6);
+
+  loss.poison();
+  lse.poison();
+  dx.poison();
+  ZT_TEST_CUDA(cudaDeviceSynchronize());
+  classifier_fwd_cuda(ws, loss.t, lse.t, x.t, w.t, tgt.t, blas, stream, chunk);
+  // The backward takes the CPU's lse so that it is judged on its own.
+  TestTensor lse_in(dev, DType::f32, Shape{c.N});
+  lse_in.fill(dev, lse_ref);
+  classifier_bwd_cuda(ws, dx.t, dw.t, dloss.t, x.t, w.t, tgt.t, lse_in.t, blas, stream, chunk);
+  ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+  const std::vector<float> loss_g = loss.read(dev), lse_g = lse.read(dev), dx_g = dx.read(dev),
+                           dw_g = dw.read(dev);
+  EXPECT_EQ(test::count_nonfinite(loss_g), 0);
+  EXPECT_EQ(test::count_nonfinite(lse_g), 0);
+  EXPECT_EQ(test::count_nonfinite(dx_g), 0);
+  EXPECT_EQ(test::count_nonfinite(dw_g), 0);
+  for (int n = 0; n < c.N; ++n) {
+    if (tg[n] < 0) {
+      EXPECT_EQ(loss_g[n], 0.0f) << "ignored row " << n;
+    }
+  }
+  // dw's gradient part, relative to the gradient (the start cancels).
+  std::vector<float> gw_g(dw_g.size()), gw_ref(dw_g.size());
+  for (size_t i = 0; i < dw_g.size(); ++i) {
+    gw_g[i] = dw_g[i] - dw0[i];
+    gw_ref[i] = dw_ref[i] - dw0[i];
+  }
+  const double e_loss = test::rel_err(loss_g, loss_ref), e_lse = test::rel_err(lse_g, lse_ref),
+               e_dx = test::rel_err(dx_g, dx_ref), e_dw = test::rel_err(gw_g, gw_ref);
+  EXPECT_LE(e_loss, 1e-5);
+  EXPECT_LE(e_lse, 1e-5);
+  EXPECT_LE(e_dx, grad_tol(st));
+  EXPECT_LE(e_dw, grad_tol(st));
+  std::printf("[ errors   ] %s N=%d C=%d V=%d chunk=%d: loss %.2e lse %.2e dx %.2e dw %.2e\n", dtype_name(st), c.N,
+              c.C, c.V, c.rows_per_chunk, e_loss, e_lse, e_dx, e_dw);
+  (void)cublasLtDestroy(lt);
+  ZT_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
+const ClsCase kCases[] = {
+    {300, 64, 5003, 128},  // chunks of 128, 128, 44
+    {300, 64, 5003, 40},   // 7 chunks of 40 and a last one of 20 (not a multiple of 8)
+    {300, 64, 5003, 0},    // one chunk
+    {256, 32, 2051, 64},   // chunks divide N
+    {77, 40, 1001, 7},     // C not a multiple of 16; chunks of 8, the last of 5
+    {5, 24, 3, 2},         // V smaller than a warp, one chunk of 5
+};
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<DType, ClsCase>>& info) {
+  const ClsCase c = std::get<1>(info.param);
+  return std::string(dtype_name(std::get<0>(info.param))) + "_N" + std::to_string(c.N) + "_C" +
+         std::to_string(c.C) + "_V" + std::to_string(c.V) + "_R" + std::to_string(c.rows_per_chunk);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClassifierParity,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
+                                            ::testing::ValuesIn(kCases)),
+                         case_name);
+
+}  // namespace
+}  // namespace zt
