@@ -133,7 +133,7 @@ def main():
     print(json.dumps({"impl": "pytorch-compile" if a.compile else "pytorch-eager", "label": a.label,
                       "params": n_params, "tokens_per_s": tok_s, "step_ms": sec * 1e3,
                       "mfu": fpt * tok_s / (peak * 1e12), "peak_tflops": peak,
-                      "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": float(loss)}), flush=True)
+                      "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}), flush=True)
 
 
 if __name__ == "__main__":
