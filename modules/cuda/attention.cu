@@ -24,7 +24,8 @@ Dims attention_dims(const Tensor& qkv, int n_head) {
   ZT_CHECK(hs >= 1 && hs <= 128, "attention on CUDA supports head sizes 1..128, got ", hs);
   ZT_CHECK(B >= 1 && T >= 1, "attention: empty qkv ", qkv.shape.str());
   constexpr int64_t kMax = std::numeric_limits<int>::max();
-  ZT_CHECK(B * n_head <= kMax && T <= kMax, "attention: B * n_head or T too large for the grid");
+  // grid.y counts query blocks of 16 rows or more (the f32 path at hs > 64).
+  ZT_CHECK(B * n_head <= kMax && T <= int64_t{65535} * 16, "attention: B * n_head or T too large for the grid");
   return Dims{static_cast<int>(B), static_cast<int>(T), n_head, static_cast<int>(hs), C};
 }
 

@@ -39,7 +39,7 @@ struct CudaKernelsOptions {
   // Device memory cuBLASLt may use per product (NVIDIA advises 32 MiB on Hopper).
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
   // Bound on the logits (and dlogits) the fused classifier holds at once.
-  size_t classifier_chunk_bytes = size_t{64} << 20;
+  size_t classifier_chunk_bytes = size_t{256} << 20;  // 64 MiB chunks made the backward 2x slower (docs/perf.md)
 };
 
 class CudaKernels final : public Kernels {

@@ -141,8 +141,8 @@ void parse_zero(const SectionReader& top, Config& cfg) {
   z.allgather_partitions = r.boolean("allgather_partitions", d.allgather_partitions);
   z.round_robin_gradients = r.boolean("round_robin_gradients", d.round_robin_gradients);
   z.elastic_checkpoint = r.boolean("elastic_checkpoint", d.elastic_checkpoint);
-  z.reduce_bucket_size = r.integer("reduce_bucket_size", d.reduce_bucket_size, 0, kInt64Max);
-  z.allgather_bucket_size = r.integer("allgather_bucket_size", d.allgather_bucket_size, 0, kInt64Max);
+  z.reduce_bucket_size = r.integer("reduce_bucket_size", d.reduce_bucket_size, 1, kInt64Max);
+  z.allgather_bucket_size = r.integer("allgather_bucket_size", d.allgather_bucket_size, 1, kInt64Max);
   z.sub_group_size = r.integer("sub_group_size", d.sub_group_size, 0, kInt64Max);
   auto aliased_count = [&](const std::string& documented, const std::string& field, int64_t def) {
     return r.integer(r.pick_alias({documented, field}), def, 0, kInt64Max);

@@ -44,8 +44,14 @@ TEST(ConfigErrors, SchedulerParameterOfAnotherType) {
 TEST(ConfigErrors, WrongTypeNamesExpectedAndFound) {
   EXPECT_EQ(parse_error(R"({"train": {"steps": "ten"}})"),
             "config.json: train.steps: expected a positive integer, found \"ten\"");
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"reduce_bucket_size": 0}})"),
+                  "config.json: zero_optimization.reduce_bucket_size: expected a positive integer");
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"allgather_bucket_size": -5}})"),
+                  "config.json: zero_optimization.allgather_bucket_size: expected a positive integer");
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage3_param_persistence_threshold": "abc"}})"),
+                  "config.json: zero_optimization.stage3_param_persistence_threshold: expected a non-negative integer, found \"abc\"");
   EXPECT_EQ(parse_error(R"({"zero_optimization": {"reduce_bucket_size": "big"}})"),
-            "config.json: zero_optimization.reduce_bucket_size: expected a non-negative integer, found \"big\"");
+            "config.json: zero_optimization.reduce_bucket_size: expected a positive integer, found \"big\"");
   EXPECT_EQ(parse_error(R"({"train": {"steps": 2.5}})"),
             "config.json: train.steps: expected a positive integer, found 2.5");
   EXPECT_EQ(parse_error(R"({"wall_clock_breakdown": 1})"),

@@ -16,6 +16,7 @@
 //         leaves a 4x margin.
 //   f16   5e-3: the same with u = 2^-11.
 //   lse   1e-5 (f32), 1e-4 (16-bit): fp32 sums of exact products on both sides.
+// Seen on an H200: f32 <= 2e-6, bf16 <= 3.5e-3, f16 <= 5e-4, lse <= 2e-7.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

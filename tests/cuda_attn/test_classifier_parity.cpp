@@ -11,6 +11,8 @@
 //                the GPU rounds dlogits to the storage dtype before the two
 //                products (relative error <= u/2 per element, u = 2^-8 or
 //                2^-11, random sign), a few u/2 in the norm.
+// Seen on an H200: losses, lse <= 4e-7; dx, dw f32 <= 8e-7, bf16 <= 2.2e-3,
+// f16 <= 4e-4.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
