@@ -20,6 +20,7 @@
 #include "optim/clip.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/metrics.hpp"
 #include "zero/zero_engine.hpp"
 #if ZT_HAVE_CUDA
@@ -276,9 +277,12 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
 
   s.runner = std::make_unique<UnitRunner>(s.units, s.kernels, dev, s.param_dtype, s.act_dtype,
                                           cfg.model.activation_checkpointing);
-  // Arena chunks of four hidden states: fine-grained enough that the peak
-  // bytes reported follow what a micro-batch really keeps.
-  const size_t chunk = static_cast<size_t>(4 * s.B * s.T * s.gpt.d_model) * dtype_size(s.act_dtype);
+  // The saved-activations arena starts with one chunk of the estimator's
+  // figure for a micro-batch (plus 5%), so one chunk usually holds it all and
+  // the peak bytes reported are what a micro-batch really keeps; it grows by
+  // such chunks if the estimate was short.
+  const double estimate = estimate_memory(cfg, topo.dp_size()).row.activations;
+  const size_t chunk = std::max<size_t>(size_t{1} << 16, static_cast<size_t>(estimate * 1.05));
   s.mb = std::make_unique<MicroBatchState>(dev, static_cast<int>(s.units.size()), chunk);
   s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
