@@ -15,28 +15,37 @@ struct ZeroEngine::UnitState {
 };
 
 ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
-                       Communicator& dp, Communicator& host_dp)
-    : units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), kernels_(kernels),
+                       Communicator& dp, Communicator& host_dp, std::vector<bool> local)
+    : local_(local.empty() ? std::vector<bool>(units.size(), true) : std::move(local)), units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), kernels_(kernels),
       dp_(dp), host_dp_(host_dp),
       rank_(opts.stage == 0 ? 0 : dp.rank()) {
   ZT_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeRO stage ", opts.stage);
   ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
   const int n = layout_.num_units();
   state_.resize(n);
+  ZT_CHECK(static_cast<int>(local_.size()) == n, "local mask of ", local_.size(), " units for a model of ", n);
+  for (int u = 0; u < n; ++u)
+    for (const TiedParam& t : units[u]->tied())
+      ZT_CHECK(!local_[u] || local_[t.unit], "unit ", u, " is local but the unit it ties to (", t.unit, ") is not");
   for (int u = 0; u < n; ++u)
     for (const TiedParam& t : units[u]->tied())
       ZT_CHECK(t.unit < u && t.param < static_cast<int>(layout_.unit(t.unit).params.size()),
                "unit ", u, " ties to a parameter of a later or missing unit");
 
-  // Offsets of every unit's full working copy (all units but stage 3's
-  // partitioned ones) and of its owned shard.
-  int64_t full = 0, shard = 0;
-  shard_offset_.resize(n);
+  // Offsets of every local unit's full working copy (all but stage 3's
+  // partitioned ones), its full gradient (stages 0-1) and its owned shard.
+  // Units that are not local (another pipeline stage's) take no memory.
+  int64_t full = 0, padded = 0, shard = 0;
+  shard_offset_.assign(n, -1);
+  grad_offset_.assign(n, -1);
   for (int u = 0; u < n; ++u) {
+    if (!is_local(u)) continue;
     if (!partitioned(u)) {
       state_[u].full_offset = full;
       full += layout_.unit(u).padded;
     }
+    grad_offset_[u] = padded;
+    padded += layout_.unit(u).padded;
     shard_offset_[u] = shard;
     shard += layout_.unit(u).shard;
   }
@@ -49,32 +58,34 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   };
   if (full > 0) working_ = zeroed(pt, full, MemTag::params);
   if (opts.stage == 0) {
-    if (!f32) master_ = zeroed(DType::f32, layout_.total_padded(), MemTag::optim);
-    grads_ = zeroed(DType::f32, layout_.total_padded(), MemTag::grads);
-    exp_avg_ = zeroed(DType::f32, layout_.total_padded(), MemTag::optim);
-    exp_avg_sq_ = zeroed(DType::f32, layout_.total_padded(), MemTag::optim);
+    if (!f32) master_ = zeroed(DType::f32, padded, MemTag::optim);
+    grads_ = zeroed(DType::f32, padded, MemTag::grads);
+    exp_avg_ = zeroed(DType::f32, padded, MemTag::optim);
+    exp_avg_sq_ = zeroed(DType::f32, padded, MemTag::optim);
   } else {
     master_ = zeroed(DType::f32, shard, MemTag::optim);
     // Stage 3 in fp32: the working shard is the master shard itself.
     if (opts.stage == 3 && !f32) working_shard_ = zeroed(pt, shard, MemTag::params);
-    if (opts.stage == 1) grads_ = zeroed(DType::f32, layout_.total_padded(), MemTag::grads);
+    if (opts.stage == 1) grads_ = zeroed(DType::f32, padded, MemTag::grads);
     grad_shard_ = zeroed(DType::f32, shard, MemTag::grads);
     exp_avg_ = zeroed(DType::f32, shard, MemTag::optim);
     exp_avg_sq_ = zeroed(DType::f32, shard, MemTag::optim);
   }
 
   for (int u = 0; u < n; ++u) {
+    if (!is_local(u)) continue;
     const FlatUnit& fu = layout_.unit(u);
+    const int64_t go = grad_offset_[u];
     OwnedShard s;
     s.unit = u;
     if (opts.stage == 0) {
-      float* m = master_.empty() ? static_cast<float*>(working_full(u)) : master_.as<float>() + fu.offset;
+      float* m = master_.empty() ? static_cast<float*>(working_full(u)) : master_.as<float>() + go;
       s.begin = 0;
       s.end = fu.padded;
       s.master = m;
-      s.grad = grads_.as<float>() + fu.offset;
-      s.exp_avg = exp_avg_.as<float>() + fu.offset;
-      s.exp_avg_sq = exp_avg_sq_.as<float>() + fu.offset;
+      s.grad = grads_.as<float>() + go;
+      s.exp_avg = exp_avg_.as<float>() + go;
+      s.exp_avg_sq = exp_avg_sq_.as<float>() + go;
     } else {
       s.begin = layout_.shard_begin(u, rank_);
       s.end = layout_.shard_end(u, rank_);
@@ -160,6 +171,7 @@ void ZeroEngine::prefetch(int u, Phase phase) {
   const int step = phase == Phase::forward ? 1 : -1;
   int64_t budget = opts_.prefetch_bucket_size;
   for (int v = u + step; v >= 0 && v < n && budget > 0; v += step) {
+    if (!is_local(v)) break;  // the next units run on another pipeline stage
     if (!partitioned(v) || !state_[v].gathered.empty()) continue;
     const int64_t size = layout_.unit(v).padded;
     if (size > budget || live_ + size > opts_.max_live_parameters) break;
@@ -169,6 +181,7 @@ void ZeroEngine::prefetch(int u, Phase phase) {
 }
 
 std::vector<Tensor> ZeroEngine::acquire(int unit, Phase phase) {
+  ZT_CHECK(is_local(unit), "parameters of unit ", unit, " asked on a rank that does not hold it");
   std::vector<int> needed{unit};
   for (const TiedParam& t : units_[unit]->tied()) needed.push_back(t.unit);
   for (int u : needed) {
@@ -241,7 +254,8 @@ std::vector<Tensor> ZeroEngine::grads(int unit) {
   auto view = [&](int u, int p) {
     const FlatUnit& fu = layout_.unit(u);
     const ParamSlot& slot = fu.params[p];
-    float* base = opts_.stage <= 1 ? grads_.as<float>() + fu.offset : state_[u].grad.as<float>();
+    ZT_CHECK(is_local(u), "gradients of unit ", u, " asked on a rank that does not hold it");
+    float* base = opts_.stage <= 1 ? grads_.as<float>() + grad_offset_[u] : state_[u].grad.as<float>();
     return Tensor(base + slot.offset, DType::f32, slot.shape, dev_.kind());
   };
   if (opts_.stage >= 2)
@@ -288,7 +302,7 @@ void ZeroEngine::zero_grads() {
 void ZeroEngine::reduce_gradients() {
   if (opts_.stage == 0) {
     if (dp_.size() == 1) return;
-    const int64_t n = layout_.total_padded();
+    const int64_t n = grads_.tensor().numel();
     std::vector<CommRequest> pending;
     for (int64_t b = 0; b < n; b += opts_.reduce_bucket_size) {
       const int64_t len = std::min(opts_.reduce_bucket_size, n - b);
@@ -298,8 +312,9 @@ void ZeroEngine::reduce_gradients() {
   } else if (opts_.stage == 1) {
     std::vector<PendingCollective> pending;
     for (int u = 0; u < layout_.num_units(); ++u) {
+      if (!is_local(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
-      reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + fu.offset, grad_shard_.as<float>() + shard_offset_[u],
+      reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + grad_offset_[u], grad_shard_.as<float>() + shard_offset_[u],
                           fu.shard, opts_.reduce_bucket_size, pending);
     }
     finish_all(pending);
@@ -329,13 +344,13 @@ void ZeroEngine::publish_params() {
   const size_t es = dtype_size(pt);
   int64_t whole = 0;
   for (int u = 0; u < layout_.num_units(); ++u)
-    if (!partitioned(u)) whole += layout_.unit(u).shard;
+    if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
   if (whole == 0) return;
   Buffer send(dev_, pt, Shape{whole}, MemTag::comm);
   std::vector<PendingCollective> pending;
   int64_t at = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    if (partitioned(u)) continue;
+    if (!is_local(u) || partitioned(u)) continue;
     const FlatUnit& fu = layout_.unit(u);
     void* shard = send.as<char>() + static_cast<size_t>(at) * es;
     at += fu.shard;
@@ -347,10 +362,11 @@ void ZeroEngine::publish_params() {
 }
 
 void ZeroEngine::gather_master(int u, Buffer& full) {
+  ZT_CHECK(is_local(u), "unit ", u, " is not held by this rank");
   const FlatUnit& fu = layout_.unit(u);
   full = Buffer(dev_, DType::f32, Shape{fu.padded}, MemTag::workspace);
   if (opts_.stage == 0) {
-    const float* src = master_.empty() ? static_cast<const float*>(working_full(u)) : master_.as<float>() + fu.offset;
+    const float* src = master_.empty() ? static_cast<const float*>(working_full(u)) : master_.as<float>() + grad_offset_[u];
     kernels_.cast(full.tensor(), Tensor(const_cast<float*>(src), DType::f32, Shape{fu.padded}, dev_.kind()));
     return;
   }

@@ -66,8 +66,11 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // `dp` moves tensors on `dev` (NCCL or host-staged MPI for a GPU, MPI on
   // the CPU); `host_dp` reduces host scalars over the same ranks. Element
   // operations on the buffers run through `kernels`, on the device.
+  // `local` marks the units this rank holds (a pipeline stage's chunks, plus
+  // a copy of a unit its units tie to); empty = all.
   ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
-             Communicator& dp, Communicator& host_dp);
+             Communicator& dp, Communicator& host_dp, std::vector<bool> local = {});
+  bool is_local(int u) const { return local_[static_cast<size_t>(u)]; }
   ~ZeroEngine() override;
 
   const FlatLayout& layout() const { return layout_; }
@@ -93,7 +96,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   double reduce_owned_sum(double local);
   void publish_params();
 
-  // Whole-model gather: calls fn(unit, full) for each unit in order with the
+  // Whole-model gather: calls fn(unit, full) for each local unit in order with the
   // unit's complete flat parameters (numel elements, fp32 master values, in
   // the engine's device memory), holding one unit at a time. Collective over
   // the data-parallel group.
@@ -101,6 +104,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void for_each_full_unit(Fn&& fn) {
     Buffer full;
     for (int u = 0; u < layout_.num_units(); ++u) {
+      if (!is_local(u)) continue;
       gather_master(u, full);
       fn(u, static_cast<const float*>(full.data()));
     }
@@ -121,6 +125,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void ensure_grad_buffer(int u);
   void progress_reductions(bool wait_all);
 
+  std::vector<bool> local_;
   std::vector<const Unit*> units_;
   FlatLayout layout_;
   ZeroOptions opts_;
@@ -137,6 +142,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3)
   Buffer exp_avg_, exp_avg_sq_;
   std::vector<int64_t> shard_offset_;  // element offset of unit u in the shard buffers
+  std::vector<int64_t> grad_offset_;   // element offset of unit u in the full gradient buffer
   std::vector<UnitState> state_;
   std::vector<OwnedShard> owned_;
   std::vector<PendingCollective> pending_reduce_;
