@@ -86,16 +86,19 @@ bool cuda_available() {
 // the data-parallel communicator for device tensors (NCCL, or MPI staged
 // through host memory when ranks share a GPU).
 void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels,
-                       std::unique_ptr<Communicator>& comm) {
+                       std::unique_ptr<Communicator>& comm, std::unique_ptr<Communicator>& pp,
+                       std::unique_ptr<Communicator>& tie) {
 #if ZT_HAVE_CUDA && ZT_HAVE_NCCL
   if (cuda_device_count() == 0) ZT_USER_ERROR("--device cuda: no CUDA device is visible on ", process_host());
   const int ordinal = select_local_gpu(topo.local_rank());
   auto cuda = std::make_unique<CudaDevice>(ordinal);
   kernels = std::make_unique<CudaKernels>(*cuda);
   comm = make_device_communicator(topo.dp_mpi(), "auto", cuda->stream());
+  if (topo.pp_size() > 1) pp = make_device_communicator(topo.pp_mpi(), "auto", cuda->stream());
+  if (topo.embedding_tie() != nullptr) tie = make_device_communicator(*topo.embedding_tie(), "auto", cuda->stream());
   device = std::move(cuda);
 #else
-  (void)topo, (void)device, (void)kernels, (void)comm;
+  (void)topo, (void)device, (void)kernels, (void)comm, (void)pp, (void)tie;
   ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
 #endif
 }
@@ -185,7 +188,7 @@ int main(int argc, char** argv) {
   if (mpi.world_rank() == 0)
     for (const std::string& w : cfg.warnings) log_warn(w);
 
-  topo = std::make_unique<Topology>(cfg.pipeline.parallel_size);
+  topo = std::make_unique<Topology>(cfg.pipeline.parallel_size, cfg.pipeline.rank_order);
   const int threads = configure_threads(topo->local_size());
 
   if (args.dry_run) {
@@ -203,18 +206,21 @@ int main(int argc, char** argv) {
   // The device: the CPU, or the GPU of this rank's node-local index.
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
-  std::unique_ptr<Communicator> device_comm;  // dp tensors on the GPU
+  std::unique_ptr<Communicator> device_comm, device_pp, device_tie;  // tensors on the GPU
   std::unique_ptr<Trainer> trainer;
   if (auto code = agree([&] {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         if (cuda) {
-          make_cuda_backend(*topo, device, kernels, device_comm);
+          make_cuda_backend(*topo, device, kernels, device_comm, device_pp, device_tie);
         } else {
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
         Communicator& tensor_dp = device_comm ? *device_comm : topo->dp();
-        trainer = std::make_unique<Trainer>(cfg, *topo, *device, *kernels, tensor_dp);
+        Communicator* tensor_pp = device_pp ? device_pp.get() : &topo->pp();
+        Communicator* tensor_tie = device_tie ? device_tie.get() : topo->embedding_tie();
+        trainer = std::make_unique<Trainer>(cfg, *topo, *device, *kernels, tensor_dp,
+                                            topo->pp_size() > 1 ? tensor_pp : nullptr, tensor_tie);
       }))
     return *code;
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",

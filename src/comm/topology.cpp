@@ -103,6 +103,13 @@ Topology::Topology(int pp_size, const std::string& order)
   dp_ = split(MPI_COMM_WORLD, grid_.group_along(world_rank_, "dp")[0], dp_rank_, "dp");
   pp_ = split(MPI_COMM_WORLD, grid_.group_along(world_rank_, "pp")[0], pp_rank_, "pp");
 
+  // Collective over the world: every rank calls the split, the ranks outside
+  // the first and last stage with MPI_UNDEFINED.
+  const bool holds_tie = pp_size_ > 1 && (pp_rank_ == 0 || pp_rank_ == pp_size_ - 1);
+  MPI_Comm tie;
+  ZT_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, holds_tie ? dp_rank_ : MPI_UNDEFINED, pp_rank_, &tie));
+  if (tie != MPI_COMM_NULL) tie_ = std::make_unique<MpiCommunicator>(tie, "embedding_tie");
+
   MPI_Comm local;
   ZT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &local));
   MPI_Comm_rank(local, &local_rank_);

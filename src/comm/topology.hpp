@@ -51,6 +51,10 @@ class Topology {
   int local_size() const { return local_size_; }
   const RankGrid& grid() const { return grid_; }
 
+  // The two ranks that hold the tied embedding when the pipeline has more
+  // than one stage: (first stage, dp_rank) and (last stage, dp_rank), ordered
+  // by stage. Null on the other ranks and when pp_size is 1.
+  MpiCommunicator* embedding_tie() { return tie_.get(); }
   Communicator& world() { return *world_; }
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
@@ -64,7 +68,7 @@ class Topology {
   RankGrid grid_;
   int world_rank_ = 0, world_size_ = 1, pp_size_ = 1, dp_size_ = 1, pp_rank_ = 0, dp_rank_ = 0;
   int local_rank_ = 0, local_size_ = 1;
-  std::unique_ptr<MpiCommunicator> world_, dp_, pp_;
+  std::unique_ptr<MpiCommunicator> world_, dp_, pp_, tie_;
 };
 
 }  // namespace zt

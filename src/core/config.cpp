@@ -147,8 +147,6 @@ void check_available_features(const Config& cfg) {
        "\"" + z.offload_optimizer.device + "\"", "\"none\" works"},
       {z.offload_param.device != "none", "zero_optimization.offload_param.device",
        "\"" + z.offload_param.device + "\"", "\"none\" works"},
-      {cfg.pipeline.parallel_size > 1, "pipeline.parallel_size", std::to_string(cfg.pipeline.parallel_size),
-       "1 works"},
       {cfg.checkpoint.interval > 0, "checkpoint.interval", std::to_string(cfg.checkpoint.interval),
        "0 (no checkpoints) works"},
       {!cfg.checkpoint.dir.empty(), "checkpoint.dir", "\"" + cfg.checkpoint.dir + "\"", "leave it unset"},

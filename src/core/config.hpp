@@ -148,6 +148,10 @@ struct PipelineConfig {
   std::string pipe_schedule_name = "1f1b";  // 1f1b|interleaved|gpipe
   int num_chunks = 1;                       // model chunks per rank (interleaved: >= 2)
   std::string partition = "parameters";     // uniform|parameters
+  // ztrain: order of the axes in the rank numbering, fastest first
+  // ([Note: rank order] in comm/topology.hpp): "dp-pp" keeps each stage's
+  // data-parallel group on consecutive ranks.
+  std::string rank_order = "dp-pp";
 };
 
 struct CheckpointConfig {

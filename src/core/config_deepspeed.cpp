@@ -233,6 +233,7 @@ void parse_pipeline(const SectionReader& top, Config& cfg) {
   p.pipe_schedule_name = r.choice("pipe_schedule_name", d.pipe_schedule_name, {"1f1b", "interleaved", "gpipe"});
   p.num_chunks = static_cast<int>(r.integer("num_chunks", d.num_chunks, 1, kIntMax));
   p.partition = r.choice("partition", d.partition, {"uniform", "parameters"});
+  p.rank_order = r.choice("rank_order", d.rank_order, {"dp-pp", "pp-dp"});
   // Several chunks per rank only make sense interleaved, and interleaving one
   // chunk is plain 1F1B: reject both rather than guess which was meant.
   if (p.num_chunks > 1 && p.pipe_schedule_name != "interleaved")

@@ -120,7 +120,8 @@ json resolved_json(const Config& cfg) {
   j["pipeline"] = {{"parallel_size", p.parallel_size},
                    {"pipe_schedule_name", p.pipe_schedule_name},
                    {"num_chunks", p.num_chunks},
-                   {"partition", p.partition}};
+                   {"partition", p.partition},
+                   {"rank_order", p.rank_order}};
   j["model"] = model_json(cfg.model);
   j["data"] = data_json(cfg.data);
   j["train"] = {{"steps", cfg.train.steps},

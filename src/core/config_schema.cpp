@@ -134,7 +134,7 @@ std::vector<SectionSchema> build_schemas() {
   // DeepSpeed's own pipeline keys (for its PipelineModule) are accepted; the
   // ztrain keys above them describe the same thing in Megatron's terms.
   s.push_back({"pipeline", "pipeline",
-               {"parallel_size", "pipe_schedule_name", "num_chunks", "partition"},
+               {"parallel_size", "pipe_schedule_name", "num_chunks", "partition", "rank_order"},
                {{"stages", "auto", "use pipeline.parallel_size"},
                 {"seed_layers", false, ""},
                 {"activation_checkpoint_interval", 0, "use model.activation_checkpointing"},

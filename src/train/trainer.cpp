@@ -20,6 +20,7 @@
 #include "optim/clip.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
+#include "pipeline/executor.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/metrics.hpp"
 #include "zero/zero_engine.hpp"
@@ -73,6 +74,17 @@ struct Trainer::Impl {
   std::vector<const Unit*> units;
   Kernels& kernels;
   Communicator& tensor_dp;  // moves device tensors over the data-parallel group
+  Communicator* tensor_pp;  // ... over the pipeline group (pipeline runs)
+  Communicator* tensor_tie;  // ... between the two copies of the tied embedding
+  // Pipeline: P stages of V chunks each; this rank's engine holds its chunks'
+  // units, and the last stage a copy of the unit its head ties to (`mirror`).
+  int P = 1, V = 1;
+  ScheduleKind schedule_kind = ScheduleKind::one_f_one_b;
+  std::vector<UnitRange> chunks;
+  std::vector<bool> local;
+  int mirror = -1;
+  std::unique_ptr<PipelineExecutor> pipe;
+  PipelineTiming pipe_timing;
   std::unique_ptr<ZeroEngine> zero;
   std::unique_ptr<UnitRunner> runner;
   std::unique_ptr<MicroBatchState> mb;
@@ -100,8 +112,59 @@ struct Trainer::Impl {
   int64_t fault_step = -1;
   int fault_unit = -1;  // >= 0: an overflow instead of an exception
 
-  Impl(const Config& c, Topology& t, Device& d, Kernels& k, Communicator& tdp)
-      : cfg(c), topo(t), dev(d), kernels(k), tensor_dp(tdp) {}
+  Impl(const Config& c, Topology& t, Device& d, Kernels& k, Communicator& tdp, Communicator* tpp, Communicator* ttie)
+      : cfg(c), topo(t), dev(d), kernels(k), tensor_dp(tdp), tensor_pp(tpp), tensor_tie(ttie) {}
+
+  // Units and chunks of the pipeline; validates (P, V, M) for the schedule.
+  void plan_pipeline() {
+    P = topo.pp_size();
+    local.assign(units.size(), P == 1);
+    if (P == 1) return;
+    V = cfg.pipeline.num_chunks;
+    schedule_kind = schedule_kind_from_name(cfg.pipeline.pipe_schedule_name);
+    validate_schedule(schedule_kind, P, V, static_cast<int>(accum));
+    std::vector<int64_t> params;
+    for (const Unit* u : units) {
+      int64_t n = 0;
+      for (const ParamSpec& p : u->params()) n += p.shape.numel();
+      params.push_back(n);
+    }
+    chunks = partition_units(params, P * V, partition_kind_from_name(cfg.pipeline.partition));
+    for (int c = 0; c < V; ++c)
+      for (int u = chunks[c * P + topo.pp_rank()].first; u < chunks[c * P + topo.pp_rank()].last; ++u) local[u] = true;
+    for (int u = 0; u < static_cast<int>(units.size()); ++u)
+      for (const TiedParam& t : units[u]->tied())
+        if (local[u] && !local[t.unit]) {
+          local[t.unit] = true;
+          mirror = t.unit;
+        }
+    ZT_CHECK(tensor_pp != nullptr, "pipeline run without a pipeline communicator");
+  }
+
+  // Sums the gradient of the tied unit's two copies (first and last stage,
+  // same shard), so both apply the same update and stay equal.
+  void reduce_tied_copies() {
+    if (tensor_tie == nullptr) return;
+    const int tied = mirror >= 0 ? mirror : 0;
+    for (const OwnedShard& sh : zero->owned_shards())
+      if (sh.unit == tied) all_reduce_sync(*tensor_tie, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev.kind()));
+  }
+
+  // The forward-only instruction list of an evaluation: micro-batches in
+  // order, each through this stage's chunks in order (no cycle can form: a
+  // chunk waits only on an earlier (micro-batch, chunk) pair).
+  std::vector<PipeInstr> forward_only_schedule() const {
+    std::vector<PipeInstr> list;
+    const int last = P * V - 1;
+    for (int m = 0; m < accum; ++m)
+      for (int c = 0; c < V; ++c) {
+        const int g = c * P + topo.pp_rank();
+        if (g > 0) list.push_back({PipeOp::recv_act, m, c});
+        list.push_back({PipeOp::forward, m, c});
+        if (g < last) list.push_back({PipeOp::send_act, m, c});
+      }
+    return list;
+  }
 
   void load_data() {
     const int64_t window = T + 1;
@@ -134,11 +197,16 @@ struct Trainer::Impl {
     int32_t* x = host_tokens.data();
     int32_t* y = host_targets.data();
     for (int64_t b = 0; b < B; ++b) s.fill(step_index, global_index(m, b), global_batch, x + b * T, y + b * T, data);
-    upload_batch();
   }
-  void upload_batch() {
-    dev.copy_from_host(tokens.data(), host_tokens.data(), tokens.bytes());
-    dev.copy_from_host(targets.data(), host_targets.data(), targets.bytes());
+  void fill_val_batch(int64_t e, int64_t m) {
+    int32_t* x = host_tokens.data();
+    int32_t* y = host_targets.data();
+    for (int64_t b = 0; b < B; ++b)
+      val_sampler->fill(e, global_index(m, b), global_batch, x + b * T, y + b * T, *val_data);
+  }
+  void upload_batch_to(const Tensor& x, const Tensor& y) {
+    dev.copy_from_host(x.data, host_tokens.data(), x.bytes());
+    dev.copy_from_host(y.data, host_targets.data(), y.bytes());
   }
 
   // AdamW on elements [off, off+n) of an owned shard, on the shard's device.
@@ -158,7 +226,8 @@ struct Trainer::Impl {
   double owned_grad_sq() {
     kernels.zero(norm_acc.tensor());
     for (const OwnedShard& sh : zero->owned_shards())
-      kernels.sum_squares(Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev.kind()), norm_acc.tensor());
+      if (sh.unit != mirror)  // the tied copy is counted on the first stage
+        kernels.sum_squares(Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev.kind()), norm_acc.tensor());
     double sq = 0;
     dev.copy_to_host(&sq, norm_acc.data(), sizeof sq);
     return sq;
@@ -170,7 +239,7 @@ struct Trainer::Impl {
   // backward order (the highest unit whose gradient is not finite).
   bool check_overflow() {
     const std::vector<OwnedShard>& shards = zero->owned_shards();
-    std::vector<double> bad(shards.size(), 0.0);
+    std::vector<double> bad(units.size(), 0.0);  // by unit: the same length on every rank
     std::vector<int32_t> flags(shards.size(), 0);
     kernels.zero(overflow.tensor());
     for (size_t i = 0; i < shards.size(); ++i)
@@ -179,8 +248,8 @@ struct Trainer::Impl {
     dev.copy_to_host(flags.data(), overflow.data(), flags.size() * sizeof(int32_t));
     bool any = false;
     for (size_t i = 0; i < shards.size(); ++i) {
-      bad[i] = flags[i] != 0 ? 1 : 0;
-      any = any || bad[i] != 0;
+      if (flags[i] != 0) bad[static_cast<size_t>(shards[i].unit)] = 1;
+      any = any || flags[i] != 0;
     }
     any = all_reduce_scalar(topo.world(), any ? 1.0 : 0.0, ReduceOp::max) != 0;
     const bool skip = scaler->update(any);
@@ -190,7 +259,7 @@ struct Trainer::Impl {
       std::string where = "?";
       for (size_t i = bad.size(); i-- > 0;)
         if (bad[i] != 0) {
-          where = units[shards[i].unit]->name();
+          where = units[i]->name();
           break;
         }
       if (scaler->overflow_at_min_scale()) {
@@ -226,8 +295,9 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp)
-    : impl_(std::make_unique<Impl>(cfg, topo, dev, kernels, tensor_dp)) {
+Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp,
+                 Communicator* tensor_pp, Communicator* tensor_tie)
+    : impl_(std::make_unique<Impl>(cfg, topo, dev, kernels, tensor_dp, tensor_pp, tensor_tie)) {
   Impl& s = *impl_;
   s.gpt = GptConfig{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len, cfg.model.vocab_size};
   s.B = cfg.batch.micro_batch;
@@ -272,7 +342,8 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   zo.max_live_parameters = cfg.zero.stage3_max_live_parameters;
   zo.max_reuse_distance = cfg.zero.stage3_max_reuse_distance;
   zo.param_dtype = s.param_dtype;
-  s.zero = std::make_unique<ZeroEngine>(s.units, zo, dev, kernels, tensor_dp, topo.dp());
+  s.plan_pipeline();
+  s.zero = std::make_unique<ZeroEngine>(s.units, zo, dev, kernels, tensor_dp, topo.dp(), s.local);
   s.zero->init_params(cfg.train.seed);
 
   s.runner = std::make_unique<UnitRunner>(s.units, s.kernels, dev, s.param_dtype, s.act_dtype,
@@ -284,6 +355,9 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   const double estimate = estimate_memory(cfg, topo.dp_size()).row.activations;
   const size_t chunk = std::max<size_t>(size_t{1} << 16, static_cast<size_t>(estimate * 1.05));
   s.mb = std::make_unique<MicroBatchState>(dev, static_cast<int>(s.units.size()), chunk);
+  if (s.P > 1)
+    s.pipe = std::make_unique<PipelineExecutor>(s.chunks, s.P, s.V, topo.pp_rank(), *s.runner, dev, kernels,
+                                                *tensor_pp, s.B, s.T, s.gpt.d_model);
   s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.dloss = Buffer(dev, DType::f32, Shape{s.B, s.T}, MemTag::activations);
@@ -332,12 +406,27 @@ StepStats Trainer::train_step() {
   std::fill(s.host_dloss.begin(), s.host_dloss.end(), w);
   s.dev.copy_from_host(s.dloss.data(), s.host_dloss.data(), s.dloss.bytes());
   double loss_sum = 0;
-  for (int64_t m = 0; m < s.accum; ++m) {
-    s.fill_batch(*s.sampler, *s.train_data, s.step, m);
-    loss_sum += s.run_micro_batch(true, &st.forward_s, &st.backward_s);
+  if (s.pipe) {
+    const auto load = [&](int m, const Tensor& x, const Tensor& y) {
+      s.fill_batch(*s.sampler, *s.train_data, s.step, m);
+      s.upload_batch_to(x, y);
+    };
+    const std::vector<PipeInstr> plan =
+        make_schedule(s.schedule_kind, s.P, s.V, static_cast<int>(s.accum), s.topo.pp_rank());
+    loss_sum = s.pipe->run(plan, *s.zero, *s.zero, load, s.dloss.tensor(), true, &s.pipe_timing);
+    st.forward_s = s.pipe_timing.forward_s;
+    st.backward_s = s.pipe_timing.backward_s;
+    if (s.mirror >= 0) s.zero->done(s.mirror);  // the tie copy's accumulated gradient is complete
+  } else {
+    for (int64_t m = 0; m < s.accum; ++m) {
+      s.fill_batch(*s.sampler, *s.train_data, s.step, m);
+      s.upload_batch_to(s.tokens.tensor(), s.targets.tensor());
+      loss_sum += s.run_micro_batch(true, &st.forward_s, &st.backward_s);
+    }
   }
   const double t1 = now_seconds();
   s.zero->reduce_gradients();
+  s.reduce_tied_copies();
   if (fault_now && s.fault_unit >= 0)
     for (OwnedShard& sh : s.zero->owned_shards())
       if (sh.unit == s.fault_unit) {
@@ -349,8 +438,10 @@ StepStats Trainer::train_step() {
 
   // Every element is owned by exactly one rank (padding has zero gradient),
   // so the global norm counts no parameter twice.
-  const double sq = s.owned_grad_sq();
-  const double grad_norm = std::sqrt(s.zero->reduce_owned_sum(sq)) / scale;
+  // Over this stage's data-parallel shards, then over the stages.
+  double sq = s.zero->reduce_owned_sum(s.owned_grad_sq());
+  if (s.P > 1) sq = all_reduce_scalar(s.topo.pp(), sq);
+  const double grad_norm = std::sqrt(sq) / scale;
   const float coef = clip_coefficient(grad_norm, s.cfg.gradient_clipping);
   const double t2 = now_seconds();
 
@@ -380,7 +471,8 @@ StepStats Trainer::train_step() {
   st.reduce_s = t2 - t1;
   st.optimizer_s = t3 - t2;
   st.step = s.step;
-  st.loss = all_reduce_scalar(dp, loss_sum) / static_cast<double>(s.global_batch * s.T);
+  // The loss is computed on the last stage: the other stages add zeros.
+  st.loss = all_reduce_scalar(s.P > 1 ? s.topo.world() : dp, loss_sum) / static_cast<double>(s.global_batch * s.T);
   st.grad_norm = grad_norm;
   st.lr = hp.lr;
   st.step_seconds = now_seconds() - t0;
@@ -394,16 +486,21 @@ double Trainer::evaluate() {
   // ranks and micro-batches exactly like training batches.
   double sum = 0;
   for (int64_t e = 0; e < s.cfg.train.eval_steps; ++e) {
+    if (s.pipe) {
+      const auto load = [&](int m, const Tensor& x, const Tensor& y) {
+        s.fill_val_batch(e, m);
+        s.upload_batch_to(x, y);
+      };
+      sum += s.pipe->run(s.forward_only_schedule(), *s.zero, *s.zero, load, s.dloss.tensor(), false);
+      continue;
+    }
     for (int64_t m = 0; m < s.accum; ++m) {
-      int32_t* x = s.host_tokens.data();
-      int32_t* y = s.host_targets.data();
-      for (int64_t b = 0; b < s.B; ++b)
-        s.val_sampler->fill(e, s.global_index(m, b), s.global_batch, x + b * s.T, y + b * s.T, *s.val_data);
-      s.upload_batch();
+      s.fill_val_batch(e, m);
+      s.upload_batch_to(s.tokens.tensor(), s.targets.tensor());
       sum += s.run_micro_batch(false);
     }
   }
-  sum = all_reduce_scalar(s.topo.dp(), sum);
+  sum = all_reduce_scalar(s.P > 1 ? s.topo.world() : s.topo.dp(), sum);
   return sum / static_cast<double>(s.cfg.train.eval_steps * s.global_batch * s.T);
 }
 

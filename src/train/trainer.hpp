@@ -32,8 +32,11 @@ struct StepStats {
 class Trainer {
  public:
   // `kernels` run on `dev`; `tensor_dp` moves `dev`'s tensors over the
-  // data-parallel group (topo.dp() itself on the CPU).
-  Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp);
+  // data-parallel group (topo.dp() itself on the CPU), `tensor_pp` over the
+  // pipeline group and `tensor_tie` between the two copies of the tied
+  // embedding (pipeline runs; null otherwise and off the first/last stage).
+  Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp,
+          Communicator* tensor_pp = nullptr, Communicator* tensor_tie = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -42,7 +42,7 @@ auto fields(const ActivationCheckpointingConfig& a) {
   return std::tie(a.partition_activations, a.cpu_checkpointing, a.contiguous_memory_optimization,
                   a.synchronize_checkpoint_boundary, a.profile, a.number_checkpoints);
 }
-auto fields(const PipelineConfig& p) { return std::tie(p.parallel_size, p.pipe_schedule_name, p.num_chunks, p.partition); }
+auto fields(const PipelineConfig& p) { return std::tie(p.parallel_size, p.pipe_schedule_name, p.num_chunks, p.partition, p.rank_order); }
 auto fields(const CheckpointConfig& c) { return std::tie(c.dir, c.interval, c.keep_last, c.async, c.tag_validation); }
 auto fields(const BatchConfig& b) { return std::tie(b.train_batch_size, b.micro_batch, b.grad_accum); }
 
@@ -174,6 +174,7 @@ TEST(ConfigParse, EmptyConfigGetsDeepSpeedDefaults) {
   EXPECT_EQ(cfg.pipeline.pipe_schedule_name, "1f1b");
   EXPECT_EQ(cfg.pipeline.num_chunks, 1);
   EXPECT_EQ(cfg.pipeline.partition, "parameters");
+  EXPECT_EQ(cfg.pipeline.rank_order, "dp-pp");
   // ztrain's own sections.
   EXPECT_EQ(cfg.model.preset, "tiny");
   EXPECT_EQ(cfg.model.n_layer, 2);

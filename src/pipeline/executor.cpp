@@ -1,0 +1,168 @@
+#include "pipeline/executor.hpp"
+
+#include <chrono>
+
+namespace zt {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+// One micro-batch in flight on this stage: its arenas, inputs and the
+// messages whose buffers must outlive their transfer.
+struct PipelineExecutor::InFlight {
+  explicit InFlight(Device& dev, int units, int V) : state(dev, units), in(V), out(V), act_send(V) {}
+  MicroBatchState state;
+  Buffer tokens, targets;           // (B, T) i32
+  std::vector<Tensor> in, out;      // per local chunk: its input and output
+  std::vector<CommRequest> act_send;  // per local chunk: the send of its output
+  std::vector<std::pair<Buffer, CommRequest>> grad_sends;
+  Buffer grad_in;                   // the received gradient of the chunk about to go backward
+  int backwards_left = 0;
+};
+
+PipelineExecutor::PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner,
+                                   Device& dev, Kernels& kernels, Communicator& pp, int64_t B, int64_t T,
+                                   int64_t d_model)
+    : chunks_(std::move(chunks)), P_(P), V_(V), stage_(stage), runner_(runner), dev_(dev), kernels_(kernels), pp_(pp),
+      B_(B), T_(T), C_(d_model), host_loss_(static_cast<size_t>(B * T)) {
+  ZT_CHECK(static_cast<int>(chunks_.size()) == P * V, "pipeline: ", chunks_.size(), " chunks for P=", P, " V=", V);
+  ZT_CHECK(pp.size() == P && pp.rank() == stage, "pipeline group of ", pp.size(), " ranks, rank ", pp.rank(),
+           " for P=", P, " stage ", stage);
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+int PipelineExecutor::tag(PipeOp op, int mb, int g) const {
+  // Activations and gradients crossing the boundary between global chunks
+  // g-1 and g.
+  const int kind = (op == PipeOp::send_act || op == PipeOp::recv_act) ? 0 : 1;
+  return (mb * P_ * V_ + g) * 2 + kind;
+}
+
+PipelineExecutor::InFlight& PipelineExecutor::flight(int mb) {
+  auto it = flights_.find(mb);
+  if (it != flights_.end()) return *it->second;
+  std::unique_ptr<InFlight> f;
+  if (!pool_.empty()) {
+    f = std::move(pool_.back());
+    pool_.pop_back();
+  } else {
+    f = std::make_unique<InFlight>(dev_, static_cast<int>(chunks_.back().last), V_);
+    f->tokens = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
+    f->targets = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
+  }
+  f->state.reset();
+  f->backwards_left = V_;
+  return *flights_.emplace(mb, std::move(f)).first->second;
+}
+
+double PipelineExecutor::run(const std::vector<PipeInstr>& schedule, ParamProvider& params, GradSink& grads,
+                             const LoadBatch& load, const Tensor& dloss, bool train, PipelineTiming* timing) {
+  const double start = now_s();
+  PipelineTiming t;
+  double loss_sum = 0;
+  const DType act = runner_.act_dtype();
+  const DType grad_dtype = math_dtype(act);
+  const int last_global = P_ * V_ - 1;
+  const int prev_stage = (stage_ - 1 + P_) % P_;
+  const int next_stage = (stage_ + 1) % P_;
+
+  for (const PipeInstr& ins : schedule) {
+    if (ins.op == PipeOp::reduce_grads || ins.op == PipeOp::optimizer_step) break;
+    const bool grad_op = ins.op == PipeOp::backward || ins.op == PipeOp::send_grad || ins.op == PipeOp::recv_grad;
+    if (!train && grad_op) continue;
+    InFlight& f = flight(ins.mb);
+    const int c = ins.chunk;
+    const int g = global(c);
+    const UnitRange r = chunks_[static_cast<size_t>(g)];
+    switch (ins.op) {
+      case PipeOp::recv_act: {
+        // The chunk's input lives until its backward: take it from the
+        // micro-batch's saved arena, below the chunk's own activations.
+        f.in[c] = f.state.saved.alloc(act, Shape{B_, T_, C_});
+        CommRequest req = pp_.recv(f.in[c], prev_stage, tag(PipeOp::recv_act, ins.mb, g));
+        const double w = now_s();
+        wait(req);
+        t.p2p_wait_s += now_s() - w;
+        break;
+      }
+      case PipeOp::forward: {
+        if (g == 0 || g == last_global) load(ins.mb, f.tokens.tensor(), f.targets.tensor());
+        if (g == 0) f.in[c] = f.tokens.tensor();
+        const double t0 = now_s();
+        f.out[c] = runner_.forward(r.first, r.last, f.state, params, f.in[c], f.targets.tensor());
+        if (g == last_global) {
+          dev_.copy_to_host(host_loss_.data(), f.out[c].data, host_loss_.size() * sizeof(float));
+          for (float l : host_loss_) loss_sum += l;
+        }
+        t.forward_s += now_s() - t0;
+        break;
+      }
+      case PipeOp::send_act:
+        f.act_send[c] = pp_.send(f.out[c], next_stage, tag(PipeOp::send_act, ins.mb, g + 1));
+        break;
+      case PipeOp::recv_grad: {
+        f.grad_in = Buffer(dev_, grad_dtype, Shape{B_, T_, C_}, MemTag::comm);
+        CommRequest req = pp_.recv(f.grad_in.tensor(), next_stage, tag(PipeOp::recv_grad, ins.mb, g + 1));
+        const double w = now_s();
+        wait(req);
+        t.p2p_wait_s += now_s() - w;
+        break;
+      }
+      case PipeOp::backward: {
+        // The output's send must be done before its memory is released.
+        wait(f.act_send[c]);
+        const Tensor dout = g == last_global ? dloss : f.grad_in.tensor();
+        const double t0 = now_s();
+        Tensor din = runner_.backward(r.first, r.last, f.state, params, grads, dout);
+        t.backward_s += now_s() - t0;
+        if (g != 0) {
+          // din lives in the saved arena until the next call for this
+          // micro-batch: send a copy.
+          Buffer copy(dev_, grad_dtype, Shape{B_, T_, C_}, MemTag::comm);
+          kernels_.cast(copy.tensor(), din);
+          f.grad_sends.emplace_back(std::move(copy), CommRequest());
+        }
+        f.grad_in.reset();
+        --f.backwards_left;
+        break;
+      }
+      case PipeOp::send_grad: {
+        auto& [buf, req] = f.grad_sends.back();
+        req = pp_.send(buf.tensor(), prev_stage, tag(PipeOp::send_grad, ins.mb, g));
+        break;
+      }
+      default:
+        break;
+    }
+    // A micro-batch leaves the stage after its last local instruction: in
+    // training its last backward (and the send after it), in evaluation its
+    // last forward (and the send after it); its buffers go back to the pool.
+    const bool leaves =
+        train ? f.backwards_left == 0 && (g == 0 || ins.op == PipeOp::send_grad)
+              : c == V_ - 1 && ((g == last_global && ins.op == PipeOp::forward) || ins.op == PipeOp::send_act);
+    if (leaves) {
+      for (CommRequest& a : f.act_send) wait(a);
+      for (auto& [buf, req] : f.grad_sends) wait(req);
+      f.grad_sends.clear();
+      auto it = flights_.find(ins.mb);
+      pool_.push_back(std::move(it->second));
+      flights_.erase(it);
+    }
+  }
+  // Evaluation (and anything left): finish every transfer, return the states.
+  for (auto& [mb, f] : flights_) {
+    for (CommRequest& a : f->act_send) wait(a);
+    for (auto& [buf, req] : f->grad_sends) wait(req);
+    f->grad_sends.clear();
+    pool_.push_back(std::move(f));
+  }
+  flights_.clear();
+  t.total_s = now_s() - start;
+  if (timing) *timing = t;
+  return loss_sum;
+}
+
+}  // namespace zt

@@ -1,0 +1,70 @@
+// The pipeline executor: walks one stage's instruction list for one step,
+// running its chunks through the UnitRunner and moving activations and their
+// gradients point-to-point through a Communicator over the pipeline group.
+// Receives are posted when the schedule reaches them and waited at once;
+// sends are non-blocking and waited before their buffer is released, so the
+// schedule's order alone decides progress (pipeline/schedule.hpp's model).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "modules/runner.hpp"
+#include "pipeline/partition.hpp"
+#include "pipeline/schedule.hpp"
+
+namespace zt {
+
+struct PipelineTiming {
+  double forward_s = 0, backward_s = 0, p2p_wait_s = 0, total_s = 0;
+  double busy() const { return forward_s + backward_s; }
+  // Idle time over compute time: the measured counterpart of the
+  // schedule's (P-1)/(V*M).
+  double bubble() const { return busy() > 0 ? (total_s - busy()) / busy() : 0; }
+};
+
+class PipelineExecutor {
+ public:
+  // chunks: the P*V global chunks' unit ranges; stage: this rank's index in
+  // `pp` (the pipeline group, ranks ordered by stage).
+  PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner, Device& dev,
+                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, int64_t d_model);
+  ~PipelineExecutor();
+
+  // Fills the (B, T) i32 tokens and targets of micro-batch mb (host copies
+  // into device buffers are the callback's business).
+  using LoadBatch = std::function<void(int mb, const Tensor& tokens, const Tensor& targets)>;
+
+  // Runs the instructions up to ReduceGrads; returns the sum of the per-token
+  // losses of every micro-batch (on the last stage; 0 elsewhere). `dloss`
+  // (B, T) is the gradient seed of each token's loss. With train false, only
+  // the forwards run (evaluation) and Backward/gradient instructions are
+  // skipped.
+  double run(const std::vector<PipeInstr>& schedule, ParamProvider& params, GradSink& grads, const LoadBatch& load,
+             const Tensor& dloss, bool train, PipelineTiming* timing = nullptr);
+
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == P_ - 1; }
+
+ private:
+  struct InFlight;
+  InFlight& flight(int mb);
+  int global(int chunk) const { return chunk * P_ + stage_; }
+  int tag(PipeOp op, int mb, int global_chunk) const;
+
+  std::vector<UnitRange> chunks_;
+  int P_, V_, stage_;
+  UnitRunner& runner_;
+  Device& dev_;
+  Kernels& kernels_;
+  Communicator& pp_;
+  int64_t B_, T_, C_;
+  std::map<int, std::unique_ptr<InFlight>> flights_;      // by micro-batch
+  std::vector<std::unique_ptr<InFlight>> pool_;           // finished, kept for reuse
+  std::vector<float> host_loss_;
+};
+
+}  // namespace zt
