@@ -31,7 +31,8 @@ class PipelineExecutor {
   // chunks: the P*V global chunks' unit ranges; stage: this rank's index in
   // `pp` (the pipeline group, ranks ordered by stage).
   PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner, Device& dev,
-                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, int64_t d_model);
+                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, int64_t d_model,
+                   size_t arena_chunk_bytes);
   ~PipelineExecutor();
 
   // Fills the (B, T) i32 tokens and targets of micro-batch mb (host copies
@@ -62,6 +63,7 @@ class PipelineExecutor {
   Kernels& kernels_;
   Communicator& pp_;
   int64_t B_, T_, C_;
+  size_t chunk_bytes_;  // growth step of each micro-batch's arenas
   std::map<int, std::unique_ptr<InFlight>> flights_;      // by micro-batch
   std::vector<std::unique_ptr<InFlight>> pool_;           // finished, kept for reuse
   std::vector<float> host_loss_;

@@ -150,6 +150,41 @@ struct Trainer::Impl {
       if (sh.unit == tied) all_reduce_sync(*tensor_tie, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev.kind()));
   }
 
+  // wall_clock_breakdown with a pipeline: per-stage forward, backward, p2p
+  // wait and idle time of the last step, and the measured bubble (idle over
+  // compute, averaged over stages) beside the schedule's (P-1)/(V*M).
+  void report_pipeline_timing(nlohmann::json& rec) {
+    std::vector<double> t(static_cast<size_t>(4 * P), 0.0);
+    if (topo.dp_rank() == 0) {
+      const size_t o = static_cast<size_t>(4 * topo.pp_rank());
+      t[o] = pipe_timing.forward_s;
+      t[o + 1] = pipe_timing.backward_s;
+      t[o + 2] = pipe_timing.p2p_wait_s;
+      t[o + 3] = pipe_timing.total_s;
+    }
+    all_reduce_sync(topo.world(), Tensor(t.data(), DType::f64, Shape{4 * P}));
+    nlohmann::json stages = nlohmann::json::array();
+    double bubble = 0;
+    for (int p = 0; p < P; ++p) {
+      const double* x = &t[static_cast<size_t>(4 * p)];
+      const double busy = x[0] + x[1], idle = x[3] - busy;
+      bubble += busy > 0 ? idle / busy / P : 0;
+      stages.push_back({{"forward_s", x[0]}, {"backward_s", x[1]}, {"p2p_wait_s", x[2]}, {"idle_s", idle}});
+      char line[200];
+      std::snprintf(line, sizeof line, "  stage %d: forward %.1f ms, backward %.1f ms, p2p wait %.1f ms, idle %.1f ms", p,
+                    x[0] * 1e3, x[1] * 1e3, x[2] * 1e3, idle * 1e3);
+      log_info(line);
+    }
+    const double ideal = ideal_bubble(schedule_kind, P, V, static_cast<int>(accum));
+    char line[160];
+    std::snprintf(line, sizeof line, "  pipeline bubble: measured %.1f%%, schedule (P-1)/(V*M) = %.1f%%", bubble * 100,
+                  ideal * 100);
+    log_info(line);
+    rec["pipeline"] = stages;
+    rec["bubble_measured"] = bubble;
+    rec["bubble_schedule"] = ideal;
+  }
+
   // The forward-only instruction list of an evaluation: micro-batches in
   // order, each through this stage's chunks in order (no cycle can form: a
   // chunk waits only on an earlier (micro-batch, chunk) pair).
@@ -357,7 +392,7 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   s.mb = std::make_unique<MicroBatchState>(dev, static_cast<int>(s.units.size()), chunk);
   if (s.P > 1)
     s.pipe = std::make_unique<PipelineExecutor>(s.chunks, s.P, s.V, topo.pp_rank(), *s.runner, dev, kernels,
-                                                *tensor_pp, s.B, s.T, s.gpt.d_model);
+                                                *tensor_pp, s.B, s.T, s.gpt.d_model, chunk);
   s.tokens = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.targets = Buffer(dev, DType::i32, Shape{s.B, s.T}, MemTag::activations);
   s.dloss = Buffer(dev, DType::f32, Shape{s.B, s.T}, MemTag::activations);
@@ -566,6 +601,7 @@ void Trainer::run() {
                     st.comm_bytes[static_cast<int>(CommOp::reduce_scatter)] / 1e6,
                     st.comm_bytes[static_cast<int>(CommOp::all_gather)] / 1e6, st.comm_volume_psi);
       log_info(bd);
+      if (s.P > 1) s.report_pipeline_timing(rec);
     }
     metrics.write(rec);
     window_time = 0;
