@@ -37,6 +37,7 @@ struct Args {
   std::optional<std::string> log_dir;
   bool dry_run = false;
   bool estimate_memory = false;
+  std::string resume;
   int world = 0;
 };
 
@@ -115,6 +116,8 @@ Args parse_args(int argc, char** argv, bool& exit_now) {
       ("device", po::value<std::string>(&a.device)->default_value("auto"), "cpu, cuda or auto")
       ("log-dir", po::value<std::string>(), "directory for metrics.jsonl (overrides log.dir)")
       ("dry-run", po::bool_switch(&a.dry_run), "validate the config and data, print the resolved config and a memory estimate, and exit")
+      ("resume", po::value<std::string>(&a.resume),
+       "resume from a checkpoint: auto (the newest complete one under checkpoint.dir) or a step directory")
       ("estimate-memory", po::bool_switch(&a.estimate_memory),
        "print the per-rank memory estimate for ZeRO stages 0-3 x offload none/cpu/nvme, and exit")
       ("world", po::value<int>(&a.world)->default_value(0), "ranks assumed by --estimate-memory (default: the mpirun size)");
@@ -221,6 +224,12 @@ int main(int argc, char** argv) {
         Communicator* tensor_tie = device_tie ? device_tie.get() : topo->embedding_tie();
         trainer = std::make_unique<Trainer>(cfg, *topo, *device, *kernels, tensor_dp,
                                             topo->pp_size() > 1 ? tensor_pp : nullptr, tensor_tie);
+      }))
+    return *code;
+  // Resuming reads files on every rank: errors (a corrupt checkpoint given by
+  // PATH, a model that does not match) are agreed on like the set-up's.
+  if (auto code = agree([&] {
+        if (!args.resume.empty()) trainer->resume(args.resume);
       }))
     return *code;
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",

@@ -126,6 +126,8 @@ void parse_checkpoint(const SectionReader& top, Config& cfg) {
       r.fail("tag_validation", "expected true, false, \"Ignore\", \"Warn\" or \"Fail\", found " + show(*v));
     }
   }
+  if (c.interval > 0 && c.dir.empty())
+    r.fail("interval", "checkpoints every " + std::to_string(c.interval) + " steps need checkpoint.dir");
 }
 
 void parse_log(const SectionReader& top, Config& cfg) {

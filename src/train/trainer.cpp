@@ -2,9 +2,12 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -22,6 +25,7 @@
 #include "optim/lr_schedule.hpp"
 #include "pipeline/executor.hpp"
 #include "train/memory_estimate.hpp"
+#include "train/checkpointing.hpp"
 #include "train/metrics.hpp"
 #include "zero/zero_engine.hpp"
 #if ZT_HAVE_CUDA
@@ -47,6 +51,11 @@ int configure_threads(int local_ranks) {
 }
 
 namespace {
+
+// SIGTERM or SIGUSR1 (what SLURM sends before a time limit or preemption):
+// finish the step, save a checkpoint, exit 0.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 double now_seconds() {
   using clock = std::chrono::steady_clock;
@@ -105,6 +114,7 @@ struct Trainer::Impl {
   Buffer norm_acc;     // (1) f64 on the device
   Buffer overflow;     // (units) i32 on the device
   MetricsWriter metrics;
+  std::unique_ptr<Checkpointer> ckpt;
   // Fault injection for tests. ZT_INJECT_FAULT="rank=R,step=S": rank R throws
   // at step S (the abort path of a failing rank). "overflow:rank=R,step=S,unit=U":
   // rank R's gradient of unit U becomes inf at step S (the fp16 overflow path).
@@ -354,7 +364,7 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   }
 
   s.metrics = MetricsWriter(cfg.log.dir, topo.world_rank() == 0);
-  if (const char* f = std::getenv("ZT_INJECT_FAULT")) {
+  if (const char* f = std::getenv("ZT_INJECT_FAULT"); f != nullptr && std::strncmp(f, "kill-in-save:", 13) != 0) {
     long long r = -1, st = -1, u = -1;
     if (std::sscanf(f, "overflow:rank=%lld,step=%lld,unit=%lld", &r, &st, &u) != 3 &&
         std::sscanf(f, "rank=%lld,step=%lld", &r, &st) != 2)
@@ -416,6 +426,51 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   spec.warmup_min_ratio = cfg.scheduler.warmup_min_ratio;
   spec.cos_min_ratio = cfg.scheduler.cos_min_ratio;
   s.schedule = make_lr_schedule(spec);
+  if (!cfg.checkpoint.dir.empty())
+    s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, s.units, s.mirror);
+}
+
+nlohmann::json Trainer::state_json() const {
+  const Impl& s = *impl_;
+  nlohmann::json j = {{"step", s.step},
+                      {"applied_steps", s.applied},
+                      {"sampler", {{"seed", s.cfg.train.seed}, {"step", s.step}}},
+                      {"lr", s.schedule->lr_at(s.applied)},
+                      {"topology",
+                       {{"world", s.topo.world_size()}, {"pp", s.P}, {"num_chunks", s.V}, {"dp", s.topo.dp_size()},
+                        {"zero_stage", s.cfg.zero.stage}}},
+                      {"config", resolved_json(s.cfg)}};
+  if (s.scaler) {
+    const LossScalerState ls = s.scaler->state();
+    j["loss_scaler"] = {{"scale", ls.scale}, {"iteration", ls.iteration},
+                        {"last_overflow_iteration", ls.last_overflow_iteration},
+                        {"hysteresis_left", ls.hysteresis_left}};
+  }
+  return j;
+}
+
+bool Trainer::resume(const std::string& where) {
+  Impl& s = *impl_;
+  if (!s.ckpt) ZT_USER_ERROR("--resume needs checkpoint.dir in the config");
+  const std::string dir = s.ckpt->resolve(where);
+  if (dir.empty()) {
+    log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
+    return false;
+  }
+  const nlohmann::json st = s.ckpt->load(dir);
+  s.step = st.at("step").get<int64_t>();
+  s.applied = st.at("applied_steps").get<int64_t>();
+  if (st.at("sampler").at("seed").get<uint64_t>() != s.cfg.train.seed)
+    log_warn("resuming with train.seed ", s.cfg.train.seed, " where the checkpoint used ",
+             st.at("sampler").at("seed").get<uint64_t>(), ": the data order changes");
+  if (s.scaler && st.contains("loss_scaler")) {
+    const nlohmann::json& l = st.at("loss_scaler");
+    s.scaler->load_state(LossScalerState{l.at("scale").get<double>(), l.at("iteration").get<int64_t>(),
+                                         l.at("last_overflow_iteration").get<int64_t>(),
+                                         l.at("hysteresis_left").get<int>()});
+  }
+  log_info("resumed from ", dir, " at step ", s.step);
+  return true;
 }
 
 Trainer::~Trainer() = default;
@@ -550,14 +605,30 @@ void Trainer::run() {
            s.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
            dtype_name(s.param_dtype), " parameters; activation checkpointing ",
            cfg.model.activation_checkpointing ? "on" : "off");
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
   const double start = now_seconds();
+  const int64_t first_step = s.step;
   double window_time = 0;
   int64_t window_steps = 0;
-  for (int64_t i = 0; i < cfg.train.steps; ++i) {
+  bool stopped = false;
+  while (s.step < cfg.train.steps && !stopped) {
     const StepStats st = train_step();
     window_time += st.step_seconds;
     ++window_steps;
-    const bool last = st.step == cfg.train.steps;
+    // Every rank agrees on a stop signal received by any of them.
+    stopped = all_reduce_scalar(s.topo.world(), g_stop_signal.load(), ReduceOp::max) != 0;
+    const bool save = s.ckpt && (stopped || (cfg.checkpoint.interval > 0 && st.step % cfg.checkpoint.interval == 0));
+    if (save) s.ckpt->save(st.step, state_json());
+    if (stopped) {
+      log_info("stop signal received: ", s.ckpt ? "checkpoint saved at step " + std::to_string(st.step) + ", "
+                                                 : std::string("no checkpoint.dir, nothing saved; "),
+               "exiting");
+    }
+    const bool last = st.step == cfg.train.steps || stopped;
     const bool validate = s.val_sampler && ((cfg.train.eval_interval > 0 && st.step % cfg.train.eval_interval == 0) || last);
     const bool print = st.step % cfg.steps_per_print == 0 || last || st.step == 1 || st.skipped;
     double val = std::nan("");
@@ -565,7 +636,8 @@ void Trainer::run() {
     if (!print && !validate) continue;
     const double elapsed = now_seconds() - start;
     const double tok_s = window_steps > 0 ? tokens_per_step * window_steps / window_time : 0;
-    const double eta = elapsed / static_cast<double>(st.step) * static_cast<double>(cfg.train.steps - st.step);
+    const double eta =
+        elapsed / static_cast<double>(st.step - first_step) * static_cast<double>(cfg.train.steps - st.step);
     char line[256];
     std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %s elapsed, ETA %s",
                   static_cast<long long>(st.step), static_cast<long long>(cfg.train.steps), st.loss, st.lr,
@@ -607,6 +679,7 @@ void Trainer::run() {
     window_time = 0;
     window_steps = 0;
   }
+  if (s.ckpt) s.ckpt->finish();
   // Peak memory per tag: the largest over all ranks.
   const MemoryStats& ms = s.dev.stats();
   nlohmann::json peak = nlohmann::json::object();

@@ -49,6 +49,11 @@ class Trainer {
   // (NaN when there is no val split).
   double evaluate();
   int64_t step() const;
+  // Loads a checkpoint before run(): "auto" (the newest complete one under
+  // checkpoint.dir, if any) or a step directory. Returns whether one loaded.
+  bool resume(const std::string& where);
+  // The training state saved in a checkpoint's manifest.
+  nlohmann::json state_json() const;
   int64_t num_params() const;
 
  private:

@@ -158,9 +158,10 @@ TEST(ConfigErrors, FeaturesNotAvailableYet) {
   EXPECT_TRUE(parse(R"({"fp16": {"enabled": true}})").fp16.enabled);  // available
   EXPECT_EQ(parse(R"({"pipeline": {"parallel_size": 2}})").pipeline.parallel_size, 2);  // available
   EXPECT_CONTAINS(parse_error(R"({"checkpoint": {"interval": 100}})"),
-                  "config.json: checkpoint.interval: 100 is not available yet");
-  EXPECT_CONTAINS(parse_error(R"({"checkpoint": {"dir": "ckpt"}})"),
-                  "config.json: checkpoint.dir: \"ckpt\" is not available yet");
+                  "config.json: checkpoint.interval: checkpoints every 100 steps need checkpoint.dir");
+  EXPECT_EQ(parse(R"({"checkpoint": {"dir": "ckpt", "interval": 5}})").checkpoint.interval, 5);  // available
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": true}})"),
+                  "stage3_gather_16bit_weights_on_model_save: true is not available yet");
   EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"cpu_offload": true}})"),
                   "zero_optimization.offload_optimizer.device: \"cpu\" is not available yet");
 

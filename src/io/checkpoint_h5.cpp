@@ -1,0 +1,186 @@
+// Writing one rank's shard file (checkpoint.hpp) and the HDF5 error reason.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5.hpp"
+#include "io/sha256.hpp"
+
+namespace zt {
+
+namespace h5 {
+
+namespace {
+herr_t collect_error(unsigned n, const H5E_error2_t* e, void* client) {
+  auto* out = static_cast<std::string*>(client);
+  if (n >= 3) return 0;  // the innermost three say what failed and why
+  if (!out->empty()) out->append("; ");
+  out->append(e->func_name != nullptr ? e->func_name : "?");
+  out->append(": ");
+  out->append(e->desc != nullptr ? e->desc : "");
+  return 0;
+}
+}  // namespace
+
+std::string last_error() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &msg);
+  return msg.empty() ? std::string("unknown HDF5 error") : msg;
+}
+
+}  // namespace h5
+
+namespace {
+
+constexpr int64_t kMaxChunkElems = int64_t{1} << 20;  // 4 MiB of fp32 per chunk
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  ZT_THROW("cannot write checkpoint file '", path, "': ", what, ": ", h5::last_error());
+}
+
+void write_attr_i64(const std::string& path, hid_t obj, const char* name, int64_t value) {
+  h5::Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  h5::Id attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) < 0)
+    fail(path, std::string("attribute ") + name);
+}
+
+void write_attr_string(const std::string& path, hid_t obj, const char* name, const std::string& value) {
+  h5::Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  h5::Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  h5::Id attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  if (!attr.valid() || H5Awrite(attr.get(), type.get(), padded.data()) < 0)
+    fail(path, std::string("attribute ") + name);
+}
+
+void check_shards(const std::string& path, const std::vector<ShardData>& shards) {
+  std::set<std::string> names;
+  for (const ShardData& s : shards) {
+    const ShardRef& r = s.ref;
+    const std::string name = s.state + "/u" + std::to_string(r.unit) + "_" + std::to_string(r.global_offset);
+    ZT_CHECK(!s.state.empty() && s.state.find('/') == std::string::npos, path, ": bad state name '", s.state, "'");
+    ZT_CHECK(r.unit >= 0 && r.global_offset >= 0 && r.length >= 0 && r.unit_numel >= 0, path, ": bad shard ", name);
+    ZT_CHECK(r.length == 0 || s.data != nullptr, path, ": shard ", name, " has no data");
+    ZT_CHECK(names.insert(name).second, path, ": shard ", name, " given twice");
+  }
+}
+
+void write_dataset(const std::string& path, hid_t group, const ShardData& s) {
+  const ShardRef& r = s.ref;
+  const std::string name = "u" + std::to_string(r.unit) + "_" + std::to_string(r.global_offset);
+  const std::string what = "dataset /" + s.state + "/" + name;
+  const hsize_t dims[1] = {static_cast<hsize_t>(r.length)};
+  h5::Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  h5::Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (r.length > 0) {  // a chunked layout needs a non-empty chunk; empty shards stay contiguous
+    const hsize_t chunk[1] = {static_cast<hsize_t>(std::min(r.length, kMaxChunkElems))};
+    if (H5Pset_chunk(dcpl.get(), 1, chunk) < 0 || H5Pset_fletcher32(dcpl.get()) < 0) fail(path, what);
+  }
+  h5::Id dset(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+              H5Dclose);
+  if (!dset.valid()) fail(path, what);
+  if (r.length > 0 && H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0)
+    fail(path, what);
+  write_attr_i64(path, dset.get(), "unit", r.unit);
+  write_attr_string(path, dset.get(), "unit_name", r.unit_name);
+  write_attr_i64(path, dset.get(), "unit_numel", r.unit_numel);
+  write_attr_i64(path, dset.get(), "global_offset", r.global_offset);
+  write_attr_i64(path, dset.get(), "length", r.length);
+  if (!dset.close()) fail(path, what);
+}
+
+// [Note: shard files are built in memory]
+// HDF5 1.10 cannot recover from a failed H5Fclose: when the final metadata
+// flush fails (ENOSPC, EFBIG, EIO), the file stays in HDF5's id table, and a
+// second H5Fclose, or HDF5's own atexit handler, dereferences freed state and
+// segfaults. So HDF5 never touches the disk here: the file is built by the
+// core (memory) driver without a backing store, its image is copied out, the
+// in-memory file is closed (which cannot fail for want of space), and the
+// image is written with write(2) + fsync(2), whose errno is the real reason.
+// Cost: the rank's shard payload is held twice in host memory for a moment.
+std::vector<char> build_image(const std::string& path, const std::vector<ShardData>& shards) {
+  int64_t payload = 0;
+  for (const ShardData& s : shards) payload += s.ref.length * static_cast<int64_t>(sizeof(float));
+  // One growth step that fits the whole file in most cases (metadata is small).
+  const size_t increment = static_cast<size_t>(std::clamp<int64_t>(payload + (int64_t{1} << 20), 1 << 20, int64_t{1} << 30));
+  h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || H5Pset_fapl_core(fapl.get(), increment, /*backing_store=*/0) < 0) fail(path, "file access list");
+  h5::Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  if (!file.valid()) fail(path, "create");
+  std::vector<std::string> states;
+  for (const ShardData& s : shards)
+    if (std::find(states.begin(), states.end(), s.state) == states.end()) states.push_back(s.state);
+  for (const std::string& state : states) {
+    h5::Id group(H5Gcreate2(file.get(), state.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!group.valid()) fail(path, "group /" + state);
+    for (const ShardData& s : shards)
+      if (s.state == state) write_dataset(path, group.get(), s);
+    if (!group.close()) fail(path, "group /" + state);
+  }
+  if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail(path, "flush");
+  const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+  if (size < 0) fail(path, "file image size");
+  std::vector<char> image(static_cast<size_t>(size));
+  if (H5Fget_file_image(file.get(), image.data(), image.size()) != size) fail(path, "file image");
+  if (!file.close()) fail(path, "close");
+  return image;
+}
+
+// Writes `image` to `path` and fsyncs it; *created once the file exists.
+void write_synced(const std::string& path, const std::vector<char>& image, bool* created) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) ZT_THROW("cannot create checkpoint file '", path, "': ", std::strerror(errno));
+  *created = true;
+  size_t done = 0;
+  while (done < image.size()) {
+    const ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ZT_THROW("cannot write checkpoint file '", path, "' (", done, " of ", image.size(),
+               " bytes written): ", std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ZT_THROW("cannot fsync checkpoint file '", path, "': ", std::strerror(err));
+  }
+  if (::close(fd) != 0) ZT_THROW("cannot close checkpoint file '", path, "': ", std::strerror(errno));
+}
+
+}  // namespace
+
+std::string write_shard_file(const std::string& path, const std::vector<ShardData>& shards) {
+  check_shards(path, shards);
+  bool created = false;
+  try {
+    std::vector<char> image;
+    {
+      const h5::Quiet quiet;
+      image = build_image(path, shards);
+    }
+    write_synced(path, image, &created);
+    return sha256_hex(image.data(), image.size());  // the bytes just written and synced
+  } catch (...) {
+    // Remove only what this call made, and only a regular file (never a device).
+    std::error_code ec;
+    if (created && std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)))
+      std::filesystem::remove(path, ec);
+    throw;
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,253 @@
+#include "train/checkpointing.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "core/log.hpp"
+#include "io/checkpoint.hpp"
+
+namespace zt {
+namespace {
+
+const char* const kStates[] = {"master", "exp_avg", "exp_avg_sq"};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Per-rank strings of fixed size over the world (SHA-256 hex is 64 bytes).
+std::vector<std::string> gather_strings(Communicator& world, const std::string& mine, size_t width) {
+  std::vector<uint16_t> in((width + 1) / 2, 0), out(in.size() * static_cast<size_t>(world.size()), 0);
+  std::memcpy(in.data(), mine.data(), std::min(mine.size(), width));
+  CommRequest r = world.all_gather(Tensor(in.data(), DType::u16, Shape{static_cast<int64_t>(in.size())}),
+                                   Tensor(out.data(), DType::u16, Shape{static_cast<int64_t>(out.size())}));
+  wait(r);
+  std::vector<std::string> all;
+  for (int k = 0; k < world.size(); ++k) {
+    const char* p = reinterpret_cast<const char*>(out.data() + in.size() * static_cast<size_t>(k));
+    all.emplace_back(p, strnlen(p, width));
+  }
+  return all;
+}
+
+// Rank 0's string on every rank (at most `width` bytes).
+std::string broadcast_string(Communicator& world, const std::string& text, size_t width = 4096) {
+  std::vector<uint16_t> buf((width + 1) / 2, 0);
+  if (world.rank() == 0) std::memcpy(buf.data(), text.data(), std::min(text.size(), width - 1));
+  CommRequest r = world.broadcast(Tensor(buf.data(), DType::u16, Shape{static_cast<int64_t>(buf.size())}), 0);
+  wait(r);
+  const char* p = reinterpret_cast<const char*>(buf.data());
+  return std::string(p, strnlen(p, width));
+}
+
+}  // namespace
+
+// A save in progress: the host copies of the shards, the file being written
+// and, when async, the thread writing it.
+struct Checkpointer::Pending {
+  int64_t step = 0;
+  nlohmann::json manifest;
+  std::vector<std::vector<float>> host;  // backing store of `shards`
+  std::vector<ShardData> shards;
+  std::string path, sha, error;
+  std::thread writer;
+  double started = 0;
+  size_t bytes = 0;
+  // Fault injection for tests (ZT_INJECT_FAULT="kill-in-save:rank=R,step=S"):
+  // rank R dies by SIGKILL half-way through writing its file at step S.
+  bool kill_midway = false;
+  void write() {
+    try {
+      if (kill_midway) {
+        std::vector<ShardData> half(shards.begin(), shards.begin() + static_cast<std::ptrdiff_t>(shards.size() / 2));
+        write_shard_file(path, half);
+        std::raise(SIGKILL);
+      }
+      sha = write_shard_file(path, shards);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+};
+
+Checkpointer::Checkpointer(const Config& cfg, Topology& topo, ZeroEngine& zero, Device& dev,
+                           std::vector<const Unit*> units, int skip_unit)
+    : cfg_(cfg), topo_(topo), zero_(zero), dev_(dev), units_(std::move(units)), skip_unit_(skip_unit) {}
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+void Checkpointer::save(int64_t step, const nlohmann::json& state) {
+  finish();
+  if (cfg_.checkpoint.tag_validation) {
+    // Every rank must be saving the same step (DeepSpeed's tag validation).
+    const double lo = all_reduce_scalar(topo_.world(), static_cast<double>(step), ReduceOp::min);
+    const double hi = all_reduce_scalar(topo_.world(), static_cast<double>(step), ReduceOp::max);
+    if (lo != hi) ZT_THROW("checkpoint tag validation: ranks save steps ", lo, " to ", hi);
+  }
+  const std::string dir = cfg_.checkpoint.dir;
+  const std::string tmp = checkpoint_tmp_dir(dir, step);
+  std::string error;
+  if (topo_.world_rank() == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(tmp, ec);
+    if (ec) error = "checkpoint: cannot create '" + tmp + "': " + ec.message();
+  }
+  error = broadcast_string(topo_.world(), error);
+  if (!error.empty()) throw CollectiveError(error + "; the previous checkpoint is intact");
+
+  auto p = std::make_unique<Pending>();
+  p->step = step;
+  p->started = now_s();
+  p->manifest = state;
+  p->path = tmp + "/" + rank_file_name(topo_.world_rank());
+  if (const char* f = std::getenv("ZT_INJECT_FAULT")) {
+    long long r = -1, st = -1;
+    if (std::sscanf(f, "kill-in-save:rank=%lld,step=%lld", &r, &st) == 2)
+      p->kill_midway = r == topo_.world_rank() && st == step;
+  }
+  // Copy the owned shards to host memory at the step boundary; training may
+  // go on while they are written.
+  for (const OwnedShard& sh : zero_.owned_shards()) {
+    if (sh.unit == skip_unit_) continue;
+    const FlatUnit& fu = zero_.layout().unit(sh.unit);
+    const int64_t end = std::min(sh.end, fu.numel);  // padding is not saved
+    if (end <= sh.begin) continue;
+    const int64_t n = end - sh.begin;
+    const float* src[] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      p->host.emplace_back(static_cast<size_t>(n));
+      dev_.copy_to_host(p->host.back().data(), src[k], static_cast<size_t>(n) * sizeof(float));
+      p->bytes += static_cast<size_t>(n) * sizeof(float);
+    }
+  }
+  size_t h = 0;
+  for (const OwnedShard& sh : zero_.owned_shards()) {
+    if (sh.unit == skip_unit_) continue;
+    const FlatUnit& fu = zero_.layout().unit(sh.unit);
+    const int64_t end = std::min(sh.end, fu.numel);
+    if (end <= sh.begin) continue;
+    for (const char* state_name : kStates) {
+      ShardData d;
+      d.state = state_name;
+      d.ref = ShardRef{sh.unit, fu.name, fu.numel, sh.begin, end - sh.begin};
+      d.data = p->host[h++].data();
+      p->shards.push_back(d);
+    }
+  }
+  pending_ = std::move(p);
+  if (cfg_.checkpoint.async) {
+    pending_->writer = std::thread([q = pending_.get()] { q->write(); });
+  } else {
+    pending_->write();
+    finish();
+  }
+}
+
+void Checkpointer::finish() {
+  if (!pending_) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  std::unique_ptr<Pending> p = std::move(pending_);
+  commit(*p);
+}
+
+void Checkpointer::commit(Pending& p) {
+  // Every rank learns whether every file was written; only then is the
+  // checkpoint published.
+  Communicator& world = topo_.world();
+  const double failed = all_reduce_scalar(world, p.error.empty() ? 0.0 : 1.0, ReduceOp::max);
+  if (failed != 0) {
+    if (!p.error.empty()) log_warn("checkpoint step ", p.step, ": ", p.error);
+    throw CollectiveError(detail::concat("checkpoint of step ", p.step,
+                                         " failed on at least one rank (see the warnings); it was not published and "
+                                         "the previous checkpoint is intact"));
+  }
+  const std::vector<std::string> shas = gather_strings(world, p.sha, 64);
+  const double bytes = all_reduce_scalar(world, static_cast<double>(p.bytes));
+  if (topo_.world_rank() == 0) {
+    std::map<std::string, std::string> files;
+    for (int r = 0; r < world.size(); ++r) files[rank_file_name(r)] = shas[static_cast<size_t>(r)];
+    commit_checkpoint(cfg_.checkpoint.dir, p.step, p.manifest, files, cfg_.checkpoint.keep_last);
+  }
+  world.barrier();
+  const double secs = now_s() - p.started;
+  log_info("checkpoint: step ", p.step, " saved to ", checkpoint_final_dir(cfg_.checkpoint.dir, p.step), " (",
+           bytes / 1e6, " MB in ", secs, " s, ", bytes / 1e6 / std::max(secs, 1e-9), " MB/s over all ranks)");
+}
+
+std::string Checkpointer::resolve(const std::string& resume) const {
+  // Rank 0 decides (verifying reads every file once) and tells the others;
+  // an error is raised on every rank alike.
+  std::string answer, error;
+  if (topo_.world_rank() == 0) {
+    try {
+      answer = "ok:" + resolve_here(resume);
+    } catch (const std::exception& e) {
+      answer = std::string("error:") + e.what();
+    }
+  }
+  answer = broadcast_string(topo_.world(), answer);
+  if (answer.rfind("error:", 0) == 0) ZT_USER_ERROR(answer.substr(6));
+  return answer.substr(3);
+}
+
+std::string Checkpointer::resolve_here(const std::string& resume) const {
+  if (resume != "auto") {
+    const std::vector<std::string> problems = verify_checkpoint(resume, true);
+    if (!problems.empty()) ZT_USER_ERROR("--resume ", resume, ": ", problems.front());
+    return resume;
+  }
+  if (cfg_.checkpoint.dir.empty()) ZT_USER_ERROR("--resume auto needs checkpoint.dir");
+  std::vector<std::string> skipped;
+  std::optional<std::string> found = find_latest_checkpoint(cfg_.checkpoint.dir, &skipped);
+  for (const std::string& s : skipped) log_warn("--resume auto: skipping ", s);
+  return found ? *found : std::string();
+}
+
+nlohmann::json Checkpointer::load(const std::string& step_dir) {
+  const double start = now_s();
+  // Reading is local; a failure on any rank is agreed on before the
+  // collectives of publishing, so no rank is left waiting.
+  std::unique_ptr<CheckpointReader> reader;
+  std::string error;
+  try {
+    reader = std::make_unique<CheckpointReader>(step_dir);
+    read_owned(*reader, step_dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+    log_warn(error);
+  }
+  if (all_reduce_scalar(topo_.world(), error.empty() ? 0.0 : 1.0, ReduceOp::max) != 0)
+    ZT_USER_ERROR(error.empty() ? "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)"
+                                : error);
+  zero_.publish_params();
+  const double bytes = all_reduce_scalar(topo_.world(), static_cast<double>(reader->bytes_read()));
+  const double secs = now_s() - start;
+  log_info("checkpoint: loaded ", step_dir, " (", bytes / 1e6, " MB read in ", secs, " s, ",
+           bytes / 1e6 / std::max(secs, 1e-9), " MB/s over all ranks)");
+  return reader->manifest();
+}
+
+void Checkpointer::read_owned(CheckpointReader& reader, const std::string& step_dir) {
+  std::vector<float> host;
+  for (const OwnedShard& sh : zero_.owned_shards()) {
+    const FlatUnit& fu = zero_.layout().unit(sh.unit);
+    const int64_t saved = reader.unit_numel(sh.unit);
+    if (saved != fu.numel)
+      ZT_USER_ERROR("checkpoint ", step_dir, ": unit ", sh.unit, " ('", fu.name, "') has ", saved,
+                    " parameters there and ", fu.numel, " in this model");
+    float* dst[] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
+    host.resize(static_cast<size_t>(sh.numel()));
+    for (int k = 0; k < 3; ++k) {
+      reader.read_range(kStates[k], sh.unit, sh.begin, sh.end, host.data());
+      dev_.copy_from_host(dst[k], host.data(), host.size() * sizeof(float));
+    }
+  }
+}
+
+}  // namespace zt
