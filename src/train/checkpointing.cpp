@@ -57,11 +57,14 @@ struct Checkpointer::Pending {
   std::thread writer;
   double started = 0;
   size_t bytes = 0;
-  // Fault injection for tests (ZT_INJECT_FAULT="kill-in-save:rank=R,step=S"):
-  // rank R dies by SIGKILL half-way through writing its file at step S.
+  // Fault injection for tests: ZT_INJECT_FAULT="kill-in-save:rank=R,step=S"
+  // kills rank R by SIGKILL half-way through writing its file at step S;
+  // "write-error:rank=R,step=S" makes that write fail like a full disk.
   bool kill_midway = false;
+  bool fail_write = false;
   void write() {
     try {
+      if (fail_write) ZT_THROW("writing '", path, "' failed: No space left on device (injected)");
       if (kill_midway) {
         std::vector<ShardData> half(shards.begin(), shards.begin() + static_cast<std::ptrdiff_t>(shards.size() / 2));
         write_shard_file(path, half);
@@ -110,6 +113,8 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
     long long r = -1, st = -1;
     if (std::sscanf(f, "kill-in-save:rank=%lld,step=%lld", &r, &st) == 2)
       p->kill_midway = r == topo_.world_rank() && st == step;
+    if (std::sscanf(f, "write-error:rank=%lld,step=%lld", &r, &st) == 2)
+      p->fail_write = r == topo_.world_rank() && st == step;
   }
   // Copy the owned shards to host memory at the step boundary; training may
   // go on while they are written.

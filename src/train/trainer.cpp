@@ -364,7 +364,8 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   }
 
   s.metrics = MetricsWriter(cfg.log.dir, topo.world_rank() == 0);
-  if (const char* f = std::getenv("ZT_INJECT_FAULT"); f != nullptr && std::strncmp(f, "kill-in-save:", 13) != 0) {
+  if (const char* f = std::getenv("ZT_INJECT_FAULT");
+      f != nullptr && std::strncmp(f, "kill-in-save:", 13) != 0 && std::strncmp(f, "write-error:", 12) != 0) {
     long long r = -1, st = -1, u = -1;
     if (std::sscanf(f, "overflow:rank=%lld,step=%lld,unit=%lld", &r, &st, &u) != 3 &&
         std::sscanf(f, "rank=%lld,step=%lld", &r, &st) != 2)
