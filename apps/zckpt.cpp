@@ -2,6 +2,8 @@
 //
 //   zckpt inspect STEP_DIR   step, topology and config summary, files, units, total bytes
 //   zckpt verify STEP_DIR    manifest, SHA-256 of every file, every dataset readable
+//   zckpt export STEP_DIR --out DIR     Hugging Face GPT-2 weights (zckpt_export.cpp)
+//   zckpt reshard STEP_DIR --out DIR --dp N   re-cut for another DP size (zckpt_reshard.cpp)
 //
 // Exit status: 0 on success ("ok" for verify), 1 when verification finds a
 // problem or on any other error, 2 for bad usage.
@@ -17,26 +19,33 @@
 
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
+#include "zckpt_commands.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using zckpt::UsageError;
 
 const char* kUsage =
-    "usage: zckpt COMMAND STEP_DIR\n"
+    "usage: zckpt COMMAND STEP_DIR [OPTIONS]\n"
     "\n"
-    "Inspects and verifies ztrain checkpoints (DIR/step_<N>/: manifest.json + rank_*.h5).\n"
+    "Inspects, verifies, exports and reshards ztrain checkpoints (DIR/step_<N>/: manifest.json + rank_*.h5).\n"
     "\n"
     "commands:\n"
     "  inspect STEP_DIR   step, topology and config summary, files with sizes,\n"
     "                     units with their element counts, total bytes\n"
     "  verify STEP_DIR    manifest, SHA-256 of every file and a full read of every\n"
-    "                     dataset (Fletcher32); prints each problem, exit 1 if any\n";
+    "                     dataset (Fletcher32); prints each problem, exit 1 if any\n"
+    "  export STEP_DIR --out DIR [--format safetensors|hdf5] [--dtype f32|bf16]\n"
+    "                     the master weights as a Hugging Face GPT2LMHeadModel\n"
+    "                     (model.safetensors or model.h5, and config.json)\n"
+    "  reshard STEP_DIR --out DIR --dp N [--zero-stage S]\n"
+    "                     a new committed checkpoint with every state re-cut for\n"
+    "                     data-parallel size N (pipeline size 1 only)\n"
+    "\n"
+    "run 'zckpt COMMAND --help' for a command's options\n";
 
 // Parses `zckpt COMMAND STEP_DIR [--help]`; false when --help was printed.
 bool parse_step_dir(int argc, char** argv, const std::string& command, std::string* step_dir) {
@@ -144,7 +153,9 @@ int run(int argc, char** argv) {
   }
   if (command == "inspect") return cmd_inspect(argc, argv);
   if (command == "verify") return cmd_verify(argc, argv);
-  throw UsageError("unknown command '" + command + "' (expected inspect or verify)");
+  if (command == "export") return zckpt::cmd_export(argc, argv);
+  if (command == "reshard") return zckpt::cmd_reshard(argc, argv);
+  throw UsageError("unknown command '" + command + "' (expected inspect, verify, export or reshard)");
 }
 
 }  // namespace

@@ -1,0 +1,242 @@
+// zckpt export: the fp32 master weights of a GPT-2 checkpoint as a Hugging
+// Face GPT2LMHeadModel (model.safetensors or model.h5 + config.json).
+//
+// Units: 0 = embedding (wte.weight (V, C), wpe.weight (T, C)), 1..L = blocks
+// h.<i> (params in BlockUnit::params() order), L+1 = head (ln_f.weight,
+// ln_f.bias; the LM head is the tied wte). A unit's flat buffer is its params
+// concatenated. HF's Conv1D stores weights as (in, out) while ztrain's linear
+// weights are (out, in), so the four 2-D block weights are transposed.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5.hpp"
+#include "io/safetensors.hpp"
+#include "zckpt_commands.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace zckpt {
+namespace {
+
+constexpr double kLayerNormEps = 1e-5;  // modules/cpu_kernels_norm.cpp
+
+struct Param {
+  std::string hf_name;
+  std::vector<int64_t> shape;  // ztrain's (rows, cols) or (n)
+  bool transpose;              // Conv1D weight: exported as (cols, rows)
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  std::vector<int64_t> hf_shape() const { return transpose ? std::vector<int64_t>{shape[1], shape[0]} : shape; }
+};
+
+struct Model {
+  int64_t L, NH, C, T, V;
+  std::vector<std::vector<Param>> units;  // per checkpoint unit
+};
+
+int64_t model_int(const nlohmann::json& model, const char* key) {
+  if (!model.contains(key) || !model[key].is_number_integer() || model[key].get<int64_t>() <= 0)
+    throw zt::UserError(std::string("checkpoint manifest: config.model.") + key + " missing or not a positive integer");
+  return model[key].get<int64_t>();
+}
+
+Model gpt_model(const zt::CheckpointReader& reader) {
+  const nlohmann::json& m = reader.manifest();
+  if (!m.contains("config") || !m["config"].contains("model"))
+    throw zt::UserError("checkpoint manifest has no config.model: not a ztrain GPT checkpoint");
+  const nlohmann::json& cm = m["config"]["model"];
+  Model md{model_int(cm, "n_layer"), model_int(cm, "n_head"), model_int(cm, "d_model"), model_int(cm, "seq_len"),
+           model_int(cm, "vocab_size"), {}};
+  const int64_t C = md.C;
+  md.units.push_back({{"wte.weight", {md.V, C}, false}, {"wpe.weight", {md.T, C}, false}});
+  for (int64_t i = 0; i < md.L; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    md.units.push_back({{h + "ln_1.weight", {C}, false},
+                        {h + "ln_1.bias", {C}, false},
+                        {h + "attn.c_attn.weight", {3 * C, C}, true},
+                        {h + "attn.c_attn.bias", {3 * C}, false},
+                        {h + "attn.c_proj.weight", {C, C}, true},
+                        {h + "attn.c_proj.bias", {C}, false},
+                        {h + "ln_2.weight", {C}, false},
+                        {h + "ln_2.bias", {C}, false},
+                        {h + "mlp.c_fc.weight", {4 * C, C}, true},
+                        {h + "mlp.c_fc.bias", {4 * C}, false},
+                        {h + "mlp.c_proj.weight", {C, 4 * C}, true},
+                        {h + "mlp.c_proj.bias", {C}, false}});
+  }
+  md.units.push_back({{"ln_f.weight", {C}, false}, {"ln_f.bias", {C}, false}});
+  const std::vector<int> have = reader.units();
+  if (have.size() != md.units.size())
+    throw zt::UserError("checkpoint has " + std::to_string(have.size()) + " units, a GPT with n_layer " +
+                        std::to_string(md.L) + " has " + std::to_string(md.units.size()));
+  for (size_t u = 0; u < md.units.size(); ++u) {
+    int64_t n = 0;
+    for (const Param& p : md.units[u]) n += p.numel();
+    if (have[u] != static_cast<int>(u) || reader.unit_numel(static_cast<int>(u)) != n)
+      throw zt::UserError("checkpoint unit " + std::to_string(u) + " (" + reader.unit_name(static_cast<int>(u)) +
+                          ") has " + std::to_string(reader.unit_numel(static_cast<int>(u))) +
+                          " elements, the GPT config gives " + std::to_string(n));
+  }
+  return md;
+}
+
+nlohmann::json hf_config(const Model& md, const std::string& dtype) {
+  return {{"model_type", "gpt2"},        {"architectures", {"GPT2LMHeadModel"}},
+          {"vocab_size", md.V},          {"n_positions", md.T},
+          {"n_ctx", md.T},               {"n_embd", md.C},
+          {"n_layer", md.L},             {"n_head", md.NH},
+          {"n_inner", nullptr},          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", kLayerNormEps}, {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},           {"attn_pdrop", 0.0},
+          {"initializer_range", 0.02},   {"tie_word_embeddings", true},
+          {"scale_attn_weights", true},  {"use_cache", true},
+          {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"}};
+}
+
+// A parameter's values in HF layout as bytes of the export dtype.
+std::vector<uint8_t> hf_bytes(const Param& p, const float* src, bool bf16) {
+  std::vector<float> v(src, src + p.numel());
+  if (p.transpose) {
+    const int64_t R = p.shape[0], Cc = p.shape[1];
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < Cc; ++c) v[c * R + r] = src[r * Cc + c];
+  }
+  std::vector<uint8_t> out;
+  if (bf16) {
+    out.resize(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t b = zt::f32_to_bf16(v[i]).bits;
+      out[2 * i] = static_cast<uint8_t>(b & 0xFF);
+      out[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+    }
+  } else {
+    out.resize(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());  // x86/ARM: little-endian
+  }
+  return out;
+}
+
+void h5_check(bool ok, const std::string& what, const std::string& path) {
+  if (!ok) throw zt::Error(what + " failed for " + path + ": " + zt::h5::last_error(), __FILE__, __LINE__);
+}
+
+// One dataset per HF name; bf16 is stored as uint16 bit patterns with the
+// attribute dtype = "bfloat16" (HDF5 has no bfloat16 type).
+void write_h5_dataset(hid_t file, const std::string& path, const Param& p, const std::vector<uint8_t>& bytes,
+                      bool bf16) {
+  const std::vector<int64_t> shape = p.hf_shape();
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  zt::h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  h5_check(space.valid(), "H5Screate_simple", path);
+  const hid_t ftype = bf16 ? H5T_STD_U16LE : H5T_IEEE_F32LE;
+  const hid_t mtype = bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
+  zt::h5::Id ds(H5Dcreate2(file, p.hf_name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose);
+  h5_check(ds.valid(), "creating dataset " + p.hf_name, path);
+  h5_check(H5Dwrite(ds.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
+           "writing dataset " + p.hf_name, path);
+  const std::string dt = bf16 ? "bfloat16" : "float32";
+  zt::h5::Id aspace(H5Screate(H5S_SCALAR), H5Sclose);
+  zt::h5::Id atype(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(atype.get(), dt.size());
+  zt::h5::Id attr(H5Acreate2(ds.get(), "dtype", atype.get(), aspace.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  h5_check(attr.valid() && H5Awrite(attr.get(), atype.get(), dt.data()) >= 0, "writing attribute dtype", path);
+}
+
+}  // namespace
+
+int cmd_export(int argc, char** argv) {
+  std::string step_dir, out_dir, format = "safetensors", dtype = "f32";
+  po::options_description opts("options");
+  opts.add_options()("help,h", "show this help")("out", po::value<std::string>(&out_dir), "output directory")(
+      "format", po::value<std::string>(&format), "safetensors (default) or hdf5")(
+      "dtype", po::value<std::string>(&dtype), "f32 (default) or bf16 (round to nearest even)");
+  po::options_description all(opts);
+  all.add_options()("step-dir", po::value<std::string>(&step_dir));
+  po::positional_options_description pos;
+  pos.add("step-dir", 1);
+  po::variables_map vm;
+  std::vector<std::string> args(argv + 2, argv + argc);
+  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: zckpt export STEP_DIR --out DIR [--format safetensors|hdf5] [--dtype f32|bf16]\n\n"
+              << "Writes the master weights as a Hugging Face GPT2LMHeadModel: DIR/model.safetensors\n"
+              << "(or DIR/model.h5) and DIR/config.json.\n\n"
+              << opts;
+    return 0;
+  }
+  po::notify(vm);
+  if (step_dir.empty()) throw UsageError("export: STEP_DIR is required");
+  if (out_dir.empty()) throw UsageError("export: --out DIR is required");
+  if (format != "safetensors" && format != "hdf5")
+    throw UsageError("export: --format must be safetensors or hdf5, got '" + format + "'");
+  if (dtype != "f32" && dtype != "bf16") throw UsageError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
+  const bool bf16 = dtype == "bf16";
+
+  zt::CheckpointReader reader(step_dir);
+  const std::vector<std::string> states = reader.states();
+  if (std::find(states.begin(), states.end(), "master") == states.end())
+    throw zt::UserError(step_dir + ": checkpoint has no master state");
+  const Model md = gpt_model(reader);
+  fs::create_directories(out_dir);
+
+  const std::string path = out_dir + (format == "safetensors" ? "/model.safetensors" : "/model.h5");
+  std::vector<zt::SafeTensorsWriter::Spec> specs;
+  for (const auto& unit : md.units)
+    for (const Param& p : unit) specs.push_back({p.hf_name, bf16 ? "BF16" : "F32", p.hf_shape()});
+  std::unique_ptr<zt::SafeTensorsWriter> st;
+  zt::h5::Id file;
+  zt::h5::Quiet quiet;
+  if (format == "safetensors") {
+    st = std::make_unique<zt::SafeTensorsWriter>(path, specs, nlohmann::json{{"format", "pt"}});
+  } else {
+    file = zt::h5::Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    h5_check(file.valid(), "H5Fcreate", path);
+  }
+  int64_t total = 0;
+  for (size_t u = 0; u < md.units.size(); ++u) {  // one unit in memory at a time
+    const int64_t n = reader.unit_numel(static_cast<int>(u));
+    std::vector<float> buf(static_cast<size_t>(n));
+    reader.read_range("master", static_cast<int>(u), 0, n, buf.data());
+    int64_t off = 0;
+    for (const Param& p : md.units[u]) {
+      const std::vector<uint8_t> bytes = hf_bytes(p, buf.data() + off, bf16);
+      if (st) {
+        st->write(bytes.data(), bytes.size());
+      } else {
+        write_h5_dataset(file.get(), path, p, bytes, bf16);
+      }
+      off += p.numel();
+    }
+    total += n;
+  }
+  if (st) st->finish();
+  if (file.valid()) h5_check(file.close(), "H5Fclose", path);
+
+  std::ofstream cfg(out_dir + "/config.json", std::ios::trunc);
+  cfg << hf_config(md, dtype).dump(2) << "\n";
+  cfg.close();
+  if (!cfg) throw zt::Error("cannot write " + out_dir + "/config.json", __FILE__, __LINE__);
+  std::cout << "exported " << total << " parameters (" << specs.size() << " tensors, " << dtype << ") to " << path
+            << " and " << out_dir << "/config.json\n";
+  return 0;
+}
+
+}  // namespace zckpt
