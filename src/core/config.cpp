@@ -145,8 +145,6 @@ void check_available_features(const Config& cfg) {
   const Unavailable rows[] = {
       {z.offload_optimizer.device != "none", "zero_optimization.offload_optimizer.device",
        "\"" + z.offload_optimizer.device + "\"", "\"none\" works"},
-      {z.stage3_gather_16bit_weights_on_model_save, "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-       "true", "false works"},
       {z.offload_param.device != "none", "zero_optimization.offload_param.device",
        "\"" + z.offload_param.device + "\"", "\"none\" works"},
   };

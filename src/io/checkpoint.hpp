@@ -52,7 +52,12 @@ std::string write_shard_file(const std::string& path, const std::vector<ShardDat
 
 std::string checkpoint_tmp_dir(const std::string& dir, int64_t step);    // DIR/step_<N>.tmp
 std::string checkpoint_final_dir(const std::string& dir, int64_t step);  // DIR/step_<N>
-std::string rank_file_name(int rank);                                     // "rank_00003.h5"
+std::string rank_file_name(int rank);
+// Whether a manifest's file is a rank's shard file (HDF5) rather than
+// something kept beside the shards (the 16-bit weights).
+inline bool is_shard_file_name(const std::string& name) {
+  return name.size() > 8 && name.compare(0, 5, "rank_") == 0 && name.compare(name.size() - 3, 3, ".h5") == 0;
+}                                     // "rank_00003.h5"
 
 // Rank 0, after every rank wrote its file into the tmp dir and a barrier:
 // writes manifest.json (`manifest` plus "version", "step" and "files":

@@ -185,7 +185,7 @@ std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool rea
       problems.push_back(path + ": SHA-256 mismatch (manifest " + expected.dump() + ", file " + actual + ")");
       continue;  // a damaged file is not handed to the HDF5 parser
     }
-    if (read_data) {
+    if (read_data && is_shard_file_name(name)) {
       for (std::string& p : h5::check_shard_file_readable(path)) problems.push_back(std::move(p));
     }
   }

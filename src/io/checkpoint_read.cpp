@@ -150,6 +150,7 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : impl_(std::mak
     ZT_USER_ERROR("checkpoint manifest '", manifest_path, "' has no \"files\" object");
   const h5::Quiet quiet;
   for (const auto& [name, sha] : m.manifest["files"].items()) {
+    if (!is_shard_file_name(name)) continue;  // e.g. the 16-bit weights beside the shards
     const std::string path = step_dir + "/" + name;
     h5::Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file.valid()) ZT_USER_ERROR("checkpoint file '", path, "' cannot be opened: ", h5::last_error());

@@ -9,6 +9,8 @@
 
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
+#include "io/sha256.hpp"
 
 namespace zt {
 namespace {
@@ -54,6 +56,7 @@ struct Checkpointer::Pending {
   std::vector<std::vector<float>> host;  // backing store of `shards`
   std::vector<ShardData> shards;
   std::string path, sha, error;
+  std::string weights_file, weights_sha;  // gather_16bit_weights_on_model_save
   std::thread writer;
   double started = 0;
   size_t bytes = 0;
@@ -145,6 +148,7 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
       p->shards.push_back(d);
     }
   }
+  if (cfg_.zero.stage3_gather_16bit_weights_on_model_save) write_16bit_weights(*p, tmp);
   pending_ = std::move(p);
   if (cfg_.checkpoint.async) {
     pending_->writer = std::thread([q = pending_.get()] { q->write(); });
@@ -173,16 +177,57 @@ void Checkpointer::commit(Pending& p) {
                                          "the previous checkpoint is intact"));
   }
   const std::vector<std::string> shas = gather_strings(world, p.sha, 64);
+  const std::vector<std::string> extra =
+      gather_strings(world, p.weights_file.empty() ? std::string() : p.weights_file + "=" + p.weights_sha, 200);
   const double bytes = all_reduce_scalar(world, static_cast<double>(p.bytes));
   if (topo_.world_rank() == 0) {
     std::map<std::string, std::string> files;
     for (int r = 0; r < world.size(); ++r) files[rank_file_name(r)] = shas[static_cast<size_t>(r)];
+    for (const std::string& e : extra)
+      if (const size_t eq = e.find('='); eq != std::string::npos) files[e.substr(0, eq)] = e.substr(eq + 1);
     commit_checkpoint(cfg_.checkpoint.dir, p.step, p.manifest, files, cfg_.checkpoint.keep_last);
   }
   world.barrier();
   const double secs = now_s() - p.started;
   log_info("checkpoint: step ", p.step, " saved to ", checkpoint_final_dir(cfg_.checkpoint.dir, p.step), " (",
            bytes / 1e6, " MB in ", secs, " s, ", bytes / 1e6 / std::max(secs, 1e-9), " MB/s over all ranks)");
+}
+
+// gather_16bit_weights_on_model_save: the whole model's weights in 16 bits
+// (bf16, or f16 with fp16 training) beside the shards, one file per pipeline
+// stage written by its data-parallel rank 0, named by ztrain's parameter
+// names ("h.0.attn.c_attn.weight"). The units are gathered one at a time
+// (ZeroEngine::for_each_full_unit), never the whole model at once.
+void Checkpointer::write_16bit_weights(Pending& p, const std::string& tmp) {
+  const bool f16 = cfg_.fp16.enabled;
+  const bool writer = topo_.dp_rank() == 0;
+  std::vector<SafeTensor> tensors;
+  std::vector<float> host;
+  zero_.for_each_full_unit([&](int u, const float* full) {
+    if (!writer || u == skip_unit_) return;
+    const FlatUnit& fu = zero_.layout().unit(u);
+    host.resize(static_cast<size_t>(fu.numel));
+    dev_.copy_to_host(host.data(), full, host.size() * sizeof(float));
+    for (const ParamSlot& slot : fu.params) {
+      SafeTensor t;
+      t.name = (u == 0 || u + 1 == zero_.layout().num_units() ? std::string() : fu.name + ".") + slot.name;
+      t.dtype = f16 ? "F16" : "BF16";
+      for (int d = 0; d < slot.shape.rank(); ++d) t.shape.push_back(slot.shape[d]);
+      t.data.resize(static_cast<size_t>(slot.numel()) * 2);
+      convert(host.data() + slot.offset, DType::f32, t.data.data(), f16 ? DType::f16 : DType::bf16,
+              static_cast<size_t>(slot.numel()));
+      tensors.push_back(std::move(t));
+    }
+  });
+  if (!writer) return;
+  p.weights_file = "model_16bit_stage" + std::to_string(topo_.pp_rank()) + ".safetensors";
+  const std::string path = tmp + "/" + p.weights_file;
+  try {
+    write_safetensors(path, tensors, {{"format", "pt"}, {"step", std::to_string(p.step)}});
+    p.weights_sha = sha256_file(path);
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  }
 }
 
 std::string Checkpointer::resolve(const std::string& resume) const {

@@ -45,6 +45,7 @@ class Checkpointer {
   struct Pending;
   void commit(Pending& p);
   std::string resolve_here(const std::string& resume) const;
+  void write_16bit_weights(Pending& p, const std::string& tmp);
   void read_owned(CheckpointReader& reader, const std::string& step_dir);
 
   const Config& cfg_;
