@@ -216,8 +216,7 @@ void ZeroEngine::release(int unit, Phase phase) {
     // to it), it is next needed at the latest in backward, after every unit
     // past k has gone forward and backward: about twice their parameters. A
     // recomputed unit is used at once. Released in backward by a tied unit k,
-    // it is needed by its own backward after the units between them; released
-    // by its own backward it is not used again this step.
+    // it is needed by its own backward after the units between them.
     int64_t distance = -1;  // -1: not used again this step
     if (phase == Phase::recompute) {
       distance = 0;
@@ -227,6 +226,14 @@ void ZeroEngine::release(int unit, Phase phase) {
     } else if (u != unit) {
       distance = 0;
       for (int v = u + 1; v < unit; ++v) distance += layout_.unit(v).numel;
+    } else {
+      // After its backward, a unit is next used by the next micro-batch's
+      // forward of this step (gradient accumulation, pipeline micro-batches),
+      // after every other unit this rank holds has run; publish_params drops
+      // whatever is still gathered at the end of the step.
+      distance = 0;
+      for (int v = 0; v < layout_.num_units(); ++v)
+        if (v != u && is_local(v)) distance += layout_.unit(v).numel;
     }
     const bool keep =
         distance >= 0 && distance <= opts_.max_reuse_distance && live_ <= opts_.max_live_parameters;

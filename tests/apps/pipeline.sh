@@ -38,6 +38,9 @@ for pv in "2 2" "4 2"; do
     done
   done
 done
+run_np 4 c.json --log-dir ppdp --set pipeline.parallel_size=2 --set pipeline.rank_order='"pp-dp"' \
+  --set pipeline.pipe_schedule_name='"interleaved"' --set pipeline.num_chunks=2 --set zero_optimization.stage=3
+same ref/metrics.jsonl ppdp/metrics.jsonl "P=2 V=2 DP=2 ZeRO-3 with rank order pp-dp"
 run_np 4 c.json --log-dir f1b --set pipeline.parallel_size=4 --set zero_optimization.stage=2
 same ref/metrics.jsonl f1b/metrics.jsonl "P=4 1F1B DP=1 ZeRO-2"
 
