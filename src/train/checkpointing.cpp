@@ -1,6 +1,7 @@
 #include "train/checkpointing.hpp"
 
 #include <chrono>
+#include <deque>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
+#include "train/fault_injection.hpp"
 #include "io/safetensors.hpp"
 #include "io/sha256.hpp"
 
@@ -53,16 +55,14 @@ std::string broadcast_string(Communicator& world, const std::string& text, size_
 struct Checkpointer::Pending {
   int64_t step = 0;
   nlohmann::json manifest;
-  std::vector<std::vector<float>> host;  // backing store of `shards`
+  std::deque<std::vector<float>> host;  // backing store of `shards` (stable on growth)
   std::vector<ShardData> shards;
   std::string path, sha, error;
   std::string weights_file, weights_sha;  // gather_16bit_weights_on_model_save
   std::thread writer;
   double started = 0;
   size_t bytes = 0;
-  // Fault injection for tests: ZT_INJECT_FAULT="kill-in-save:rank=R,step=S"
-  // kills rank R by SIGKILL half-way through writing its file at step S;
-  // "write-error:rank=R,step=S" makes that write fail like a full disk.
+  // Fault tests (train/fault_injection.hpp).
   bool kill_midway = false;
   bool fail_write = false;
   void write() {
@@ -112,13 +112,9 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
   p->started = now_s();
   p->manifest = state;
   p->path = tmp + "/" + rank_file_name(topo_.world_rank());
-  if (const char* f = std::getenv("ZT_INJECT_FAULT")) {
-    long long r = -1, st = -1;
-    if (std::sscanf(f, "kill-in-save:rank=%lld,step=%lld", &r, &st) == 2)
-      p->kill_midway = r == topo_.world_rank() && st == step;
-    if (std::sscanf(f, "write-error:rank=%lld,step=%lld", &r, &st) == 2)
-      p->fail_write = r == topo_.world_rank() && st == step;
-  }
+  const InjectedFault fault = injected_fault();
+  p->kill_midway = fault.at(InjectedFault::Kind::kill_in_save, topo_.world_rank(), step);
+  p->fail_write = fault.at(InjectedFault::Kind::write_error, topo_.world_rank(), step);
   // Copy the owned shards to host memory at the step boundary; training may
   // go on while they are written.
   for (const OwnedShard& sh : zero_.owned_shards()) {
@@ -129,23 +125,10 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
     const int64_t n = end - sh.begin;
     const float* src[] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
-      p->host.emplace_back(static_cast<size_t>(n));
-      dev_.copy_to_host(p->host.back().data(), src[k], static_cast<size_t>(n) * sizeof(float));
+      std::vector<float>& h = p->host.emplace_back(static_cast<size_t>(n));
+      dev_.copy_to_host(h.data(), src[k], static_cast<size_t>(n) * sizeof(float));
       p->bytes += static_cast<size_t>(n) * sizeof(float);
-    }
-  }
-  size_t h = 0;
-  for (const OwnedShard& sh : zero_.owned_shards()) {
-    if (sh.unit == skip_unit_) continue;
-    const FlatUnit& fu = zero_.layout().unit(sh.unit);
-    const int64_t end = std::min(sh.end, fu.numel);
-    if (end <= sh.begin) continue;
-    for (const char* state_name : kStates) {
-      ShardData d;
-      d.state = state_name;
-      d.ref = ShardRef{sh.unit, fu.name, fu.numel, sh.begin, end - sh.begin};
-      d.data = p->host[h++].data();
-      p->shards.push_back(d);
+      p->shards.push_back(ShardData{kStates[k], ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h.data()});
     }
   }
   if (cfg_.zero.stage3_gather_16bit_weights_on_model_save) write_16bit_weights(*p, tmp);

@@ -26,6 +26,7 @@
 #include "pipeline/executor.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/checkpointing.hpp"
+#include "train/fault_injection.hpp"
 #include "train/metrics.hpp"
 #include "zero/zero_engine.hpp"
 #if ZT_HAVE_CUDA
@@ -115,12 +116,7 @@ struct Trainer::Impl {
   Buffer overflow;     // (units) i32 on the device
   MetricsWriter metrics;
   std::unique_ptr<Checkpointer> ckpt;
-  // Fault injection for tests. ZT_INJECT_FAULT="rank=R,step=S": rank R throws
-  // at step S (the abort path of a failing rank). "overflow:rank=R,step=S,unit=U":
-  // rank R's gradient of unit U becomes inf at step S (the fp16 overflow path).
-  int fault_rank = -1;
-  int64_t fault_step = -1;
-  int fault_unit = -1;  // >= 0: an overflow instead of an exception
+  InjectedFault fault;  // fault tests (train/fault_injection.hpp)
 
   Impl(const Config& c, Topology& t, Device& d, Kernels& k, Communicator& tdp, Communicator* tpp, Communicator* ttie)
       : cfg(c), topo(t), dev(d), kernels(k), tensor_dp(tdp), tensor_pp(tpp), tensor_tie(ttie) {}
@@ -364,16 +360,7 @@ Trainer::Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernel
   }
 
   s.metrics = MetricsWriter(cfg.log.dir, topo.world_rank() == 0);
-  if (const char* f = std::getenv("ZT_INJECT_FAULT");
-      f != nullptr && std::strncmp(f, "kill-in-save:", 13) != 0 && std::strncmp(f, "write-error:", 12) != 0) {
-    long long r = -1, st = -1, u = -1;
-    if (std::sscanf(f, "overflow:rank=%lld,step=%lld,unit=%lld", &r, &st, &u) != 3 &&
-        std::sscanf(f, "rank=%lld,step=%lld", &r, &st) != 2)
-      ZT_USER_ERROR("ZT_INJECT_FAULT='", f, "': expected rank=R,step=S or overflow:rank=R,step=S,unit=U");
-    s.fault_unit = static_cast<int>(u);
-    s.fault_rank = static_cast<int>(r);
-    s.fault_step = st;
-  }
+  s.fault = injected_fault();
   s.load_data();
   s.units_owned = build_gpt(s.gpt);
   for (const auto& u : s.units_owned) s.units.push_back(u.get());
@@ -483,9 +470,9 @@ StepStats Trainer::train_step() {
   Impl& s = *impl_;
   StepStats st;
   const double t0 = now_seconds();
-  const bool fault_now = s.topo.world_rank() == s.fault_rank && s.step + 1 == s.fault_step;
-  if (fault_now && s.fault_unit < 0)
-    ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault_step);
+  const int me = s.topo.world_rank();
+  if (s.fault.at(InjectedFault::Kind::throw_at_step, me, s.step + 1))
+    ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault.step);
   Communicator& dp = s.topo.dp();
   dp.reset_counters();
   s.zero->zero_grads();
@@ -518,9 +505,9 @@ StepStats Trainer::train_step() {
   const double t1 = now_seconds();
   s.zero->reduce_gradients();
   s.reduce_tied_copies();
-  if (fault_now && s.fault_unit >= 0)
+  if (s.fault.at(InjectedFault::Kind::overflow, me, s.step + 1))
     for (OwnedShard& sh : s.zero->owned_shards())
-      if (sh.unit == s.fault_unit) {
+      if (sh.unit == s.fault.unit) {
         const float inf = std::numeric_limits<float>::infinity();
         s.dev.copy_from_host(sh.grad, &inf, sizeof inf);
       }

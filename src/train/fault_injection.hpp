@@ -1,0 +1,50 @@
+// Fault injection for the fault tests, from the environment variable
+// ZT_INJECT_FAULT, read once per process:
+//   rank=R,step=S                     rank R throws at step S (the abort path)
+//   overflow:rank=R,step=S,unit=U     rank R's gradient of unit U becomes inf
+//   kill-in-save:rank=R,step=S        rank R dies by SIGKILL half-way through
+//                                     writing its checkpoint file of step S
+//   write-error:rank=R,step=S         that write fails like a full disk
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.hpp"
+
+namespace zt {
+
+struct InjectedFault {
+  enum class Kind { none, throw_at_step, overflow, kill_in_save, write_error };
+  Kind kind = Kind::none;
+  int rank = -1;
+  int64_t step = -1;
+  int unit = -1;
+  bool at(Kind k, int world_rank, int64_t s) const { return kind == k && rank == world_rank && step == s; }
+};
+
+inline InjectedFault injected_fault() {
+  InjectedFault f;
+  const char* e = std::getenv("ZT_INJECT_FAULT");
+  if (e == nullptr) return f;
+  long long r = -1, s = -1, u = -1;
+  if (std::sscanf(e, "overflow:rank=%lld,step=%lld,unit=%lld", &r, &s, &u) == 3) {
+    f.kind = InjectedFault::Kind::overflow;
+  } else if (std::sscanf(e, "kill-in-save:rank=%lld,step=%lld", &r, &s) == 2) {
+    f.kind = InjectedFault::Kind::kill_in_save;
+  } else if (std::sscanf(e, "write-error:rank=%lld,step=%lld", &r, &s) == 2) {
+    f.kind = InjectedFault::Kind::write_error;
+  } else if (std::sscanf(e, "rank=%lld,step=%lld", &r, &s) == 2) {
+    f.kind = InjectedFault::Kind::throw_at_step;
+  } else {
+    ZT_USER_ERROR("ZT_INJECT_FAULT='", e, "': expected rank=R,step=S, overflow:rank=R,step=S,unit=U, ",
+                  "kill-in-save:rank=R,step=S or write-error:rank=R,step=S");
+  }
+  f.rank = static_cast<int>(r);
+  f.step = s;
+  f.unit = static_cast<int>(u);
+  return f;
+}
+
+}  // namespace zt
