@@ -168,21 +168,13 @@ int cmd_export(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")("out", po::value<std::string>(&out_dir), "output directory")(
       "format", po::value<std::string>(&format), "safetensors (default) or hdf5")(
       "dtype", po::value<std::string>(&dtype), "f32 (default) or bf16 (round to nearest even)");
-  po::options_description all(opts);
-  all.add_options()("step-dir", po::value<std::string>(&step_dir));
-  po::positional_options_description pos;
-  pos.add("step-dir", 1);
   po::variables_map vm;
-  std::vector<std::string> args(argv + 2, argv + argc);
-  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-  if (vm.count("help")) {
-    std::cout << "usage: zckpt export STEP_DIR --out DIR [--format safetensors|hdf5] [--dtype f32|bf16]\n\n"
-              << "Writes the master weights as a Hugging Face GPT2LMHeadModel: DIR/model.safetensors\n"
-              << "(or DIR/model.h5) and DIR/config.json.\n\n"
-              << opts;
+  if (!parse_command(argc, argv, opts,
+      "usage: zckpt export STEP_DIR --out DIR [--format safetensors|hdf5] [--dtype f32|bf16]\n\n"
+      "Writes the master weights as a Hugging Face GPT2LMHeadModel: DIR/model.safetensors\n"
+      "(or DIR/model.h5) and DIR/config.json.\n\n",
+      step_dir, vm))
     return 0;
-  }
-  po::notify(vm);
   if (step_dir.empty()) throw UsageError("export: STEP_DIR is required");
   if (out_dir.empty()) throw UsageError("export: --out DIR is required");
   if (format != "safetensors" && format != "hdf5")

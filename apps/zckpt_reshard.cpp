@@ -29,22 +29,14 @@ int cmd_reshard(int argc, char** argv) {
                                                  "checkpoint directory to commit into (DIR/step_<N>/)")(
       "dp", po::value<int>(&dp), "new data-parallel size")(
       "zero-stage", po::value<int>(&stage), "ZeRO stage of the new layout (default: the checkpoint's)");
-  po::options_description all(opts);
-  all.add_options()("step-dir", po::value<std::string>(&step_dir));
-  po::positional_options_description pos;
-  pos.add("step-dir", 1);
   po::variables_map vm;
-  std::vector<std::string> args(argv + 2, argv + argc);
-  po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-  if (vm.count("help")) {
-    std::cout << "usage: zckpt reshard STEP_DIR --out DIR --dp N [--zero-stage S]\n\n"
-              << "Writes a new committed checkpoint DIR/step_<N>/ with the same states laid out\n"
-              << "for a data-parallel size N (pipeline size 1 checkpoints only; ztrain --resume\n"
-              << "reads any layout).\n\n"
-              << opts;
+  if (!parse_command(argc, argv, opts,
+      "usage: zckpt reshard STEP_DIR --out DIR --dp N [--zero-stage S]\n\n"
+      "Writes a new committed checkpoint DIR/step_<N>/ with the same states laid out\n"
+      "for a data-parallel size N (pipeline size 1 checkpoints only; ztrain --resume\n"
+      "reads any layout).\n\n",
+      step_dir, vm))
     return 0;
-  }
-  po::notify(vm);
   if (step_dir.empty()) throw UsageError("reshard: STEP_DIR is required");
   if (out_dir.empty()) throw UsageError("reshard: --out DIR is required");
   if (dp < 1) throw UsageError("reshard: --dp N (N >= 1) is required");
