@@ -4,6 +4,7 @@
 //   zckpt verify STEP_DIR    manifest, SHA-256 of every file, every dataset readable
 //   zckpt export STEP_DIR --out DIR     Hugging Face GPT-2 weights (zckpt_export.cpp)
 //   zckpt reshard STEP_DIR --out DIR --dp N   re-cut for another DP size (zckpt_reshard.cpp)
+//   zckpt logits STEP_DIR --tokens IDS --out F.npy   the model's logits (zckpt_logits.cpp)
 //
 // Exit status: 0 on success ("ok" for verify), 1 when verification finds a
 // problem or on any other error, 2 for bad usage.
@@ -44,6 +45,8 @@ const char* kUsage =
     "  reshard STEP_DIR --out DIR --dp N [--zero-stage S]\n"
     "                     a new committed checkpoint with every state re-cut for\n"
     "                     data-parallel size N (pipeline size 1 only)\n"
+    "  logits STEP_DIR (--tokens IDS | --tokens-file FILE) --out FILE.npy\n"
+    "                     the model's logits on given tokens (CPU, fp32), as NumPy\n"
     "\n"
     "run 'zckpt COMMAND --help' for a command's options\n";
 
@@ -155,6 +158,7 @@ int run(int argc, char** argv) {
   if (command == "verify") return cmd_verify(argc, argv);
   if (command == "export") return zckpt::cmd_export(argc, argv);
   if (command == "reshard") return zckpt::cmd_reshard(argc, argv);
+  if (command == "logits") return zckpt::cmd_logits(argc, argv);
   throw UsageError("unknown command '" + command + "' (expected inspect, verify, export or reshard)");
 }
 

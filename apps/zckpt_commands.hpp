@@ -1,5 +1,6 @@
-// zckpt's commands that write: export (Hugging Face GPT-2 safetensors / HDF5)
-// and reshard (a committed checkpoint re-cut for another data-parallel size).
+// zckpt's commands that write: export (Hugging Face GPT-2 safetensors / HDF5),
+// reshard (a committed checkpoint re-cut for another data-parallel size) and
+// logits (the model run forward on given tokens).
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -38,5 +39,6 @@ inline bool parse_command(int argc, char** argv, boost::program_options::options
 
 int cmd_export(int argc, char** argv);   // argv[1] == "export"
 int cmd_reshard(int argc, char** argv);  // argv[1] == "reshard"
+int cmd_logits(int argc, char** argv);   // argv[1] == "logits"
 
 }  // namespace zckpt

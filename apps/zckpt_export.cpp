@@ -1,11 +1,6 @@
 // zckpt export: the fp32 master weights of a GPT-2 checkpoint as a Hugging
-// Face GPT2LMHeadModel (model.safetensors or model.h5 + config.json).
-//
-// Units: 0 = embedding (wte.weight (V, C), wpe.weight (T, C)), 1..L = blocks
-// h.<i> (params in BlockUnit::params() order), L+1 = head (ln_f.weight,
-// ln_f.bias; the LM head is the tied wte). A unit's flat buffer is its params
-// concatenated. HF's Conv1D stores weights as (in, out) while ztrain's linear
-// weights are (out, in), so the four 2-D block weights are transposed.
+// Face GPT2LMHeadModel (model.safetensors or model.h5 + config.json); the
+// names and transposes come from zckpt_gpt.hpp.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -25,6 +20,7 @@
 #include "io/h5.hpp"
 #include "io/safetensors.hpp"
 #include "zckpt_commands.hpp"
+#include "zckpt_gpt.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -32,72 +28,7 @@ namespace fs = std::filesystem;
 namespace zckpt {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;  // modules/cpu_kernels_norm.cpp
-
-struct Param {
-  std::string hf_name;
-  std::vector<int64_t> shape;  // ztrain's (rows, cols) or (n)
-  bool transpose;              // Conv1D weight: exported as (cols, rows)
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  std::vector<int64_t> hf_shape() const { return transpose ? std::vector<int64_t>{shape[1], shape[0]} : shape; }
-};
-
-struct Model {
-  int64_t L, NH, C, T, V;
-  std::vector<std::vector<Param>> units;  // per checkpoint unit
-};
-
-int64_t model_int(const nlohmann::json& model, const char* key) {
-  if (!model.contains(key) || !model[key].is_number_integer() || model[key].get<int64_t>() <= 0)
-    throw zt::UserError(std::string("checkpoint manifest: config.model.") + key + " missing or not a positive integer");
-  return model[key].get<int64_t>();
-}
-
-Model gpt_model(const zt::CheckpointReader& reader) {
-  const nlohmann::json& m = reader.manifest();
-  if (!m.contains("config") || !m["config"].contains("model"))
-    throw zt::UserError("checkpoint manifest has no config.model: not a ztrain GPT checkpoint");
-  const nlohmann::json& cm = m["config"]["model"];
-  Model md{model_int(cm, "n_layer"), model_int(cm, "n_head"), model_int(cm, "d_model"), model_int(cm, "seq_len"),
-           model_int(cm, "vocab_size"), {}};
-  const int64_t C = md.C;
-  md.units.push_back({{"wte.weight", {md.V, C}, false}, {"wpe.weight", {md.T, C}, false}});
-  for (int64_t i = 0; i < md.L; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    md.units.push_back({{h + "ln_1.weight", {C}, false},
-                        {h + "ln_1.bias", {C}, false},
-                        {h + "attn.c_attn.weight", {3 * C, C}, true},
-                        {h + "attn.c_attn.bias", {3 * C}, false},
-                        {h + "attn.c_proj.weight", {C, C}, true},
-                        {h + "attn.c_proj.bias", {C}, false},
-                        {h + "ln_2.weight", {C}, false},
-                        {h + "ln_2.bias", {C}, false},
-                        {h + "mlp.c_fc.weight", {4 * C, C}, true},
-                        {h + "mlp.c_fc.bias", {4 * C}, false},
-                        {h + "mlp.c_proj.weight", {C, 4 * C}, true},
-                        {h + "mlp.c_proj.bias", {C}, false}});
-  }
-  md.units.push_back({{"ln_f.weight", {C}, false}, {"ln_f.bias", {C}, false}});
-  const std::vector<int> have = reader.units();
-  if (have.size() != md.units.size())
-    throw zt::UserError("checkpoint has " + std::to_string(have.size()) + " units, a GPT with n_layer " +
-                        std::to_string(md.L) + " has " + std::to_string(md.units.size()));
-  for (size_t u = 0; u < md.units.size(); ++u) {
-    int64_t n = 0;
-    for (const Param& p : md.units[u]) n += p.numel();
-    if (have[u] != static_cast<int>(u) || reader.unit_numel(static_cast<int>(u)) != n)
-      throw zt::UserError("checkpoint unit " + std::to_string(u) + " (" + reader.unit_name(static_cast<int>(u)) +
-                          ") has " + std::to_string(reader.unit_numel(static_cast<int>(u))) +
-                          " elements, the GPT config gives " + std::to_string(n));
-  }
-  return md;
-}
-
-nlohmann::json hf_config(const Model& md, const std::string& dtype) {
+nlohmann::json hf_config(const GptLayout& md, const std::string& dtype) {
   return {{"model_type", "gpt2"},        {"architectures", {"GPT2LMHeadModel"}},
           {"vocab_size", md.V},          {"n_positions", md.T},
           {"n_ctx", md.T},               {"n_embd", md.C},
@@ -111,7 +42,7 @@ nlohmann::json hf_config(const Model& md, const std::string& dtype) {
 }
 
 // A parameter's values in HF layout as bytes of the export dtype.
-std::vector<uint8_t> hf_bytes(const Param& p, const float* src, bool bf16) {
+std::vector<uint8_t> hf_bytes(const HfParam& p, const float* src, bool bf16) {
   std::vector<float> v(src, src + p.numel());
   if (p.transpose) {
     const int64_t R = p.shape[0], Cc = p.shape[1];
@@ -139,7 +70,7 @@ void h5_check(bool ok, const std::string& what, const std::string& path) {
 
 // One dataset per HF name; bf16 is stored as uint16 bit patterns with the
 // attribute dtype = "bfloat16" (HDF5 has no bfloat16 type).
-void write_h5_dataset(hid_t file, const std::string& path, const Param& p, const std::vector<uint8_t>& bytes,
+void write_h5_dataset(hid_t file, const std::string& path, const HfParam& p, const std::vector<uint8_t>& bytes,
                       bool bf16) {
   const std::vector<int64_t> shape = p.hf_shape();
   std::vector<hsize_t> dims(shape.begin(), shape.end());
@@ -186,13 +117,13 @@ int cmd_export(int argc, char** argv) {
   const std::vector<std::string> states = reader.states();
   if (std::find(states.begin(), states.end(), "master") == states.end())
     throw zt::UserError(step_dir + ": checkpoint has no master state");
-  const Model md = gpt_model(reader);
+  const GptLayout md = gpt_layout(reader);
   fs::create_directories(out_dir);
 
   const std::string path = out_dir + (format == "safetensors" ? "/model.safetensors" : "/model.h5");
   std::vector<zt::SafeTensorsWriter::Spec> specs;
   for (const auto& unit : md.units)
-    for (const Param& p : unit) specs.push_back({p.hf_name, bf16 ? "BF16" : "F32", p.hf_shape()});
+    for (const HfParam& p : unit) specs.push_back({p.hf_name, bf16 ? "BF16" : "F32", p.hf_shape()});
   std::unique_ptr<zt::SafeTensorsWriter> st;
   zt::h5::Id file;
   zt::h5::Quiet quiet;
@@ -208,7 +139,7 @@ int cmd_export(int argc, char** argv) {
     std::vector<float> buf(static_cast<size_t>(n));
     reader.read_range("master", static_cast<int>(u), 0, n, buf.data());
     int64_t off = 0;
-    for (const Param& p : md.units[u]) {
+    for (const HfParam& p : md.units[u]) {
       const std::vector<uint8_t> bytes = hf_bytes(p, buf.data() + off, bf16);
       if (st) {
         st->write(bytes.data(), bytes.size());

@@ -1,0 +1,237 @@
+// zckpt logits: runs a GPT-2 checkpoint's fp32 master weights forward on
+// given token sequences on the CPU and writes the logits as a NumPy .npy file
+// (float32, shape (B, T, V)), so that another implementation (Hugging Face
+// transformers loading `zckpt export`) can be compared with ztrain's own.
+//
+// The blocks run through the trainer's UnitRunner and CpuKernels; the logits
+// are ln_f(x) times wte transposed, computed here because the training head
+// fuses them with the loss and never holds them. As a check on that second
+// path, the mean next-token loss is computed from the written logits and from
+// the training head and both are printed.
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "modules/cpu_kernels.hpp"
+#include "modules/model.hpp"
+#include "modules/runner.hpp"
+#include "runtime/device.hpp"
+#include "zckpt_commands.hpp"
+#include "zckpt_gpt.hpp"
+
+namespace po = boost::program_options;
+
+namespace zckpt {
+namespace {
+
+// Sequences from text: one per line (or per ';' in --tokens), ids separated
+// by commas or white space; all of one length.
+std::vector<std::vector<int32_t>> parse_sequences(const std::string& text, const std::string& where, int64_t V,
+                                                  int64_t T_max) {
+  std::vector<std::vector<int32_t>> seqs;
+  std::string line;
+  std::istringstream lines(text);
+  int line_no = 0;
+  while (std::getline(lines, line, '\n')) {
+    std::istringstream parts(line);
+    std::string part;
+    while (std::getline(parts, part, ';')) {
+      ++line_no;
+      for (char& ch : part)
+        if (ch == ',') ch = ' ';
+      std::istringstream ids(part);
+      std::vector<int32_t> seq;
+      std::string tok;
+      while (ids >> tok) {
+        char* end = nullptr;
+        const long long v = std::strtoll(tok.c_str(), &end, 10);
+        if (end == tok.c_str() || *end != '\0')
+          throw UsageError(where + ": sequence " + std::to_string(line_no) + ": '" + tok + "' is not a token id");
+        if (v < 0 || v >= V)
+          throw UsageError(where + ": sequence " + std::to_string(line_no) + ": token " + tok +
+                           " outside the vocabulary [0, " + std::to_string(V) + ")");
+        seq.push_back(static_cast<int32_t>(v));
+      }
+      if (seq.empty()) continue;
+      if (static_cast<int64_t>(seq.size()) > T_max)
+        throw UsageError(where + ": sequence " + std::to_string(line_no) + " has " + std::to_string(seq.size()) +
+                         " tokens, the model's seq_len is " + std::to_string(T_max));
+      if (!seqs.empty() && seq.size() != seqs[0].size())
+        throw UsageError(where + ": sequence " + std::to_string(line_no) + " has " + std::to_string(seq.size()) +
+                         " tokens, the first has " + std::to_string(seqs[0].size()) + " (all must be equal)");
+      seqs.push_back(std::move(seq));
+    }
+  }
+  if (seqs.empty()) throw UsageError(where + ": no token sequence given");
+  return seqs;
+}
+
+// NumPy format 1.0: magic, header length, a dict padded with spaces to a
+// multiple of 64 bytes and ended by '\n', then the raw little-endian data.
+void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  size_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    dict += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
+    n *= static_cast<size_t>(shape[i]);
+  }
+  dict += "), }";
+  const size_t prefix = 10;  // magic (6) + version (2) + header length (2)
+  size_t total = prefix + dict.size() + 1;
+  dict.append((64 - total % 64) % 64, ' ');
+  dict += '\n';
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw zt::UserError("cannot open " + path + " for writing: " + std::strerror(errno));
+  const uint16_t hlen = static_cast<uint16_t>(dict.size());
+  const char head[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.write(head, 8);
+  const char len[2] = {static_cast<char>(hlen & 0xFF), static_cast<char>(hlen >> 8)};
+  out.write(len, 2);
+  out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(float)));
+  out.close();
+  if (!out) throw zt::UserError("writing " + path + " failed: " + std::strerror(errno));
+}
+
+// Every unit's master weights, whole, in host memory.
+class FullWeights final : public zt::ParamProvider {
+ public:
+  FullWeights(const zt::Model& model, std::vector<zt::Buffer>& units) : model_(model), units_(units) {}
+  std::vector<zt::Tensor> acquire(int unit, zt::Phase) override {
+    std::vector<zt::Tensor> views = own(unit);
+    for (const zt::TiedParam& t : model_.unit(unit).tied()) views.push_back(own(t.unit)[static_cast<size_t>(t.param)]);
+    return views;
+  }
+  void release(int, zt::Phase) override {}
+
+ private:
+  std::vector<zt::Tensor> own(int unit) const {
+    std::vector<zt::Tensor> views;
+    const zt::Tensor flat = units_[static_cast<size_t>(unit)].tensor();
+    int64_t off = 0;
+    for (const zt::ParamSpec& p : model_.unit(unit).params()) {
+      views.push_back(flat.slice1d(off, p.shape.numel()).reshape(p.shape));
+      off += p.shape.numel();
+    }
+    return views;
+  }
+  const zt::Model& model_;
+  std::vector<zt::Buffer>& units_;
+};
+
+}  // namespace
+
+int cmd_logits(int argc, char** argv) {
+  std::string step_dir, out_path, tokens_arg, tokens_file;
+  po::options_description opts("options");
+  opts.add_options()("help,h", "show this help")("out", po::value<std::string>(&out_path), "output .npy file")(
+      "tokens", po::value<std::string>(&tokens_arg), "token ids: sequences separated by ';', ids by ','")(
+      "tokens-file", po::value<std::string>(&tokens_file), "token ids: one sequence per line");
+  po::variables_map vm;
+  if (!parse_command(argc, argv, opts,
+      "usage: zckpt logits STEP_DIR (--tokens IDS | --tokens-file FILE) --out FILE.npy\n\n"
+      "Runs the checkpoint's fp32 master weights forward on the CPU and writes the logits,\n"
+      "float32 (B, T, V), as NumPy .npy. Prints the mean next-token loss computed from the\n"
+      "logits and by the training head.\n\n",
+      step_dir, vm))
+    return 0;
+  if (step_dir.empty()) throw UsageError("logits: STEP_DIR is required");
+  if (out_path.empty()) throw UsageError("logits: --out FILE.npy is required");
+  if (tokens_arg.empty() == tokens_file.empty()) throw UsageError("logits: give exactly one of --tokens and --tokens-file");
+
+  zt::CheckpointReader reader(step_dir);
+  const GptLayout md = gpt_layout(reader);
+  std::string text = tokens_arg, where = "--tokens";
+  if (!tokens_file.empty()) {
+    std::ifstream in(tokens_file);
+    if (!in) throw zt::UserError("cannot read --tokens-file " + tokens_file + ": " + std::strerror(errno));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    where = tokens_file;
+  }
+  const std::vector<std::vector<int32_t>> seqs = parse_sequences(text, where, md.V, md.T);
+  const int64_t B = static_cast<int64_t>(seqs.size()), T = static_cast<int64_t>(seqs[0].size());
+  const int64_t C = md.C, V = md.V, N = B * T;
+
+  zt::GptConfig cfg;
+  cfg.n_layer = static_cast<int>(md.L);
+  cfg.n_head = static_cast<int>(md.NH);
+  cfg.d_model = static_cast<int>(C);
+  cfg.seq_len = static_cast<int>(md.T);
+  cfg.vocab_size = static_cast<int>(V);
+  cfg.validate();
+  const zt::Model model = zt::make_gpt_model(cfg);
+
+  zt::CpuDevice dev;
+  zt::CpuKernels kernels;
+  std::vector<zt::Buffer> weights;
+  for (int u = 0; u < model.num_units(); ++u) {
+    const int64_t n = reader.unit_numel(u);
+    weights.emplace_back(dev, zt::DType::f32, zt::Shape{n}, zt::MemTag::params);
+    reader.read_range("master", u, 0, n, weights.back().as<float>());
+  }
+  FullWeights provider(model, weights);
+
+  // Targets: the next token; the last position has none (a negative target
+  // is ignored by the head and gets loss 0).
+  zt::Buffer tokens(dev, zt::DType::i32, zt::Shape{B, T}, zt::MemTag::activations);
+  zt::Buffer targets(dev, zt::DType::i32, zt::Shape{B, T}, zt::MemTag::activations);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      tokens.as<int32_t>()[b * T + t] = seqs[static_cast<size_t>(b)][static_cast<size_t>(t)];
+      targets.as<int32_t>()[b * T + t] = t + 1 < T ? seqs[static_cast<size_t>(b)][static_cast<size_t>(t + 1)] : -1;
+    }
+
+  zt::UnitRunner runner(model.units(), kernels, dev, zt::DType::f32, zt::DType::f32, false);
+  zt::MicroBatchState mb(dev, model.num_units());
+  const int head = model.num_units() - 1;
+  const zt::Tensor losses = runner.forward(0, model.num_units(), mb, provider, tokens.tensor(), targets.tensor());
+
+  // Logits = LayerNorm_f(head input) @ wte^T.
+  const std::vector<zt::Tensor> hp = provider.acquire(head, zt::Phase::forward);  // ln_f.w, ln_f.b, wte
+  zt::Arena ws(dev, zt::MemTag::workspace);
+  const zt::Tensor x = mb.inputs[static_cast<size_t>(head)].reshape(zt::Shape{N, C});
+  const zt::Tensor xn = ws.alloc(zt::DType::f32, zt::Shape{N, C});
+  const zt::Tensor mean = ws.alloc(zt::DType::f32, zt::Shape{N});
+  const zt::Tensor rstd = ws.alloc(zt::DType::f32, zt::Shape{N});
+  kernels.layernorm_fwd(xn, mean, rstd, x, hp[0], hp[1]);
+  zt::Buffer logits(dev, zt::DType::f32, zt::Shape{N, V}, zt::MemTag::activations);
+  kernels.matmul(ws, logits.tensor(), xn, false, hp[2], true, false);
+
+  // Mean next-token loss from the logits (double log-sum-exp) and from the head.
+  const float* lg = logits.as<float>();
+  const float* hl = losses.as<float>();
+  double from_logits = 0, from_head = 0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t y = targets.as<int32_t>()[i];
+    if (y < 0) continue;
+    const float* row = lg + i * V;
+    double mx = row[0];
+    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+    double se = 0;
+    for (int64_t v = 0; v < V; ++v) se += std::exp(static_cast<double>(row[v]) - mx);
+    from_logits += mx + std::log(se) - row[y];
+    from_head += hl[i];
+    ++counted;
+  }
+  write_npy(out_path, lg, {B, T, V});
+  std::cout << std::setprecision(9) << "wrote logits (" << B << ", " << T << ", " << V << ") float32 to " << out_path
+            << "\n";
+  if (counted > 0) {
+    std::cout << "next-token loss from logits " << from_logits / counted << ", from the training head "
+              << from_head / counted << " (" << counted << " tokens)\n";
+  }
+  return 0;
+}
+
+}  // namespace zckpt
