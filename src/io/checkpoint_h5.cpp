@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <set>
 
 #include "core/error.hpp"
@@ -108,11 +110,18 @@ void write_dataset(const std::string& path, hid_t group, const ShardData& s) {
 // in-memory file is closed (which cannot fail for want of space), and the
 // image is written with write(2) + fsync(2), whose errno is the real reason.
 // Cost: the rank's shard payload is held twice in host memory for a moment.
-std::vector<char> build_image(const std::string& path, const std::vector<ShardData>& shards) {
+struct Image {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+};
+
+Image build_image(const std::string& path, const std::vector<ShardData>& shards) {
   int64_t payload = 0;
   for (const ShardData& s : shards) payload += s.ref.length * static_cast<int64_t>(sizeof(float));
-  // One growth step that fits the whole file in most cases (metadata is small).
-  const size_t increment = static_cast<size_t>(std::clamp<int64_t>(payload + (int64_t{1} << 20), 1 << 20, int64_t{1} << 30));
+  // One allocation that fits the whole file (payload, chunk checksums and
+  // metadata, which is small): growing a multi-GiB image step by step costs
+  // copies.
+  const size_t increment = static_cast<size_t>(payload + payload / 64 + (int64_t{4} << 20));
   h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.valid() || H5Pset_fapl_core(fapl.get(), increment, /*backing_store=*/0) < 0) fail(path, "file access list");
   h5::Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
@@ -130,25 +139,25 @@ std::vector<char> build_image(const std::string& path, const std::vector<ShardDa
   if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail(path, "flush");
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
   if (size < 0) fail(path, "file image size");
-  std::vector<char> image(static_cast<size_t>(size));
-  if (H5Fget_file_image(file.get(), image.data(), image.size()) != size) fail(path, "file image");
+  Image image{std::unique_ptr<char[]>(new char[static_cast<size_t>(size)]), static_cast<size_t>(size)};  // not zeroed
+  if (H5Fget_file_image(file.get(), image.data.get(), image.size) != size) fail(path, "file image");
   if (!file.close()) fail(path, "close");
   return image;
 }
 
 // Writes `image` to `path` and fsyncs it; *created once the file exists.
-void write_synced(const std::string& path, const std::vector<char>& image, bool* created) {
+void write_synced(const std::string& path, const Image& image, bool* created) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) ZT_THROW("cannot create checkpoint file '", path, "': ", std::strerror(errno));
   *created = true;
   size_t done = 0;
-  while (done < image.size()) {
-    const ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+  while (done < image.size) {
+    const ssize_t n = ::write(fd, image.data.get() + done, image.size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      ZT_THROW("cannot write checkpoint file '", path, "' (", done, " of ", image.size(),
+      ZT_THROW("cannot write checkpoint file '", path, "' (", done, " of ", image.size,
                " bytes written): ", std::strerror(err));
     }
     done += static_cast<size_t>(n);
@@ -167,13 +176,17 @@ std::string write_shard_file(const std::string& path, const std::vector<ShardDat
   check_shards(path, shards);
   bool created = false;
   try {
-    std::vector<char> image;
+    Image image;
     {
       const h5::Quiet quiet;
       image = build_image(path, shards);
     }
+    // The SHA-256 of the bytes being written is taken on a second thread
+    // while write(2) and fsync(2) run (the image is only read by both).
+    std::future<std::string> sha =
+        std::async(std::launch::async, [&image] { return sha256_hex(image.data.get(), image.size); });
     write_synced(path, image, &created);
-    return sha256_hex(image.data(), image.size());  // the bytes just written and synced
+    return sha.get();
   } catch (...) {
     // Remove only what this call made, and only a regular file (never a device).
     std::error_code ec;
