@@ -1,5 +1,6 @@
 // Writing one rank's shard file (checkpoint.hpp) and the HDF5 error reason.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,7 +78,55 @@ void check_shards(const std::string& path, const std::vector<ShardData>& shards)
   }
 }
 
-void write_dataset(const std::string& path, hid_t group, const ShardData& s) {
+// HDF5's Fletcher32 (H5_checksum_fletcher32): sums of big-endian 16-bit
+// words, folded every 360 words; an odd last byte counts as the high byte of
+// a word. The filter appends it to the chunk little-endian.
+uint32_t fletcher32(const unsigned char* data, size_t bytes) {
+  uint32_t sum1 = 0, sum2 = 0;
+  size_t words = bytes / 2;
+  while (words > 0) {
+    size_t n = std::min<size_t>(words, 360);
+    words -= n;
+    do {
+      sum1 += static_cast<uint32_t>((static_cast<uint32_t>(data[0]) << 8) | data[1]);
+      sum2 += sum1;
+      data += 2;
+    } while (--n);
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  if (bytes % 2 != 0) {
+    sum1 += static_cast<uint32_t>(data[0]) << 8;
+    sum2 += sum1;
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  return (sum2 << 16) | sum1;
+}
+
+// Writes a shard's chunks as the Fletcher32 filter would have stored them
+// (the data, padded with zeros to a whole chunk, then the checksum), through
+// H5Dwrite_chunk: HDF5 writes each one to the file as it comes, with no
+// filter pass or copy of its own. `staging` holds one chunk.
+void write_chunks_direct(const std::string& path, const std::string& what, hid_t dset, const ShardData& s,
+                         std::vector<char>& staging) {
+  const int64_t chunk = std::min(s.ref.length, kMaxChunkElems);
+  const size_t chunk_bytes = static_cast<size_t>(chunk) * sizeof(float);
+  staging.resize(std::max(staging.size(), chunk_bytes + 4));
+  for (int64_t begin = 0; begin < s.ref.length; begin += chunk) {
+    const size_t n = static_cast<size_t>(std::min(chunk, s.ref.length - begin)) * sizeof(float);
+    std::memcpy(staging.data(), s.data + begin, n);
+    std::memset(staging.data() + n, 0, chunk_bytes - n);
+    const uint32_t sum = fletcher32(reinterpret_cast<const unsigned char*>(staging.data()), chunk_bytes);
+    for (int b = 0; b < 4; ++b) staging[chunk_bytes + static_cast<size_t>(b)] = static_cast<char>((sum >> (8 * b)) & 0xFF);
+    const hsize_t offset[1] = {static_cast<hsize_t>(begin)};
+    if (H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset, chunk_bytes + 4, staging.data()) < 0) fail(path, what);
+  }
+}
+
+void write_dataset(const std::string& path, hid_t group, const ShardData& s, std::vector<char>* direct) {
   const ShardRef& r = s.ref;
   const std::string name = "u" + std::to_string(r.unit) + "_" + std::to_string(r.global_offset);
   const std::string what = "dataset /" + s.state + "/" + name;
@@ -91,8 +140,13 @@ void write_dataset(const std::string& path, hid_t group, const ShardData& s) {
   h5::Id dset(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
               H5Dclose);
   if (!dset.valid()) fail(path, what);
-  if (r.length > 0 && H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0)
-    fail(path, what);
+  if (r.length > 0) {
+    if (direct != nullptr) {
+      write_chunks_direct(path, what, dset.get(), s, *direct);
+    } else if (H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
+      fail(path, what);
+    }
+  }
   write_attr_i64(path, dset.get(), "unit", r.unit);
   write_attr_string(path, dset.get(), "unit_name", r.unit_name);
   write_attr_i64(path, dset.get(), "unit_numel", r.unit_numel);
@@ -102,7 +156,8 @@ void write_dataset(const std::string& path, hid_t group, const ShardData& s) {
 }
 
 // [Note: shard files are built in memory]
-// HDF5 1.10 cannot recover from a failed H5Fclose: when the final metadata
+// The path for file systems that cannot reserve space (see [Note: direct
+// shard files] for the usual one). HDF5 1.10 cannot recover from a failed H5Fclose: when the final metadata
 // flush fails (ENOSPC, EFBIG, EIO), the file stays in HDF5's id table, and a
 // second H5Fclose, or HDF5's own atexit handler, dereferences freed state and
 // segfaults. So HDF5 never touches the disk here: the file is built by the
@@ -133,7 +188,7 @@ Image build_image(const std::string& path, const std::vector<ShardData>& shards)
     h5::Id group(H5Gcreate2(file.get(), state.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     if (!group.valid()) fail(path, "group /" + state);
     for (const ShardData& s : shards)
-      if (s.state == state) write_dataset(path, group.get(), s);
+      if (s.state == state) write_dataset(path, group.get(), s, nullptr);
     if (!group.close()) fail(path, "group /" + state);
   }
   if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail(path, "flush");
@@ -170,12 +225,116 @@ void write_synced(const std::string& path, const Image& image, bool* created) {
   if (::close(fd) != 0) ZT_THROW("cannot close checkpoint file '", path, "': ", std::strerror(errno));
 }
 
+// An upper bound on a shard file's size: payload padded to whole chunks,
+// 4 bytes of checksum per chunk, and generously for metadata (object
+// headers, attributes, chunk indexes, superblock).
+int64_t file_size_bound(const std::vector<ShardData>& shards) {
+  int64_t bytes = int64_t{1} << 20;
+  for (const ShardData& s : shards) {
+    const int64_t chunk = std::max<int64_t>(1, std::min(s.ref.length, kMaxChunkElems));
+    const int64_t chunks = (s.ref.length + chunk - 1) / chunk;
+    bytes += chunks * (chunk * static_cast<int64_t>(sizeof(float)) + 4 + 512) + 16384;
+  }
+  return bytes;
+}
+
+// Reserves `bytes` of disk for `fd` (fallocate, the file grows to that size).
+// Returns false where the file system cannot reserve (not supported), throws
+// on a real refusal (no space, file too large) naming the path.
+bool reserve(int fd, const std::string& path, int64_t bytes) {
+  if (::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return true;
+  const int err = errno;
+  if (err == EOPNOTSUPP || err == ENOSYS || err == ENODEV || err == EINVAL) return false;
+  ZT_THROW("cannot write checkpoint file '", path, "': reserving ", bytes, " bytes failed: ", std::strerror(err));
+}
+
+// [Note: direct shard files]
+// On a file system that can reserve space (fallocate), the file is written
+// in place by HDF5's sec2 driver, chunk by chunk with H5Dwrite_chunk, so the
+// kernel writes back while later chunks are produced, and nothing is copied
+// besides one chunk at a time. The reservation (an upper bound of the file's
+// size, taken before HDF5 opens the file and again once it has) is what keeps
+// a full disk or a file-size limit from failing an HDF5 write midway, which
+// HDF5 1.10 cannot recover from (see [Note: shard files are built in
+// memory]); those are refused by fallocate, before HDF5 starts. The file is
+// then cut to HDF5's end of allocation, and its SHA-256 is read back (from
+// the page cache) while fsync runs. Returns "" when reservation is not
+// supported here (the in-memory path is used instead).
+std::string write_direct(const std::string& path, const std::vector<ShardData>& shards, bool* created) {
+  const int64_t bound = file_size_bound(shards);
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) ZT_THROW("cannot create checkpoint file '", path, "': ", std::strerror(errno));
+    *created = true;
+    struct stat st {};
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    bool ok = false;
+    try {
+      ok = regular && reserve(fd, path, bound);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    if (!ok) return "";
+  }
+  int64_t eoa = 0;
+  {
+    const h5::Quiet quiet;
+    h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (!fapl.valid() || H5Pset_fapl_sec2(fapl.get()) < 0) fail(path, "file access list");
+    h5::Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!file.valid()) fail(path, "create");
+    {
+      // H5Fcreate truncated the file: reserve again under HDF5's open file.
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) ZT_THROW("cannot open checkpoint file '", path, "': ", std::strerror(errno));
+      const int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bound));
+      const int err = errno;
+      ::close(fd);
+      if (rc != 0) ZT_THROW("cannot write checkpoint file '", path, "': reserving ", bound, " bytes failed: ", std::strerror(err));
+    }
+    std::vector<char> staging;
+    std::vector<std::string> states;
+    for (const ShardData& s : shards)
+      if (std::find(states.begin(), states.end(), s.state) == states.end()) states.push_back(s.state);
+    for (const std::string& state : states) {
+      h5::Id group(H5Gcreate2(file.get(), state.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      if (!group.valid()) fail(path, "group /" + state);
+      for (const ShardData& s : shards)
+        if (s.state == state) write_dataset(path, group.get(), s, &staging);
+      if (!group.close()) fail(path, "group /" + state);
+    }
+    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail(path, "flush");
+    hsize_t size = 0;
+    if (H5Fget_filesize(file.get(), &size) < 0) fail(path, "file size");
+    eoa = static_cast<int64_t>(size);
+    if (!file.close()) fail(path, "close");
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) ZT_THROW("cannot open checkpoint file '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || (st.st_size > eoa && ::ftruncate(fd, static_cast<off_t>(eoa)) != 0)) {
+    const int err = errno;
+    ::close(fd);
+    ZT_THROW("cannot cut checkpoint file '", path, "' to ", eoa, " bytes: ", std::strerror(err));
+  }
+  std::future<std::string> sha = std::async(std::launch::async, [&path] { return sha256_file(path); });
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  std::string hex = sha.get();
+  if (rc != 0) ZT_THROW("cannot fsync checkpoint file '", path, "': ", std::strerror(err));
+  return hex;
+}
+
 }  // namespace
 
 std::string write_shard_file(const std::string& path, const std::vector<ShardData>& shards) {
   check_shards(path, shards);
   bool created = false;
   try {
+    if (std::string sha = write_direct(path, shards, &created); !sha.empty()) return sha;
     Image image;
     {
       const h5::Quiet quiet;
