@@ -60,6 +60,13 @@ class Communicator {
   virtual CommRequest recv(Tensor buf, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
+  // Bracket point-to-point calls that must be issued together (NCCL:
+  // ncclGroupStart/End, which nest; see DeviceCommunicator). No-ops here: MPI's
+  // non-blocking send/recv never block when issued, so MpiCommunicator needs
+  // no grouping.
+  virtual void group_start() {}
+  virtual void group_end() {}
+
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = CommCounters{}; }
 

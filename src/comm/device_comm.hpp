@@ -47,8 +47,8 @@ class DeviceCommunicator : public Communicator {
   // Bracket point-to-point calls that must be issued together (a send and a
   // recv to the same peer, a ring exchange). NCCL needs it to avoid deadlock;
   // MPI's non-blocking p2p does not, so the staged backend ignores it.
-  virtual void group_start() = 0;
-  virtual void group_end() = 0;
+  void group_start() override = 0;
+  void group_end() override = 0;
   // Blocks the host until every call issued so far has completed.
   virtual void synchronize() = 0;
   virtual const char* backend() const = 0;

@@ -1,5 +1,6 @@
 #include "pipeline/executor.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace zt {
@@ -35,13 +36,6 @@ PipelineExecutor::PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, 
 
 PipelineExecutor::~PipelineExecutor() = default;
 
-int PipelineExecutor::tag(PipeOp op, int mb, int g) const {
-  // Activations and gradients crossing the boundary between global chunks
-  // g-1 and g.
-  const int kind = (op == PipeOp::send_act || op == PipeOp::recv_act) ? 0 : 1;
-  return (mb * P_ * V_ + g) * 2 + kind;
-}
-
 PipelineExecutor::InFlight& PipelineExecutor::flight(int mb) {
   auto it = flights_.find(mb);
   if (it != flights_.end()) return *it->second;
@@ -67,28 +61,107 @@ double PipelineExecutor::run(const std::vector<PipeInstr>& schedule, ParamProvid
   const DType act = runner_.act_dtype();
   const DType grad_dtype = math_dtype(act);
   const int last_global = P_ * V_ - 1;
-  const int prev_stage = (stage_ - 1 + P_) % P_;
-  const int next_stage = (stage_ + 1) % P_;
 
-  for (const PipeInstr& ins : schedule) {
+  // A micro-batch leaves the stage after its last local instruction: in
+  // training its last backward (and the send after it), in evaluation its
+  // last forward (and the send after it); its buffers go back to the pool.
+  const auto leaves = [&](const PipeInstr& ins, const InFlight& f) {
+    const int g = global(ins.chunk);
+    return train ? f.backwards_left == 0 && (g == 0 || ins.op == PipeOp::send_grad)
+                 : ins.chunk == V_ - 1 &&
+                       ((g == last_global && ins.op == PipeOp::forward) || ins.op == PipeOp::send_act);
+  };
+  const auto release = [&](int mb) {
+    auto it = flights_.find(mb);
+    InFlight& f = *it->second;
+    for (CommRequest& a : f.act_send) wait(a);
+    for (auto& [buf, req] : f.grad_sends) wait(req);
+    f.grad_sends.clear();
+    pool_.push_back(std::move(it->second));
+    flights_.erase(it);
+  };
+
+  // [Note: p2p groups] (schedule.hpp): each group is one group_start() /
+  // group_end(); its ops are posted in list order, then its receives waited.
+  // Sends keep their requests and are waited before their buffers go.
+  const std::vector<P2pGroup> groups = p2p_groups(schedule, train);
+  size_t next_group = 0;
+  std::vector<std::pair<Buffer, CommRequest>> group_sends;  // of micro-batches that left inside the group
+  std::vector<std::unique_ptr<InFlight>> group_leavers;     // ... whose arenas a send of the group reads
+  const auto run_group = [&](const P2pGroup& grp) {
+    std::vector<CommRequest> recvs;
+    pp_.group_start();
+    for (size_t i : grp.ops) {
+      const PipeInstr& ins = schedule[i];
+      InFlight& f = flight(ins.mb);
+      const int c = ins.chunk;
+      const P2pMessage m = p2p_message(ins, P_, stage_);
+      const int peer = p2p_peer(ins, P_, stage_);
+      const int tg = p2p_tag(m, P_, V_);
+      switch (ins.op) {
+        case PipeOp::recv_act:
+          // The chunk's input lives until its backward: take it from the
+          // micro-batch's saved arena, below the chunk's own activations.
+          f.in[c] = f.state.saved.alloc(act, Shape{B_, T_, C_});
+          recvs.push_back(pp_.recv(f.in[c], peer, tg));
+          break;
+        case PipeOp::send_act:
+          f.act_send[c] = pp_.send(f.out[c], peer, tg);
+          break;
+        case PipeOp::recv_grad:
+          f.grad_in = Buffer(dev_, grad_dtype, Shape{B_, T_, C_}, MemTag::comm);
+          recvs.push_back(pp_.recv(f.grad_in.tensor(), peer, tg));
+          break;
+        case PipeOp::send_grad: {
+          auto& [buf, req] = f.grad_sends.back();
+          req = pp_.send(buf.tensor(), peer, tg);
+          break;
+        }
+        default:
+          ZT_THROW("pipeline: ", to_string(ins), " in a p2p group");
+      }
+      if (!leaves(ins, f)) continue;
+      // Its sends are still in the group, so it cannot be waited on yet. Its
+      // gradient copies wait in group_sends; the micro-batch's arenas go back
+      // to the pool now (a receive of this group may reuse them) unless one
+      // of the group's sends reads them (its output, in evaluation).
+      auto it = flights_.find(ins.mb);
+      for (auto& gs : f.grad_sends) group_sends.push_back(std::move(gs));
+      f.grad_sends.clear();
+      const bool read = std::any_of(f.act_send.begin(), f.act_send.end(), [](const CommRequest& r) { return !!r; });
+      (read ? group_leavers : pool_).push_back(std::move(it->second));
+      flights_.erase(it);
+    }
+    pp_.group_end();
+    const double w = now_s();
+    for (CommRequest& r : recvs) wait(r);
+    t.p2p_wait_s += now_s() - w;
+    for (auto& [buf, req] : group_sends) wait(req);
+    group_sends.clear();
+    for (auto& f : group_leavers) {
+      for (CommRequest& a : f->act_send) wait(a);
+      pool_.push_back(std::move(f));
+    }
+    group_leavers.clear();
+  };
+
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const PipeInstr& ins = schedule[i];
     if (ins.op == PipeOp::reduce_grads || ins.op == PipeOp::optimizer_step) break;
-    const bool grad_op = ins.op == PipeOp::backward || ins.op == PipeOp::send_grad || ins.op == PipeOp::recv_grad;
-    if (!train && grad_op) continue;
+    if (!train && is_grad_op(ins.op)) continue;
+    if (is_p2p(ins.op)) {
+      ZT_CHECK(next_group < groups.size() && groups[next_group].ops.front() == i,
+               "pipeline: instruction ", i, " ", to_string(ins), " does not start a p2p group");
+      const P2pGroup& grp = groups[next_group++];
+      run_group(grp);
+      i = grp.ops.back();  // the group's ops are in list order; the skipped ones between stay skipped
+      continue;
+    }
     InFlight& f = flight(ins.mb);
     const int c = ins.chunk;
     const int g = global(c);
     const UnitRange r = chunks_[static_cast<size_t>(g)];
     switch (ins.op) {
-      case PipeOp::recv_act: {
-        // The chunk's input lives until its backward: take it from the
-        // micro-batch's saved arena, below the chunk's own activations.
-        f.in[c] = f.state.saved.alloc(act, Shape{B_, T_, C_});
-        CommRequest req = pp_.recv(f.in[c], prev_stage, tag(PipeOp::recv_act, ins.mb, g));
-        const double w = now_s();
-        wait(req);
-        t.p2p_wait_s += now_s() - w;
-        break;
-      }
       case PipeOp::forward: {
         if (g == 0 || g == last_global) load(ins.mb, f.tokens.tensor(), f.targets.tensor());
         if (g == 0) f.in[c] = f.tokens.tensor();
@@ -99,17 +172,6 @@ double PipelineExecutor::run(const std::vector<PipeInstr>& schedule, ParamProvid
           for (float l : host_loss_) loss_sum += l;
         }
         t.forward_s += now_s() - t0;
-        break;
-      }
-      case PipeOp::send_act:
-        f.act_send[c] = pp_.send(f.out[c], next_stage, tag(PipeOp::send_act, ins.mb, g + 1));
-        break;
-      case PipeOp::recv_grad: {
-        f.grad_in = Buffer(dev_, grad_dtype, Shape{B_, T_, C_}, MemTag::comm);
-        CommRequest req = pp_.recv(f.grad_in.tensor(), next_stage, tag(PipeOp::recv_grad, ins.mb, g + 1));
-        const double w = now_s();
-        wait(req);
-        t.p2p_wait_s += now_s() - w;
         break;
       }
       case PipeOp::backward: {
@@ -130,29 +192,12 @@ double PipelineExecutor::run(const std::vector<PipeInstr>& schedule, ParamProvid
         --f.backwards_left;
         break;
       }
-      case PipeOp::send_grad: {
-        auto& [buf, req] = f.grad_sends.back();
-        req = pp_.send(buf.tensor(), prev_stage, tag(PipeOp::send_grad, ins.mb, g));
-        break;
-      }
       default:
-        break;
+        ZT_THROW("pipeline: unexpected ", to_string(ins));
     }
-    // A micro-batch leaves the stage after its last local instruction: in
-    // training its last backward (and the send after it), in evaluation its
-    // last forward (and the send after it); its buffers go back to the pool.
-    const bool leaves =
-        train ? f.backwards_left == 0 && (g == 0 || ins.op == PipeOp::send_grad)
-              : c == V_ - 1 && ((g == last_global && ins.op == PipeOp::forward) || ins.op == PipeOp::send_act);
-    if (leaves) {
-      for (CommRequest& a : f.act_send) wait(a);
-      for (auto& [buf, req] : f.grad_sends) wait(req);
-      f.grad_sends.clear();
-      auto it = flights_.find(ins.mb);
-      pool_.push_back(std::move(it->second));
-      flights_.erase(it);
-    }
+    if (leaves(ins, f)) release(ins.mb);
   }
+  ZT_CHECK(next_group == groups.size(), "pipeline: ", groups.size() - next_group, " p2p groups not run");
   // Evaluation (and anything left): finish every transfer, return the states.
   for (auto& [mb, f] : flights_) {
     for (CommRequest& a : f->act_send) wait(a);

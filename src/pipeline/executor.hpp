@@ -1,9 +1,13 @@
 // The pipeline executor: walks one stage's instruction list for one step,
 // running its chunks through the UnitRunner and moving activations and their
 // gradients point-to-point through a Communicator over the pipeline group.
-// Receives are posted when the schedule reaches them and waited at once;
-// sends are non-blocking and waited before their buffer is released, so the
-// schedule's order alone decides progress (pipeline/schedule.hpp's model).
+// The list's sends and receives are issued group by group (p2p_groups,
+// [Note: p2p groups] in schedule.hpp): each group inside pp.group_start() /
+// group_end(), its receives waited at once after, its sends waited before
+// their buffers are released. Peers (p2p_peer) and tags (p2p_tag) come from
+// schedule.hpp too, so the order of the list alone decides progress, under
+// MPI's tag matching (simulate()) and NCCL's order matching
+// (simulate_nccl_p2p()) alike.
 #pragma once
 
 #include <functional>
@@ -54,7 +58,6 @@ class PipelineExecutor {
   struct InFlight;
   InFlight& flight(int mb);
   int global(int chunk) const { return chunk * P_ + stage_; }
-  int tag(PipeOp op, int mb, int global_chunk) const;
 
   std::vector<UnitRange> chunks_;
   int P_, V_, stage_;

@@ -147,13 +147,52 @@ std::vector<PipeInstr> make_schedule(ScheduleKind kind, int P, int V, int M, int
     const int warmup = warmup_forwards(kind, P, V, M, stage);
     for (int k = 0; k < warmup; ++k) forward(virtual_microbatch(k, P, V, true));
     for (int i = 0; i < total - warmup; ++i) {
-      forward(virtual_microbatch(warmup + i, P, V, true));
-      backward(virtual_microbatch(i, P, V, false));
+      const ChunkMb f = virtual_microbatch(warmup + i, P, V, true);
+      const ChunkMb b = virtual_microbatch(i, P, V, false);
+      if (kind == ScheduleKind::one_f_one_b) {
+        forward(f);
+        backward(b);
+        continue;
+      }
+      // [Note: interleaved exchange] One exchange per steady step, as in
+      // Megatron's interleaved schedule: receive both inputs before the
+      // forward, send both outputs after the backward, so that with the
+      // step's neighbouring sends and receives they form one p2p group
+      // (SendAct(f-1) SendGrad(b-1) RecvAct(f) RecvGrad(b)). The 1F1B order
+      // (each send right after its compute, each receive right before) leaves
+      // a SendGrad alone in a group where stage 0's next forward is of chunk 0
+      // (nothing to receive), and NCCL's blocking sends then deadlock
+      // (PipelineP2p.GridRunsUnderNcclSemantics). Computes keep their order,
+      // so numerics and the simulated bubble are unchanged.
+      const int gf = f.chunk * P + stage, gb = b.chunk * P + stage;
+      if (gf != 0) out.push_back({PipeOp::recv_act, f.mb, f.chunk});
+      if (gb != last_global) out.push_back({PipeOp::recv_grad, b.mb, b.chunk});
+      out.push_back({PipeOp::forward, f.mb, f.chunk});
+      out.push_back({PipeOp::backward, b.mb, b.chunk});
+      if (gf != last_global) out.push_back({PipeOp::send_act, f.mb, f.chunk});
+      if (gb != 0) out.push_back({PipeOp::send_grad, b.mb, b.chunk});
     }
     for (int i = total - warmup; i < total; ++i) backward(virtual_microbatch(i, P, V, false));
   }
   out.push_back({PipeOp::reduce_grads});
   out.push_back({PipeOp::optimizer_step});
+  return out;
+}
+
+std::vector<PipeInstr> make_forward_schedule(int P, int V, int M, int stage) {
+  if (P < 1 || V < 1 || M < 1)
+    ZT_USER_ERROR("pipeline evaluation needs P, V and M of at least 1, found P=", P, " V=", V, " M=", M);
+  if (stage < 0 || stage >= P)
+    ZT_USER_ERROR("pipeline stage ", stage, " is outside 0..", P - 1);
+  const int last_global = P * V - 1;
+  std::vector<PipeInstr> out;
+  for (int mb = 0; mb < M; ++mb)
+    for (int c = 0; c < V; ++c) {
+      const int g = c * P + stage;
+      if (g > 0) out.push_back({PipeOp::recv_act, mb, c});
+      out.push_back({PipeOp::forward, mb, c});
+      if (g < last_global) out.push_back({PipeOp::send_act, mb, c});
+    }
   return out;
 }
 
@@ -164,6 +203,50 @@ int max_in_flight(ScheduleKind kind, int P, int V, int M, int stage) {
   const int warmup = warmup_forwards(kind, P, V, M, stage);
   // After the warm-up, the steady state runs one more forward before each backward.
   return warmup < M * V ? warmup + 1 : warmup;
+}
+
+int p2p_peer(const PipeInstr& instr, int P, int stage) {
+  switch (instr.op) {
+    case PipeOp::send_act:
+    case PipeOp::recv_grad: return (stage + 1) % P;
+    case PipeOp::recv_act:
+    case PipeOp::send_grad: return (stage - 1 + P) % P;
+    default: ZT_THROW("p2p_peer of ", to_string(instr), ", which is not point-to-point");
+  }
+}
+
+P2pMessage p2p_message(const PipeInstr& instr, int P, int stage) {
+  const int g = instr.chunk * P + stage;
+  switch (instr.op) {
+    case PipeOp::send_act: return {false, instr.mb, g + 1};
+    case PipeOp::recv_act: return {false, instr.mb, g};
+    case PipeOp::send_grad: return {true, instr.mb, g};
+    case PipeOp::recv_grad: return {true, instr.mb, g + 1};
+    default: ZT_THROW("p2p_message of ", to_string(instr), ", which is not point-to-point");
+  }
+}
+
+std::string to_string(const P2pMessage& m) {
+  return detail::concat(m.grad ? "grad" : "act", "(mb=", m.mb, ",boundary=", m.boundary, ")");
+}
+
+int p2p_tag(const P2pMessage& m, int P, int V) { return (m.mb * P * V + m.boundary) * 2 + (m.grad ? 1 : 0); }
+
+std::vector<P2pGroup> p2p_groups(const std::vector<PipeInstr>& stage_schedule, bool train) {
+  std::vector<P2pGroup> out;
+  bool open = false;  // the last group still takes ops
+  for (size_t i = 0; i < stage_schedule.size(); ++i) {
+    const PipeOp op = stage_schedule[i].op;
+    if (!train && is_grad_op(op)) continue;  // skipped: neither joins nor splits
+    if (!is_p2p(op)) {
+      open = false;  // executed compute (or ReduceGrads / OptimizerStep) closes the group
+      continue;
+    }
+    if (!open) out.emplace_back();
+    out.back().ops.push_back(i);
+    open = true;
+  }
+  return out;
 }
 
 double ideal_bubble(ScheduleKind kind, int P, int V, int M) {

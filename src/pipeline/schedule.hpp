@@ -53,14 +53,25 @@ std::string to_string(const PipeInstr& instr);  // e.g. "F(mb=3,c=1)", "RecvGrad
 //   interleaved: V >= 2 and M a multiple of P (hence M >= P)
 void validate_schedule(ScheduleKind kind, int P, int V, int M);
 
-// The ordered instruction list of `stage` for one optimizer step. Every
-// Forward(mb,c) is immediately preceded by RecvAct(mb,c) unless its global
-// chunk is 0 and immediately followed by SendAct(mb,c) unless its global chunk
-// is the last; every Backward(mb,c) is immediately preceded by RecvGrad(mb,c)
-// unless its global chunk is the last and immediately followed by
-// SendGrad(mb,c) unless its global chunk is 0. Ends with ReduceGrads,
-// OptimizerStep. Validates first.
+// The ordered instruction list of `stage` for one optimizer step. Each
+// compute has its messages: RecvAct(mb,c) before Forward(mb,c) unless its
+// global chunk is 0, SendAct(mb,c) after it unless its global chunk is the
+// last, RecvGrad(mb,c) before Backward(mb,c) unless its global chunk is the
+// last, SendGrad(mb,c) after it unless its global chunk is 0. GPipe and 1F1B
+// put each receive immediately before its compute and each send immediately
+// after. The interleaved steady state runs Forward(f) Backward(b) back to back
+// between one exchange and the next ([Note: interleaved exchange] in
+// schedule.cpp): RecvAct(f) RecvGrad(b) Forward(f) Backward(b) SendAct(f)
+// SendGrad(b), so at most one compute separates a message from its own.
+// Ends with ReduceGrads, OptimizerStep. Validates first.
 std::vector<PipeInstr> make_schedule(ScheduleKind kind, int P, int V, int M, int stage);
+
+// The evaluation list of `stage` (forwards only, for PipelineExecutor::run
+// with train false): each micro-batch in turn through every local chunk,
+// RecvAct(mb,c) Forward(mb,c) SendAct(mb,c), the receive left out for global
+// chunk 0 and the send for the last; no ReduceGrads / OptimizerStep. Any
+// P, V, M >= 1.
+std::vector<PipeInstr> make_forward_schedule(int P, int V, int M, int stage);
 
 // The most (micro-batch, chunk) pairs of `stage` that have run Forward but not
 // yet Backward at any point of its list: the activation memory bound.
@@ -68,6 +79,56 @@ std::vector<PipeInstr> make_schedule(ScheduleKind kind, int P, int V, int M, int
 //   interleaved: w + 1 with w = min(2*(P-stage-1) + (V-1)*P, M*V) warm-up
 //   forwards, or M*V when the warm-up already covers everything.
 int max_in_flight(ScheduleKind kind, int P, int V, int M, int stage);
+
+// --- Point-to-point: peers, identities and groups --------------------------
+//
+// Stage s is rank s of the pipeline group. Activations go to the next stage
+// and gradients to the previous one, round the ring: the last stage's output
+// of local chunk c (c < V-1) goes to stage 0's chunk c+1.
+
+inline bool is_p2p(PipeOp op) {
+  return op == PipeOp::send_act || op == PipeOp::recv_act || op == PipeOp::send_grad ||
+         op == PipeOp::recv_grad;
+}
+inline bool is_send(PipeOp op) { return op == PipeOp::send_act || op == PipeOp::send_grad; }
+// Backward and the gradient messages: what evaluation (train false) skips.
+inline bool is_grad_op(PipeOp op) {
+  return op == PipeOp::backward || op == PipeOp::send_grad || op == PipeOp::recv_grad;
+}
+
+// The pipeline rank a p2p instruction of `stage` talks to: (stage+1)%P for
+// SendAct and RecvGrad, (stage-1+P)%P for RecvAct and SendGrad.
+int p2p_peer(const PipeInstr& instr, int P, int stage);
+
+// What a message carries, the same on both ends: activation or gradient,
+// micro-batch, and the boundary it crosses, named by the global chunk on its
+// downstream side (the boundary between global chunks b-1 and b).
+struct P2pMessage {
+  bool grad = false;
+  int mb = -1;
+  int boundary = -1;
+};
+inline bool operator==(const P2pMessage& a, const P2pMessage& b) {
+  return a.grad == b.grad && a.mb == b.mb && a.boundary == b.boundary;
+}
+P2pMessage p2p_message(const PipeInstr& instr, int P, int stage);
+std::string to_string(const P2pMessage& m);  // e.g. "act(mb=3,boundary=5)"
+// The MPI tag of the message (unique per message of one step).
+int p2p_tag(const P2pMessage& m, int P, int V);
+
+// [Note: p2p groups] A stage's list is cut into groups of p2p instructions:
+// a group is a maximal run of SendX/RecvX with no executed compute between
+// (with train false, Backward, SendGrad and RecvGrad are skipped, so they
+// neither join nor split a group). Each group is issued as one NCCL group
+// (ncclGroupStart/End): every op of the group is posted, in list order, before
+// any is waited, so a send and a receive that need their peers' mirrored pair
+// (1F1B's SendAct(k+1)+RecvGrad(k) against SendGrad(k)+RecvAct(k+1)) proceed
+// together, as in Megatron's send_forward_recv_backward. The executor and
+// simulate_nccl_p2p (simulate.hpp) both take the groups from here.
+struct P2pGroup {
+  std::vector<size_t> ops;  // indices into the stage's list, in posting order
+};
+std::vector<P2pGroup> p2p_groups(const std::vector<PipeInstr>& stage_schedule, bool train);
 
 // Ideal bubble fraction (bubble time over ideal compute time) for equal
 // per-chunk times: (P-1)/(V*M) for 1f1b and interleaved, (P-1)/M for gpipe.

@@ -190,3 +190,170 @@ SimResult simulate(ScheduleKind kind, int P, int V, int M) {
 }
 
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+// One posted op, for the messages.
+struct PostedOp {
+  int stage;
+  size_t group;
+  size_t instr;
+};
+
+struct Channel {  // messages from one rank to another (or itself)
+  std::vector<PostedOp> sends, recvs;
+};
+
+}  // namespace
+
+NcclSimResult simulate_nccl_p2p(const std::vector<std::vector<PipeInstr>>& programs,
+                                const std::vector<std::vector<P2pGroup>>& groups, int V, bool train) {
+  const int P = static_cast<int>(programs.size());
+  ZT_CHECK(P >= 1 && V >= 1 && groups.size() == programs.size(), "P=", P, " V=", V, " with ", groups.size(),
+           " group lists");
+  const int G = P * V;
+  NcclSimResult r;
+  const auto fail = [&](std::string why) {
+    if (r.error.empty()) r.error = std::move(why);
+  };
+  const auto where = [&](int s, size_t gi, size_t i) {
+    return detail::concat("stage ", s, " group ", gi, " instruction ", i, " ", to_string(programs[s][i]));
+  };
+
+  // Static checks: coverage, peers against chunk ownership, unique tags.
+  std::vector<std::pair<int, P2pMessage>> tags;  // (tag, message) of every send
+  for (int s = 0; s < P; ++s) {
+    std::vector<int> seen(programs[s].size(), 0);
+    for (size_t gi = 0; gi < groups[s].size(); ++gi) {
+      const P2pGroup& grp = groups[s][gi];
+      if (grp.ops.empty()) fail(detail::concat("stage ", s, " group ", gi, " is empty"));
+      bool sends = false, recvs = false;
+      for (size_t i : grp.ops) {
+        if (i >= programs[s].size() || !is_p2p(programs[s][i].op) || (!train && is_grad_op(programs[s][i].op))) {
+          fail(detail::concat("stage ", s, " group ", gi, " holds instruction ", i,
+                              ", which is not an executed send or receive"));
+          continue;
+        }
+        ++seen[i];
+        const PipeInstr& in = programs[s][i];
+        const P2pMessage m = p2p_message(in, P, s);
+        const int peer = p2p_peer(in, P, s);
+        // The rank on the other side owns global chunk `boundary` (activation
+        // sent, gradient received) or `boundary - 1` (the other two).
+        const bool downstream_peer = in.op == PipeOp::send_act || in.op == PipeOp::recv_grad;
+        const int other_chunk = downstream_peer ? m.boundary : m.boundary - 1;
+        if (in.chunk < 0 || in.chunk >= V || m.boundary < 1 || m.boundary >= G)
+          fail(where(s, gi, i) + ": crosses no boundary between chunks of the model");
+        else if (other_chunk % P != peer)
+          fail(detail::concat(where(s, gi, i), ": its peer is stage ", peer, " but global chunk ", other_chunk,
+                              " lives on stage ", other_chunk % P));
+        if (is_send(in.op)) {
+          sends = true;
+          tags.emplace_back(p2p_tag(m, P, V), m);
+        } else {
+          recvs = true;
+        }
+      }
+      ++r.groups;
+      r.mixed_groups += sends && recvs;
+      r.largest_group = std::max(r.largest_group, static_cast<int>(grp.ops.size()));
+    }
+    for (size_t i = 0; i < programs[s].size(); ++i) {
+      const PipeOp op = programs[s][i].op;
+      const bool executed_p2p = is_p2p(op) && (train || !is_grad_op(op));
+      if (executed_p2p && seen[i] != 1)
+        fail(detail::concat("stage ", s, " instruction ", i, " ", to_string(programs[s][i]), " is in ", seen[i],
+                            " groups, not 1"));
+    }
+  }
+  std::sort(tags.begin(), tags.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < tags.size(); ++i)
+    if (tags[i].first == tags[i - 1].first)
+      fail(detail::concat("tag ", tags[i].first, " names both ", to_string(tags[i - 1].second), " and ",
+                          to_string(tags[i].second)));
+  if (!r.error.empty()) return r;
+
+  // The run: post, pair in order, advance group by group.
+  std::vector<Channel> ch(static_cast<size_t>(P) * P);  // index src * P + dst
+  auto channel = [&](int src, int dst) -> Channel& { return ch[static_cast<size_t>(src) * P + dst]; };
+  // Position of each posted op in its channel's list, per stage and instruction.
+  std::vector<std::vector<size_t>> pos(P);
+  for (int s = 0; s < P; ++s) pos[s].assign(programs[s].size(), 0);
+  std::vector<size_t> cur(P, 0);
+  const auto post = [&](int s) {
+    if (cur[s] >= groups[s].size()) return;
+    for (size_t i : groups[s][cur[s]].ops) {
+      const PipeInstr& in = programs[s][i];
+      const int peer = p2p_peer(in, P, s);
+      std::vector<PostedOp>& list = is_send(in.op) ? channel(s, peer).sends : channel(peer, s).recvs;
+      pos[s][i] = list.size();
+      list.push_back({s, cur[s], i});
+    }
+  };
+  const auto completed = [&](int s, size_t i) {
+    const PipeInstr& in = programs[s][i];
+    const int peer = p2p_peer(in, P, s);
+    const std::vector<PostedOp>& other = is_send(in.op) ? channel(s, peer).recvs : channel(peer, s).sends;
+    return other.size() > pos[s][i];
+  };
+  for (int s = 0; s < P; ++s) post(s);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < P; ++s)
+      while (cur[s] < groups[s].size()) {
+        const auto& ops = groups[s][cur[s]].ops;
+        if (!std::all_of(ops.begin(), ops.end(), [&](size_t i) { return completed(s, i); })) break;
+        ++cur[s];
+        post(s);
+        progress = true;
+      }
+  }
+
+  // Order matching against tag matching, channel by channel, in posting order.
+  for (int a = 0; a < P && !r.mismatch; ++a)
+    for (int b = 0; b < P && !r.mismatch; ++b) {
+      const Channel& c = channel(a, b);
+      for (size_t n = 0; n < std::min(c.sends.size(), c.recvs.size()); ++n) {
+        const PostedOp& snd = c.sends[n];
+        const PostedOp& rcv = c.recvs[n];
+        const P2pMessage ms = p2p_message(programs[a][snd.instr], P, a);
+        const P2pMessage mr = p2p_message(programs[b][rcv.instr], P, b);
+        if (ms == mr && p2p_tag(ms, P, V) == p2p_tag(mr, P, V)) continue;
+        r.mismatch = true;
+        r.error = detail::concat("mismatch: message ", n, " from stage ", a, " to stage ", b, ": ",
+                                 where(a, snd.group, snd.instr), " sends ", to_string(ms), " (tag ",
+                                 p2p_tag(ms, P, V), ") but ", where(b, rcv.group, rcv.instr), " receives ",
+                                 to_string(mr), " (tag ", p2p_tag(mr, P, V), ")");
+        break;
+      }
+    }
+
+  std::string stuck;
+  for (int s = 0; s < P; ++s) {
+    if (cur[s] >= groups[s].size()) continue;
+    for (size_t i : groups[s][cur[s]].ops)
+      if (!completed(s, i))
+        stuck += detail::concat(stuck.empty() ? "" : "; ", where(s, cur[s], i), " (",
+                                is_send(programs[s][i].op) ? "to" : "from", " stage ",
+                                p2p_peer(programs[s][i], P, s), ") waits");
+  }
+  if (!stuck.empty()) {
+    r.deadlock = true;
+    fail("deadlock: " + stuck);
+  }
+  return r;
+}
+
+NcclSimResult simulate_nccl_p2p(ScheduleKind kind, int P, int V, int M, bool train) {
+  std::vector<std::vector<PipeInstr>> programs;
+  std::vector<std::vector<P2pGroup>> groups;
+  for (int s = 0; s < P; ++s) {
+    programs.push_back(make_schedule(kind, P, V, M, s));
+    groups.push_back(p2p_groups(programs.back(), train));
+  }
+  return simulate_nccl_p2p(programs, groups, V, train);
+}
+
+}  // namespace zt

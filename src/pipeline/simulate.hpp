@@ -32,4 +32,38 @@ SimResult simulate(ScheduleKind kind, int P, int V, int M);
 SimResult simulate_programs(const std::vector<std::vector<PipeInstr>>& programs, int V, int M,
                             double tf, double tb);
 
+// [Note: NCCL p2p model] The pipeline's point-to-point traffic under NCCL's
+// semantics, taken conservatively: NCCL has no tags, and every op of a rank
+// runs on one stream in issue order, a send not finishing before its peer
+// has posted the matching receive (messages are larger than NCCL's buffers).
+//   - Stage s is pipeline rank s; each op's peer is p2p_peer (schedule.hpp).
+//   - Each rank walks its groups (p2p_groups) in order and posts all ops of
+//     its current group at once, in the group's order.
+//   - The n-th send from a to b pairs with the n-th receive on b from a, in
+//     posting order; an op completes once its counterpart is posted.
+//   - A rank goes on to its next group only when every op of the current one
+//     has completed (the stream's order; compute takes no time here, and the
+//     list's data dependencies are simulate()'s business).
+// Checked: no deadlock; every order-matched pair carries the same message
+// (activation or gradient, micro-batch, boundary) and so the same MPI tag,
+// i.e. order matching pairs what tag matching would; each op's peer owns the
+// chunk on the other side of its boundary (the ring wrap-around of
+// interleaving included); tags are unique within the step; the groups cover
+// every executed p2p instruction once.
+struct NcclSimResult {
+  bool deadlock = false;   // no rank could go on while some had groups left
+  bool mismatch = false;   // an order-matched pair carried different messages
+  std::string error;       // the first failure (a mismatch before a deadlock), empty if none
+  int groups = 0;          // groups over all ranks
+  int mixed_groups = 0;    // groups holding both a send and a receive
+  int largest_group = 0;   // most ops in one group
+};
+
+// `groups[s]` cuts `programs[s]`; train false skips the gradient ops (their
+// indices must then be in no group).
+NcclSimResult simulate_nccl_p2p(const std::vector<std::vector<PipeInstr>>& programs,
+                                const std::vector<std::vector<P2pGroup>>& groups, int V, bool train);
+// make_schedule for every stage, cut by p2p_groups: what the executor issues.
+NcclSimResult simulate_nccl_p2p(ScheduleKind kind, int P, int V, int M, bool train);
+
 }  // namespace zt

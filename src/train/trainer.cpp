@@ -194,19 +194,6 @@ struct Trainer::Impl {
   // The forward-only instruction list of an evaluation: micro-batches in
   // order, each through this stage's chunks in order (no cycle can form: a
   // chunk waits only on an earlier (micro-batch, chunk) pair).
-  std::vector<PipeInstr> forward_only_schedule() const {
-    std::vector<PipeInstr> list;
-    const int last = P * V - 1;
-    for (int m = 0; m < accum; ++m)
-      for (int c = 0; c < V; ++c) {
-        const int g = c * P + topo.pp_rank();
-        if (g > 0) list.push_back({PipeOp::recv_act, m, c});
-        list.push_back({PipeOp::forward, m, c});
-        if (g < last) list.push_back({PipeOp::send_act, m, c});
-      }
-    return list;
-  }
-
   void load_data() {
     const int64_t window = T + 1;
     if (cfg.data.embedded) {
@@ -569,7 +556,8 @@ double Trainer::evaluate() {
         s.fill_val_batch(e, m);
         s.upload_batch_to(x, y);
       };
-      sum += s.pipe->run(s.forward_only_schedule(), *s.zero, *s.zero, load, s.dloss.tensor(), false);
+      sum += s.pipe->run(make_forward_schedule(s.P, s.V, static_cast<int>(s.accum), s.topo.pp_rank()), *s.zero,
+                         *s.zero, load, s.dloss.tensor(), false);
       continue;
     }
     for (int64_t m = 0; m < s.accum; ++m) {
