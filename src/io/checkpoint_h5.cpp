@@ -38,6 +38,64 @@ std::string last_error() {
   return msg.empty() ? std::string("unknown HDF5 error") : msg;
 }
 
+// [Note: Fletcher32]
+// HDF5's H5_checksum_fletcher32 adds big-endian 16-bit words w_0..w_{n-1}
+// (an odd last byte is the high byte of a word) with end-around carry:
+// sum1 = sum of w_i and sum2 = sum of the running sum1, both modulo 65535,
+// where a positive total that is a multiple of 65535 comes out as 0xffff
+// (folding never reaches 0 from a positive number) and only a zero total as 0.
+// Here the words are split into 8 contiguous segments summed side by side in
+// 64 bits (independent dependency chains); segment k's sum2 is shifted by the
+// segments' words after it: sum2 = sum over k of (sum2_k + words_after_k *
+// sum1_k); the words past the last whole segment follow one by one.
+uint32_t fletcher32(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const size_t words = (bytes + 1) / 2;
+  auto word = [&](size_t i) -> uint64_t {
+    const uint64_t hi = p[2 * i];
+    const uint64_t lo = 2 * i + 1 < bytes ? p[2 * i + 1] : 0;
+    return (hi << 8) | lo;
+  };
+  constexpr int kSeg = 8;
+  constexpr uint64_t kMod = 65535;
+  const size_t seg = (bytes / 2) / kSeg;  // segments hold whole words only; the tail may end in half a word
+  uint64_t s1[kSeg] = {}, s2[kSeg] = {};
+  // At most 2^20 words per segment before reducing keeps s2 below 2^56.
+  constexpr size_t kBlock = size_t{1} << 20;
+  for (size_t j0 = 0; j0 < seg; j0 += kBlock) {
+    const size_t j1 = std::min(seg, j0 + kBlock);
+    for (size_t j = j0; j < j1; ++j) {
+      for (int k = 0; k < kSeg; ++k) {
+        const unsigned char* w = p + 2 * (static_cast<size_t>(k) * seg + j);
+        s1[k] += (static_cast<uint64_t>(w[0]) << 8) | w[1];
+        s2[k] += s1[k];
+      }
+    }
+    for (int k = 0; k < kSeg; ++k) {
+      s1[k] %= kMod;
+      s2[k] %= kMod;
+    }
+  }
+  uint64_t sum1 = 0, sum2 = 0;
+  bool nonzero = false;
+  for (int k = 0; k < kSeg; ++k) {
+    const uint64_t after = static_cast<uint64_t>(kSeg - 1 - k) * seg;  // segment words after k (the tail adds its own)
+    sum1 = (sum1 + s1[k]) % kMod;
+    sum2 = (sum2 + s2[k] + (after % kMod) * s1[k]) % kMod;
+  }
+  for (size_t i = static_cast<size_t>(kSeg) * seg; i < words; ++i) {  // the tail
+    sum1 = (sum1 + word(i)) % kMod;
+    sum2 = (sum2 + sum1) % kMod;
+  }
+  for (size_t i = 0; i < bytes && !nonzero; ++i) nonzero = p[i] != 0;
+  if (!nonzero) return 0;
+  // A positive total: residue 0 is 0xffff. sum2 is positive as soon as sum1
+  // ever was, i.e. whenever any byte is nonzero.
+  if (sum1 == 0) sum1 = kMod;
+  if (sum2 == 0) sum2 = kMod;
+  return static_cast<uint32_t>((sum2 << 16) | sum1);
+}
+
 }  // namespace h5
 
 namespace {
@@ -78,34 +136,6 @@ void check_shards(const std::string& path, const std::vector<ShardData>& shards)
   }
 }
 
-// HDF5's Fletcher32 (H5_checksum_fletcher32): sums of big-endian 16-bit
-// words, folded every 360 words; an odd last byte counts as the high byte of
-// a word. The filter appends it to the chunk little-endian.
-uint32_t fletcher32(const unsigned char* data, size_t bytes) {
-  uint32_t sum1 = 0, sum2 = 0;
-  size_t words = bytes / 2;
-  while (words > 0) {
-    size_t n = std::min<size_t>(words, 360);
-    words -= n;
-    do {
-      sum1 += static_cast<uint32_t>((static_cast<uint32_t>(data[0]) << 8) | data[1]);
-      sum2 += sum1;
-      data += 2;
-    } while (--n);
-    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  }
-  if (bytes % 2 != 0) {
-    sum1 += static_cast<uint32_t>(data[0]) << 8;
-    sum2 += sum1;
-    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  }
-  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  return (sum2 << 16) | sum1;
-}
-
 // Writes a shard's chunks as the Fletcher32 filter would have stored them
 // (the data, padded with zeros to a whole chunk, then the checksum), through
 // H5Dwrite_chunk: HDF5 writes each one to the file as it comes, with no
@@ -119,7 +149,7 @@ void write_chunks_direct(const std::string& path, const std::string& what, hid_t
     const size_t n = static_cast<size_t>(std::min(chunk, s.ref.length - begin)) * sizeof(float);
     std::memcpy(staging.data(), s.data + begin, n);
     std::memset(staging.data() + n, 0, chunk_bytes - n);
-    const uint32_t sum = fletcher32(reinterpret_cast<const unsigned char*>(staging.data()), chunk_bytes);
+    const uint32_t sum = h5::fletcher32(staging.data(), chunk_bytes);
     for (int b = 0; b < 4; ++b) staging[chunk_bytes + static_cast<size_t>(b)] = static_cast<char>((sum >> (8 * b)) & 0xFF);
     const hsize_t offset[1] = {static_cast<hsize_t>(begin)};
     if (H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset, chunk_bytes + 4, staging.data()) < 0) fail(path, what);

@@ -6,6 +6,8 @@
 
 #include <hdf5.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +47,11 @@ class Id {
   hid_t id_ = H5I_INVALID_HID;
   Closer close_ = nullptr;
 };
+
+// HDF5's Fletcher32 checksum of `bytes` bytes (what the filter appends to a
+// chunk, little-endian), computed here so that chunks can be written
+// pre-filtered ([Note: Fletcher32] in checkpoint_h5.cpp).
+uint32_t fletcher32(const void* data, size_t bytes);
 
 // Silences HDF5's automatic error printing for its lifetime.
 class Quiet {

@@ -1,12 +1,12 @@
 #include "train/checkpointing.hpp"
 
 #include <chrono>
-#include <deque>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
@@ -55,7 +55,9 @@ std::string broadcast_string(Communicator& world, const std::string& text, size_
 struct Checkpointer::Pending {
   int64_t step = 0;
   nlohmann::json manifest;
-  std::deque<std::vector<float>> host;  // backing store of `shards` (stable on growth)
+  // Backing store of `shards`, one block per shard and state; not zeroed
+  // first (the copy from the device writes all of it).
+  std::vector<std::unique_ptr<float[]>> host;
   std::vector<ShardData> shards;
   std::string path, sha, error;
   std::string weights_file, weights_sha;  // gather_16bit_weights_on_model_save
@@ -125,10 +127,10 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
     const int64_t n = end - sh.begin;
     const float* src[] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
-      std::vector<float>& h = p->host.emplace_back(static_cast<size_t>(n));
-      dev_.copy_to_host(h.data(), src[k], static_cast<size_t>(n) * sizeof(float));
+      float* h = p->host.emplace_back(new float[static_cast<size_t>(n)]).get();
+      dev_.copy_to_host(h, src[k], static_cast<size_t>(n) * sizeof(float));
       p->bytes += static_cast<size_t>(n) * sizeof(float);
-      p->shards.push_back(ShardData{kStates[k], ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h.data()});
+      p->shards.push_back(ShardData{kStates[k], ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h});
     }
   }
   if (cfg_.zero.stage3_gather_16bit_weights_on_model_save) write_16bit_weights(*p, tmp);

@@ -11,11 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
+#include "io/h5.hpp"
 #include "io/sha256.hpp"
 #include "temp_dir.hpp"
 
@@ -161,6 +163,30 @@ TEST(Checkpoint, DatasetsAreChunkedWithFletcher32) {
   H5Pclose(dcpl);
   H5Dclose(dset);
   H5Fclose(file);
+}
+
+// HDF5's own checksum (exported by libhdf5, declared in its private headers).
+extern "C" uint32_t H5_checksum_fletcher32(const void* data, size_t len);
+
+// Chunks are written pre-filtered, so ztrain's Fletcher32 must equal HDF5's
+// on every input: sizes odd and even, below and above the segment split,
+// zeros (0, not 0xffff), all 0xff (totals that are multiples of 65535), one
+// nonzero byte at either end, and random data.
+TEST(Checkpoint, Fletcher32EqualsHdf5s) {
+  std::mt19937 rng(5);
+  std::vector<unsigned char> buf((size_t{4} << 20) + 7);
+  std::vector<size_t> sizes = {0, 1, 2, 3, 15, 16, 17, 719, 720, 721, 4096, 65535 * 2, (size_t{1} << 20) + 1,
+                               size_t{4} << 20, (size_t{4} << 20) + 4, (size_t{4} << 20) + 7};
+  for (int i = 0; i < 40; ++i) sizes.push_back(rng() % buf.size());
+  for (const int fill : {0, 0xff, -1, -2, -3}) {
+    for (size_t n : sizes) {
+      for (size_t k = 0; k < n; ++k)
+        buf[k] = fill >= 0 ? static_cast<unsigned char>(fill) : static_cast<unsigned char>(rng());
+      if (fill == -2 && n > 0) std::fill(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n - 1), 0);
+      if (fill == -3 && n > 0) std::fill(buf.begin() + 1, buf.begin() + static_cast<std::ptrdiff_t>(n), 0);
+      ASSERT_EQ(zt::h5::fletcher32(buf.data(), n), H5_checksum_fletcher32(buf.data(), n)) << "fill " << fill << ", " << n << " bytes";
+    }
+  }
 }
 
 TEST(Checkpoint, MissingElementsAreAnError) {
