@@ -8,7 +8,7 @@
 #  - faults: a rank killed with SIGKILL in the middle of a save leaves the
 #    previous checkpoint, which --resume auto uses; a flipped byte is named by
 #    zckpt verify and by --resume PATH, and auto falls back with a warning; a
-#    checkpoint directory that cannot be created is a clear error; SIGTERM
+#    checkpoint directory that cannot be created is a clear error; SIGTERM (and SIGUSR1)
 #    mid-run saves and exits 0.
 set -e
 . "$(dirname "$0")/lib.sh"
@@ -132,27 +132,29 @@ run_np 2 c.json --log-dir e --set checkpoint.dir='"afile/ck"'
 [ "$RC" = 1 ] && grep -q "cannot create 'afile/ck/step_5.tmp'" "$WORK/out" && [ "$(grep -c 'ztrain: error' "$WORK/out")" = 1 ] \
   && echo "ok: an unwritable checkpoint directory is a clear error" || fail "unwritable checkpoint dir: exit $RC"
 
-# SIGTERM mid-run: a checkpoint at the current step, exit 0, and the run resumes.
-rm -rf ck
+# SIGTERM or SIGUSR1 mid-run: a checkpoint at the current step, exit 0.
 cat > slow.json <<'JSON'
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1,
  "model": {"n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 64, "vocab_size": 64},
  "checkpoint": {"dir": "ck"}, "train": {"steps": 100000, "eval_interval": 0}}
 JSON
-set +e
-# shellcheck disable=SC2086
-"$MPIEXEC" $MPI_FLAGS --bind-to none -np 2 "$ZTRAIN" slow.json --log-dir t > t.out 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do grep -q "step      3/" t.out 2>/dev/null && break; sleep 0.2; done
-# To the ranks, as SLURM's srun delivers it (mpirun itself would report the signal).
-pkill -TERM -P $pid
-wait $pid
-trc=$?
-set -e
-saved=$(ls ck 2>/dev/null | grep -c '^step_[0-9]*$')
-if [ "$trc" = 0 ] && [ "$saved" = 1 ] && grep -q "stop signal received: checkpoint saved" t.out; then
-  echo "ok: SIGTERM saved $(ls ck | grep '^step_') and exited 0"
-else
-  fail "SIGTERM: exit $trc, $saved checkpoints; $(tail -3 t.out)"
-fi
+for sig in TERM USR1; do
+  rm -rf ck t t.out
+  set +e
+  # shellcheck disable=SC2086
+  "$MPIEXEC" $MPI_FLAGS --bind-to none -np 2 "$ZTRAIN" slow.json --log-dir t > t.out 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do grep -q "step      3/" t.out 2>/dev/null && break; sleep 0.2; done
+  # To the ranks, as SLURM's srun delivers it (mpirun itself would report the signal).
+  pkill -$sig -P $pid
+  wait $pid
+  trc=$?
+  set -e
+  saved=$(ls ck 2>/dev/null | grep -c '^step_[0-9]*$')
+  if [ "$trc" = 0 ] && [ "$saved" = 1 ] && grep -q "stop signal received: checkpoint saved" t.out; then
+    echo "ok: SIG$sig saved $(ls ck | grep '^step_') and exited 0"
+  else
+    fail "SIG$sig: exit $trc, $saved checkpoints; $(tail -3 t.out)"
+  fi
+done
 finish
