@@ -8,15 +8,8 @@
 # Usage (on the GPU host, from the repository root):
 #   jobs/gpu/check.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
-bundle=${1:?usage: check.sh BUNDLE_DIR OUT_DIR}
-out=${2:?usage: check.sh BUNDLE_DIR OUT_DIR}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$PWD/$bundle/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
-summary="$out/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
+# shellcheck source=jobs/gpu/lib.sh
+. "$(dirname "$0")/lib.sh" check.sh "$@"
 
 for t in cuda_runtime cuda_kernels_parity cuda_adamw cuda_attention_parity cuda_classifier_parity cuda_gpt_parity cuda_attn_timing; do
   [ -x "$bundle/bin/$t" ] || { note "$t: missing"; continue; }

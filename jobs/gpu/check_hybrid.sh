@@ -10,15 +10,8 @@
 # Usage (on the GPU host, from the repository root):
 #   jobs/gpu/check_hybrid.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
-bundle=${1:?usage: check_hybrid.sh BUNDLE_DIR OUT_DIR}
-out=${2:?usage: check_hybrid.sh BUNDLE_DIR OUT_DIR}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$PWD/$bundle/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
-summary="$out/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
+# shellcheck source=jobs/gpu/lib.sh
+. "$(dirname "$0")/lib.sh" check_hybrid.sh "$@"
 losses() { grep '"step"' "$1" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
 maxrel() {  # maxrel A B: the largest relative difference of two loss columns
   paste <(losses "$1") <(losses "$2") | awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ }
