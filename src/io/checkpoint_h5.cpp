@@ -60,6 +60,7 @@ uint32_t fletcher32(const void* data, size_t bytes) {
   constexpr uint64_t kMod = 65535;
   const size_t seg = (bytes / 2) / kSeg;  // segments hold whole words only; the tail may end in half a word
   uint64_t s1[kSeg] = {}, s2[kSeg] = {};
+  uint64_t any = 0;  // nonzero once any word was (s1 only grows within a block)
   // At most 2^20 words per segment before reducing keeps s2 below 2^56.
   constexpr size_t kBlock = size_t{1} << 20;
   for (size_t j0 = 0; j0 < seg; j0 += kBlock) {
@@ -72,25 +73,26 @@ uint32_t fletcher32(const void* data, size_t bytes) {
       }
     }
     for (int k = 0; k < kSeg; ++k) {
+      any |= s1[k];
       s1[k] %= kMod;
       s2[k] %= kMod;
     }
   }
   uint64_t sum1 = 0, sum2 = 0;
-  bool nonzero = false;
   for (int k = 0; k < kSeg; ++k) {
     const uint64_t after = static_cast<uint64_t>(kSeg - 1 - k) * seg;  // segment words after k (the tail adds its own)
     sum1 = (sum1 + s1[k]) % kMod;
     sum2 = (sum2 + s2[k] + (after % kMod) * s1[k]) % kMod;
   }
   for (size_t i = static_cast<size_t>(kSeg) * seg; i < words; ++i) {  // the tail
-    sum1 = (sum1 + word(i)) % kMod;
+    const uint64_t w = word(i);
+    any |= w;
+    sum1 = (sum1 + w) % kMod;
     sum2 = (sum2 + sum1) % kMod;
   }
-  for (size_t i = 0; i < bytes && !nonzero; ++i) nonzero = p[i] != 0;
-  if (!nonzero) return 0;
+  if (any == 0) return 0;
   // A positive total: residue 0 is 0xffff. sum2 is positive as soon as sum1
-  // ever was, i.e. whenever any byte is nonzero.
+  // ever was, i.e. whenever any word is nonzero.
   if (sum1 == 0) sum1 = kMod;
   if (sum2 == 0) sum2 = kMod;
   return static_cast<uint32_t>((sum2 << 16) | sum1);
