@@ -31,15 +31,22 @@ namespace zt {
 struct MicroBatchState {
   // num_units: units in the whole model. chunk_bytes: the arenas' growth
   // step (tests use small chunks so that capacity() tracks the high-water
-  // mark closely).
-  MicroBatchState(Device& dev, int num_units, size_t chunk_bytes = size_t{64} << 20)
+  // mark closely). shared_scratch: an arena to use as `scratch` instead of
+  // an own one; `scratch` is empty between UnitRunner calls, so micro-batches
+  // in flight together (the pipeline) can share one.
+  MicroBatchState(Device& dev, int num_units, size_t chunk_bytes = size_t{64} << 20,
+                  Arena* shared_scratch = nullptr)
       : saved(dev, MemTag::activations, chunk_bytes),
-        scratch(dev, MemTag::workspace, chunk_bytes),
+        own_scratch(shared_scratch != nullptr ? Arena() : Arena(dev, MemTag::workspace, chunk_bytes)),
+        scratch(shared_scratch != nullptr ? *shared_scratch : own_scratch),
         inputs(static_cast<size_t>(num_units)),
         stashes(static_cast<size_t>(num_units)),
         marks(static_cast<size_t>(num_units)) {}
+  MicroBatchState(const MicroBatchState&) = delete;
+  MicroBatchState& operator=(const MicroBatchState&) = delete;
   Arena saved;
-  Arena scratch;
+  Arena own_scratch;  // unused when the scratch is shared
+  Arena& scratch;
   // Indexed by unit (whole model): each unit's forward input (a view; the
   // first unit's input is owned by the caller), stash, and the mark of
   // `saved` before its forward.

@@ -13,8 +13,8 @@ double now_s() {
 // One micro-batch in flight on this stage: its arenas, inputs and the
 // messages whose buffers must outlive their transfer.
 struct PipelineExecutor::InFlight {
-  InFlight(Device& dev, int units, int V, size_t chunk_bytes)
-      : state(dev, units, chunk_bytes), in(V), out(V), act_send(V) {}
+  InFlight(Device& dev, int units, int V, size_t chunk_bytes, Arena& scratch)
+      : state(dev, units, chunk_bytes, &scratch), in(V), out(V), act_send(V) {}
   MicroBatchState state;
   Buffer tokens, targets;           // (B, T) i32
   std::vector<Tensor> in, out;      // per local chunk: its input and output
@@ -28,7 +28,8 @@ PipelineExecutor::PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, 
                                    Device& dev, Kernels& kernels, Communicator& pp, int64_t B, int64_t T,
                                    int64_t d_model, size_t arena_chunk_bytes)
     : chunks_(std::move(chunks)), P_(P), V_(V), stage_(stage), runner_(runner), dev_(dev), kernels_(kernels), pp_(pp),
-      B_(B), T_(T), C_(d_model), chunk_bytes_(arena_chunk_bytes), host_loss_(static_cast<size_t>(B * T)) {
+      B_(B), T_(T), C_(d_model), chunk_bytes_(arena_chunk_bytes),
+      scratch_(dev, MemTag::workspace, arena_chunk_bytes), host_loss_(static_cast<size_t>(B * T)) {
   ZT_CHECK(static_cast<int>(chunks_.size()) == P * V, "pipeline: ", chunks_.size(), " chunks for P=", P, " V=", V);
   ZT_CHECK(pp.size() == P && pp.rank() == stage, "pipeline group of ", pp.size(), " ranks, rank ", pp.rank(),
            " for P=", P, " stage ", stage);
@@ -44,7 +45,7 @@ PipelineExecutor::InFlight& PipelineExecutor::flight(int mb) {
     f = std::move(pool_.back());
     pool_.pop_back();
   } else {
-    f = std::make_unique<InFlight>(dev_, static_cast<int>(chunks_.back().last), V_, chunk_bytes_);
+    f = std::make_unique<InFlight>(dev_, static_cast<int>(chunks_.back().last), V_, chunk_bytes_, scratch_);
     f->tokens = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
     f->targets = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
   }

@@ -67,6 +67,7 @@ class PipelineExecutor {
   Communicator& pp_;
   int64_t B_, T_, C_;
   size_t chunk_bytes_;  // growth step of each micro-batch's arenas
+  Arena scratch_;       // the workspace every micro-batch in flight shares
   std::map<int, std::unique_ptr<InFlight>> flights_;      // by micro-batch
   std::vector<std::unique_ptr<InFlight>> pool_;           // finished, kept for reuse
   std::vector<float> host_loss_;

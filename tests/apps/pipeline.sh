@@ -43,6 +43,18 @@ run_np 4 c.json --log-dir ppdp --set pipeline.parallel_size=2 --set pipeline.ran
 same ref/metrics.jsonl ppdp/metrics.jsonl "P=2 V=2 DP=2 ZeRO-3 with rank order pp-dp"
 run_np 4 c.json --log-dir f1b --set pipeline.parallel_size=4 --set zero_optimization.stage=2
 same ref/metrics.jsonl f1b/metrics.jsonl "P=4 1F1B DP=1 ZeRO-2"
+# Micro-batches in flight on a stage share one workspace arena: a stage's
+# workspace peak stays that of one micro-batch (the single process's), not
+# one per micro-batch in flight (4 on 1F1B's first stage at P=4).
+ws_ref=$(field ref/metrics.jsonl workspace)
+for d in p2v2d1z1 f1b; do
+  ws=$(field $d/metrics.jsonl workspace)
+  if awk -v a="$ws" -v b="$ws_ref" 'BEGIN { exit !(a > 0 && b > 0 && a <= 1.1 * b) }'; then
+    echo "ok: $d workspace peak $ws bytes, single process $ws_ref"
+  else
+    fail "$d workspace peak $ws bytes, more than 1.1 x the single process's $ws_ref"
+  fi
+done
 
 # The shipped 64-rank config against one process with the same global batch.
 cfg64="$SRC/data/configs/pipeline64.json"
