@@ -460,7 +460,9 @@ StepStats Trainer::train_step() {
   const int me = s.topo.world_rank();
   if (s.fault.at(InjectedFault::Kind::throw_at_step, me, s.step + 1))
     ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault.step);
-  Communicator& dp = s.topo.dp();
+  // The communicator ZeRO moves tensors through (NCCL or staged MPI on
+  // GPUs, the MPI group on the CPU): its counters are the step's volume.
+  Communicator& dp = s.tensor_dp;
   dp.reset_counters();
   s.zero->zero_grads();
   // Each token's loss weighs 1/(tokens in the global batch), times the fp16
