@@ -57,6 +57,7 @@ class CpuKernels final : public Kernels {
   void zero(const Tensor& t) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;
+  void sum_into(const Tensor& x, const Tensor& acc) override;
   void check_overflow(const Tensor& x, const Tensor& flag) override;
 
   size_t classifier_chunk_bytes() const { return classifier_chunk_bytes_; }

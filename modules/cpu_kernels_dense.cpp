@@ -276,6 +276,25 @@ void CpuKernels::sum_squares(const Tensor& x, const Tensor& acc) {
   *out += total;
 }
 
+void CpuKernels::sum_into(const Tensor& x, const Tensor& acc) {
+  ZT_CHECK(acc.numel() == 1, "sum_into: acc must have one element");
+  double* out = cpu::math_ptr<double>(acc, "sum_into acc");
+  ZT_CHECK(x.dtype == DType::f32 || x.dtype == DType::f64, "sum_into: x must be f32 or f64, got ",
+           dtype_name(x.dtype));
+  const int64_t n = x.numel();
+  // One thread, index order, straight into acc: the bits of the host loop
+  // this replaces (loss bits are compared exactly across builds and layouts).
+  double s = *out;
+  if (x.dtype == DType::f32) {
+    const float* p = cpu::typed<const float>(x);
+    for (int64_t i = 0; i < n; ++i) s += p[i];
+  } else {
+    const double* p = cpu::typed<const double>(x);
+    for (int64_t i = 0; i < n; ++i) s += p[i];
+  }
+  *out = s;
+}
+
 void CpuKernels::check_overflow(const Tensor& x, const Tensor& flag) {
   ZT_CHECK(flag.numel() == 1, "check_overflow: flag must have one element");
   int32_t* f = cpu::math_ptr<int32_t>(flag, "overflow flag");

@@ -92,10 +92,15 @@ class Kernels {
   // x *= alpha, in place.
   virtual void scale(const Tensor& x, double alpha) = 0;
 
-  // ---- reductions for the optimizer ----------------------------------------
+  // ---- reductions for the optimizer and the loss ----------------------------
   // Results stay on the device so that no host synchronisation is implied.
   // acc (1) f64 += sum of x^2.
   virtual void sum_squares(const Tensor& x, const Tensor& acc) = 0;
+  // acc (1) f64 += sum of x (f32 or f64, any shape): the step's loss summed
+  // on the device and read once per print interval. The CPU adds the elements
+  // to acc one by one in index order, in f64, which gives the bits of the host
+  // loop `for (float v : x) acc += v;`; the GPU sums in any order, in f64.
+  virtual void sum_into(const Tensor& x, const Tensor& acc) = 0;
   // flag (1) i32 is set to 1 when x holds an inf or NaN (left as is otherwise).
   virtual void check_overflow(const Tensor& x, const Tensor& flag) = 0;
 };

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/error.hpp"
 #include "modules/cuda/attention_detail.cuh"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace zt {
 namespace {

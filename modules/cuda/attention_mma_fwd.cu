@@ -8,7 +8,6 @@
 
 #include "core/error.hpp"
 #include "modules/cuda/attention_detail.cuh"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace zt::attn {
 namespace {

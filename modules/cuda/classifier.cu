@@ -24,7 +24,7 @@
 #include <limits>
 #include <memory>
 
-#include "runtime/cuda/cuda_check.hpp"
+#include "core/error.hpp"
 
 namespace zt {
 namespace {

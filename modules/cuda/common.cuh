@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "runtime/cuda/cuda_check.hpp"
 #include "runtime/device.hpp"
 
 namespace zt::cuda {

@@ -165,8 +165,20 @@ void CudaKernels::sum_squares(const Tensor& x, const Tensor& acc) {
   check_on_device(acc, "sum_squares acc");
   check_on_device(x, "sum_squares x");
   const int64_t n = x.numel();
-  cuda::sum_squares(x.data, x.dtype, n, static_cast<double*>(acc.data),
-                    scratch(cuda::sum_squares_workspace_bytes(n)), stream_);
+  cuda::sum_squares(x.data, x.dtype, n, static_cast<double*>(acc.data), scratch(cuda::sum_workspace_bytes(n)),
+                    stream_);
+}
+
+void CudaKernels::sum_into(const Tensor& x, const Tensor& acc) {
+  ZT_CHECK(acc.numel() == 1, "sum_into: acc must have one element");
+  check_dtype(acc, DType::f64, "sum_into acc");
+  check_on_device(acc, "sum_into acc");
+  check_on_device(x, "sum_into x");
+  ZT_CHECK(x.dtype == DType::f32 || x.dtype == DType::f64, "sum_into: x must be f32 or f64, got ",
+           dtype_name(x.dtype));
+  const int64_t n = x.numel();
+  cuda::sum_into(x.data, x.dtype, n, static_cast<double*>(acc.data), scratch(cuda::sum_workspace_bytes(n)),
+                 stream_);
 }
 
 void CudaKernels::check_overflow(const Tensor& x, const Tensor& flag) {

@@ -11,9 +11,9 @@
 // checkpointing's recomputation is bit-identical to the forward.
 //
 // Workspace: calls given an Arena take their temporaries from it; bias_grad,
-// layernorm_bwd, embedding_bwd and sum_squares use a scratch buffer of this
-// object (MemTag::workspace) that grows to the largest request and is then
-// reused, so steady-state steps allocate nothing.
+// layernorm_bwd, embedding_bwd, sum_squares and sum_into use a scratch buffer
+// of this object (MemTag::workspace) that grows to the largest request and is
+// then reused, so steady-state steps allocate nothing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -87,6 +87,7 @@ class CudaKernels final : public Kernels {
   void zero(const Tensor& t) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;
+  void sum_into(const Tensor& x, const Tensor& acc) override;
   void check_overflow(const Tensor& x, const Tensor& flag) override;
 
  private:

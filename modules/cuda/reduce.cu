@@ -1,4 +1,4 @@
-// Bias gradients and the sum of squares.
+// Bias gradients, the sum of squares and the plain sum.
 #include "modules/cuda/column_reduce.cuh"
 #include "modules/cuda/reduce.cuh"
 
@@ -14,7 +14,8 @@ struct DoutLoad {
 // [Note: deterministic sum of squares] A grid whose size depends on n alone
 // (kSumBlocks at most) writes one f64 partial per block: each thread sums its
 // grid-stride elements in order, the block adds its threads' sums by a fixed
-// tree; one warp then adds the partials in a fixed order.
+// tree; one warp then adds the partials in a fixed order. The plain sum
+// (sum_into) runs the same kernels without the squaring.
 constexpr int kSumThreads = 256;
 constexpr int64_t kSumBlocks = 1024;
 
@@ -36,10 +37,10 @@ __device__ double block_sum(double v) {
   return s;  // valid in thread 0
 }
 
-// vec: x is aligned to kVec elements (never for f64), so a thread reads 16
-// or 32 bytes at a time.
-template <typename T>
-__global__ void sum_squares_partial_kernel(const T* x, int64_t n, bool vec, double* partial) {
+// kSquare: sum x^2 (sum_squares), else x (sum_into). vec: x is aligned to
+// kVec elements (never for f64), so a thread reads 16 or 32 bytes at a time.
+template <bool kSquare, typename T>
+__global__ void sum_partial_kernel(const T* x, int64_t n, bool vec, double* partial) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   double s = 0;
@@ -51,20 +52,23 @@ __global__ void sum_squares_partial_kernel(const T* x, int64_t n, bool vec, doub
         float f[kVec];
         load_vec(x + v * kVec, f);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) s += static_cast<double>(f[k]) * f[k];
+        for (int k = 0; k < kVec; ++k) {
+          const double e = f[k];
+          s += kSquare ? e * e : e;
+        }
       }
       done = nv * kVec;
     }
   }
   for (int64_t i = done + tid; i < n; i += stride) {
-    const double v = to_double(x[i]);
-    s += v * v;
+    const double e = to_double(x[i]);
+    s += kSquare ? e * e : e;
   }
   s = block_sum(s);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void sum_squares_finish_kernel(const double* partial, int64_t blocks, double* acc) {
+__global__ void sum_finish_kernel(const double* partial, int64_t blocks, double* acc) {
   double s = 0;
   for (int64_t b = threadIdx.x; b < blocks; b += 32) s += partial[b];
   s = warp_sum(s);
@@ -81,20 +85,34 @@ void bias_grad(float* dbias, const float* dout, int64_t rows, int64_t cols, void
   column_sums_into<1>(DoutLoad{dout, cols}, dbias, nullptr, static_cast<float*>(workspace), rows, cols, stream);
 }
 
-size_t sum_squares_workspace_bytes(int64_t n) { return static_cast<size_t>(sum_blocks(n)) * sizeof(double); }
+size_t sum_workspace_bytes(int64_t n) { return static_cast<size_t>(sum_blocks(n)) * sizeof(double); }
 
-void sum_squares(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream) {
+namespace {
+
+template <bool kSquare>
+void sum_launch(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream,
+                const char* what) {
   if (n <= 0) return;
   const int64_t blocks = sum_blocks(n);
   double* partial = static_cast<double*>(workspace);
-  with_any_float_type(t, "sum_squares", [&](auto tx) {
+  with_any_float_type(t, what, [&](auto tx) {
     using T = typename decltype(tx)::type;
-    sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, stream>>>(
+    sum_partial_kernel<kSquare><<<static_cast<unsigned>(blocks), kSumThreads, 0, stream>>>(
         static_cast<const T*>(x), n, vec_aligned<T>(x), partial);
     ZT_CUDA_CHECK_LAUNCH();
   });
-  sum_squares_finish_kernel<<<1, 32, 0, stream>>>(partial, blocks, acc);
+  sum_finish_kernel<<<1, 32, 0, stream>>>(partial, blocks, acc);
   ZT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void sum_squares(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream) {
+  sum_launch<true>(x, t, n, acc, workspace, stream, "sum_squares");
+}
+
+void sum_into(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream) {
+  sum_launch<false>(x, t, n, acc, workspace, stream, "sum_into");
 }
 
 }  // namespace zt::cuda

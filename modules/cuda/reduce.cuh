@@ -1,6 +1,7 @@
-// Deterministic reductions: bias gradients (column sums) and the f64 sum of
-// squares for gradient norms. Neither uses atomics; both give the same bits
-// on every run and GPU (see [Note: deterministic column sums]).
+// Deterministic reductions: bias gradients (column sums), the f64 sum of
+// squares for gradient norms and the f64 sum for the loss. None uses atomics;
+// each gives the same bits on every run and GPU (see [Note: deterministic
+// column sums] and [Note: deterministic sum of squares]).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,9 +18,11 @@ size_t bias_grad_workspace_bytes(int64_t rows, int64_t cols);
 // dbias (cols) += column sums of dout (rows, cols), all fp32.
 void bias_grad(float* dbias, const float* dout, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
 
-// Bytes of workspace sum_squares needs for n elements.
-size_t sum_squares_workspace_bytes(int64_t n);
+// Bytes of workspace sum_squares and sum_into need for n elements.
+size_t sum_workspace_bytes(int64_t n);
 // *acc (f64) += sum of x[i]^2, each square and the sums in f64.
 void sum_squares(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream);
+// *acc (f64) += sum of x[i], the sums in f64.
+void sum_into(const void* x, DType t, int64_t n, double* acc, void* workspace, cudaStream_t stream);
 
 }  // namespace zt::cuda

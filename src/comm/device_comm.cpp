@@ -18,21 +18,6 @@ void wait_host(CommRequest& r) {
   r.reset();
 }
 
-CommEvent::CommEvent() { ZT_COMM_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming)); }
-
-CommEvent::~CommEvent() {
-  if (ev_ != nullptr) cudaEventDestroy(ev_);
-}
-
-CommEvent& CommEvent::operator=(CommEvent&& o) noexcept {
-  if (this != &o) {
-    if (ev_ != nullptr) cudaEventDestroy(ev_);
-    ev_ = o.ev_;
-    o.ev_ = nullptr;
-  }
-  return *this;
-}
-
 namespace {
 int visible_gpus() {
   int n = 0;
@@ -48,15 +33,16 @@ int select_local_gpu(int local_rank) {
   const int n = visible_gpus();
   if (n == 0) ZT_USER_ERROR("no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
   const int dev = local_rank % n;
-  ZT_COMM_CUDA_CHECK(cudaSetDevice(dev));
+  ZT_CUDA_CHECK(cudaSetDevice(dev));
+  set_process_gpu(dev);
   return dev;
 }
 
 bool group_shares_a_gpu(MpiCommunicator& group) {
   int dev = 0;
-  ZT_COMM_CUDA_CHECK(cudaGetDevice(&dev));
+  ZT_CUDA_CHECK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
-  ZT_COMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   constexpr int kUuid = sizeof(prop.uuid.bytes);
   std::vector<char> all(static_cast<size_t>(kUuid) * group.size());
   ZT_MPI_CHECK(MPI_Allgather(prop.uuid.bytes, kUuid, MPI_BYTE, all.data(), kUuid, MPI_BYTE, group.comm()));

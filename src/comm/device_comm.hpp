@@ -20,13 +20,6 @@
 #include "comm/mpi_communicator.hpp"
 #include "runtime/device.hpp"
 
-#define ZT_COMM_CUDA_CHECK(call)                                                         \
-  do {                                                                                   \
-    cudaError_t zt_cuda_rc_ = (call);                                                    \
-    if (zt_cuda_rc_ != cudaSuccess)                                                      \
-      ZT_THROW(#call, ": ", cudaGetErrorName(zt_cuda_rc_), ": ", cudaGetErrorString(zt_cuda_rc_)); \
-  } while (0)
-
 namespace zt {
 
 // A handle whose completion can also be awaited on the host.
@@ -55,21 +48,6 @@ class DeviceCommunicator : public Communicator {
 
  protected:
   cudaStream_t compute_ = nullptr;
-};
-
-// Move-only owner of a cudaEvent_t without timing (cheap to record and wait).
-class CommEvent {
- public:
-  CommEvent();
-  ~CommEvent();
-  CommEvent(CommEvent&& o) noexcept : ev_(o.ev_) { o.ev_ = nullptr; }
-  CommEvent& operator=(CommEvent&& o) noexcept;
-  CommEvent(const CommEvent&) = delete;
-  CommEvent& operator=(const CommEvent&) = delete;
-  cudaEvent_t get() const { return ev_; }
-
- private:
-  cudaEvent_t ev_ = nullptr;
 };
 
 // Makes GPU (local_rank % device count) current and returns it. Throws a

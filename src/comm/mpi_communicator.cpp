@@ -55,13 +55,6 @@ void require_host(const Tensor& t) {
 
 }  // namespace
 
-std::string mpi_error_string(int code) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, buf, &len);
-  return std::string(buf, static_cast<size_t>(len));
-}
-
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
   ZT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));

@@ -8,16 +8,9 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-
-#define ZT_MPI_CHECK(call)                                                   \
-  do {                                                                       \
-    int zt_mpi_rc_ = (call);                                                 \
-    if (zt_mpi_rc_ != MPI_SUCCESS) ZT_THROW(#call, ": ", ::zt::mpi_error_string(zt_mpi_rc_)); \
-  } while (0)
+#include "core/error.hpp"
 
 namespace zt {
-
-std::string mpi_error_string(int code);
 
 // MPI_Init_thread / MPI_Finalize for a process; sets the rank and host used in
 // error messages. MPI_THREAD_FUNNELED is enough: only the main thread calls MPI.

@@ -7,7 +7,7 @@
 namespace zt {
 
 struct NcclCompletion {
-  CommEvent event;
+  CudaEvent event = CudaEvent::create();
   bool recorded = false;
 };
 
@@ -25,13 +25,13 @@ class NcclHandle final : public DeviceCommHandle {
   // GPU-side: the compute stream waits; the host does not.
   void wait() override {
     require_issued();
-    ZT_COMM_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->event.get(), 0));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->event.get(), 0));
   }
   bool test() override {
     if (!done_->recorded) return false;
     const cudaError_t rc = cudaEventQuery(done_->event.get());
     if (rc == cudaSuccess) return true;
-    if (rc != cudaErrorNotReady) ZT_COMM_CUDA_CHECK(rc);
+    if (rc != cudaErrorNotReady) ZT_CUDA_CHECK(rc);
     owner_->check_async_error();
     return false;
   }
@@ -82,14 +82,14 @@ bool on_host(const Tensor& a, const Tensor& b) {
 NcclCommunicator::NcclCommunicator(MpiCommunicator& group, cudaStream_t compute)
     : group_(group), name_(group.group_name()), rank_(group.rank()), size_(group.size()) {
   compute_ = compute;
-  ZT_COMM_CUDA_CHECK(cudaGetDevice(&device_));
+  ZT_CUDA_CHECK(cudaGetDevice(&device_));
   if (group_shares_a_gpu(group)) {
     ZT_USER_ERROR("communicator group '", name_, "' has ranks that share a GPU; NCCL needs one GPU per rank. ",
                   "Use the host-staged MPI backend (\"mpi\") or run at most one rank per GPU.");
   }
   int least = 0, greatest = 0;
-  ZT_COMM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  ZT_COMM_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+  ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ZT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
 
   // Rank 0 makes the id and sends it with a status, so a failure there is an
   // error on every rank instead of a hang in ncclCommInitRank.
@@ -160,21 +160,21 @@ void NcclCommunicator::synchronize() {
     check_async_error();
     const cudaError_t rc = cudaStreamQuery(stream_);
     if (rc == cudaSuccess) return;
-    if (rc != cudaErrorNotReady) ZT_COMM_CUDA_CHECK(rc);
+    if (rc != cudaErrorNotReady) ZT_CUDA_CHECK(rc);
     poll_pause();
   }
 }
 
 std::shared_ptr<NcclCompletion> NcclCommunicator::begin_call() {
   check_async_error();
-  ZT_COMM_CUDA_CHECK(cudaEventRecord(input_ready_.get(), compute_));
-  ZT_COMM_CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_.get(), 0));
+  ZT_CUDA_CHECK(cudaEventRecord(input_ready_.get(), compute_));
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_.get(), 0));
   return group_depth_ > 0 ? group_done_ : std::make_shared<NcclCompletion>();
 }
 
 CommRequest NcclCommunicator::end_call(std::shared_ptr<NcclCompletion> done) {
   if (group_depth_ == 0) {
-    ZT_COMM_CUDA_CHECK(cudaEventRecord(done->event.get(), stream_));
+    ZT_CUDA_CHECK(cudaEventRecord(done->event.get(), stream_));
     done->recorded = true;
   }
   return std::make_unique<NcclHandle>(std::move(done), compute_, this);
@@ -191,7 +191,7 @@ void NcclCommunicator::group_end() {
   --group_depth_;
   ZT_NCCL_CHECK(ncclGroupEnd());
   if (group_depth_ == 0) {
-    ZT_COMM_CUDA_CHECK(cudaEventRecord(group_done_->event.get(), stream_));
+    ZT_CUDA_CHECK(cudaEventRecord(group_done_->event.get(), stream_));
     group_done_->recorded = true;
     group_done_.reset();
   }

@@ -18,13 +18,7 @@
 #include <string>
 
 #include "comm/device_comm.hpp"
-
-#define ZT_NCCL_CHECK(call)                                                                    \
-  do {                                                                                         \
-    ncclResult_t zt_nccl_rc_ = (call);                                                         \
-    if (zt_nccl_rc_ != ncclSuccess)                                                            \
-      ZT_THROW(#call, ": ", ncclGetErrorString(zt_nccl_rc_), " (", ncclGetLastError(nullptr), ")"); \
-  } while (0)
+#include "runtime/cuda/cuda_handles.hpp"
 
 namespace zt {
 
@@ -95,7 +89,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  CommEvent input_ready_;
+  CudaEvent input_ready_ = CudaEvent::create();
   int group_depth_ = 0;
   std::shared_ptr<NcclCompletion> group_done_;
   double teardown_timeout_s_ = 300.0;

@@ -42,7 +42,7 @@ class StagedHandle final : public DeviceCommHandle {
   }
   void wait_host() override {
     finish();
-    ZT_COMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
  private:
@@ -52,7 +52,7 @@ class StagedHandle final : public DeviceCommHandle {
     ::zt::wait(mpi_);
     if (back_.wide != nullptr) convert(back_.wide, DType::f32, back_.host, back_.dtype, back_.n);
     if (back_.bytes > 0) {
-      ZT_COMM_CUDA_CHECK(cudaMemcpyAsync(back_.dev, back_.host, back_.bytes, cudaMemcpyHostToDevice, stream_));
+      ZT_CUDA_CHECK(cudaMemcpyAsync(back_.dev, back_.host, back_.bytes, cudaMemcpyHostToDevice, stream_));
     }
     owner_->release_slot(slot_, stream_);
   }
@@ -102,8 +102,8 @@ class SlotLayout {
 };
 
 void copy_to_host_and_sync(void* host, const Tensor& dev, cudaStream_t s) {
-  ZT_COMM_CUDA_CHECK(cudaMemcpyAsync(host, dev.data, dev.bytes(), cudaMemcpyDeviceToHost, s));
-  ZT_COMM_CUDA_CHECK(cudaStreamSynchronize(s));
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host, dev.data, dev.bytes(), cudaMemcpyDeviceToHost, s));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 bool on_host(const Tensor& a, const Tensor& b) {
@@ -123,7 +123,7 @@ StagedMpiCommunicator::StagedMpiCommunicator(MpiCommunicator& group, cudaStream_
 void* StagedMpiCommunicator::allocate_pinned(size_t bytes) {
   if (staging_memory_ != nullptr) return staging_memory_->allocate(bytes, MemTag::comm);
   void* p = nullptr;
-  ZT_COMM_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  ZT_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
   return p;
 }
 
@@ -167,7 +167,7 @@ void* StagedMpiCommunicator::acquire_slot(size_t bytes, size_t* slot) {
     }
     Slot& s = slots_[largest_free];
     if (s.host != nullptr) {
-      ZT_COMM_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
+      ZT_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
       free_pinned(s.host, s.bytes);
       s.host = nullptr;
       s.bytes = 0;
@@ -178,7 +178,7 @@ void* StagedMpiCommunicator::acquire_slot(size_t bytes, size_t* slot) {
   }
   Slot& s = slots_[best];
   // The slot's last result may still be on its way to the device.
-  ZT_COMM_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
+  ZT_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
   s.busy = true;
   *slot = best;
   return s.host;
@@ -187,11 +187,11 @@ void* StagedMpiCommunicator::acquire_slot(size_t bytes, size_t* slot) {
 void StagedMpiCommunicator::release_slot(size_t slot, cudaStream_t stream) {
   Slot& s = slots_.at(slot);
   s.busy = false;
-  ZT_COMM_CUDA_CHECK(cudaEventRecord(s.copied_back.get(), stream));
+  ZT_CUDA_CHECK(cudaEventRecord(s.copied_back.get(), stream));
 }
 
 void StagedMpiCommunicator::synchronize() {
-  for (Slot& s : slots_) ZT_COMM_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
+  for (Slot& s : slots_) ZT_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
 }
 
 CommRequest StagedMpiCommunicator::all_reduce(Tensor buf, ReduceOp op) {

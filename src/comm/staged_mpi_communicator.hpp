@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/device_comm.hpp"
+#include "runtime/cuda/cuda_handles.hpp"
 
 namespace zt {
 
@@ -64,7 +65,7 @@ class StagedMpiCommunicator final : public DeviceCommunicator {
   struct Slot {
     void* host = nullptr;
     size_t bytes = 0;
-    CommEvent copied_back;  // recorded after the last copy out of this slot
+    CudaEvent copied_back = CudaEvent::create();  // recorded after the last copy out of this slot
     bool busy = false;
   };
   void* allocate_pinned(size_t bytes);

@@ -104,15 +104,15 @@ namespace {
 
 constexpr int64_t kMaxChunkElems = int64_t{1} << 20;  // 4 MiB of fp32 per chunk
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  ZT_THROW("cannot write checkpoint file '", path, "': ", what, ": ", h5::last_error());
-}
+// The start of every HDF5 failure's message here; ZT_H5_CHECK adds what
+// failed and HDF5's reason.
+std::string cannot_write(const std::string& path) { return "cannot write checkpoint file '" + path + "': "; }
 
 void write_attr_i64(const std::string& path, hid_t obj, const char* name, int64_t value) {
   h5::Id space(H5Screate(H5S_SCALAR), H5Sclose);
   h5::Id attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) < 0)
-    fail(path, std::string("attribute ") + name);
+  ZT_H5_CHECK(attr.valid() && H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) >= 0, cannot_write(path),
+              "attribute ", name);
 }
 
 void write_attr_string(const std::string& path, hid_t obj, const char* name, const std::string& value) {
@@ -122,8 +122,8 @@ void write_attr_string(const std::string& path, hid_t obj, const char* name, con
   h5::Id space(H5Screate(H5S_SCALAR), H5Sclose);
   h5::Id attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  if (!attr.valid() || H5Awrite(attr.get(), type.get(), padded.data()) < 0)
-    fail(path, std::string("attribute ") + name);
+  ZT_H5_CHECK(attr.valid() && H5Awrite(attr.get(), type.get(), padded.data()) >= 0, cannot_write(path),
+              "attribute ", name);
 }
 
 void check_shards(const std::string& path, const std::vector<ShardData>& shards) {
@@ -154,7 +154,8 @@ void write_chunks_direct(const std::string& path, const std::string& what, hid_t
     const uint32_t sum = h5::fletcher32(staging.data(), chunk_bytes);
     for (int b = 0; b < 4; ++b) staging[chunk_bytes + static_cast<size_t>(b)] = static_cast<char>((sum >> (8 * b)) & 0xFF);
     const hsize_t offset[1] = {static_cast<hsize_t>(begin)};
-    if (H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset, chunk_bytes + 4, staging.data()) < 0) fail(path, what);
+    ZT_H5_CHECK(H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset, chunk_bytes + 4, staging.data()) >= 0,
+                cannot_write(path), what);
   }
 }
 
@@ -167,16 +168,18 @@ void write_dataset(const std::string& path, hid_t group, const ShardData& s, std
   h5::Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   if (r.length > 0) {  // a chunked layout needs a non-empty chunk; empty shards stay contiguous
     const hsize_t chunk[1] = {static_cast<hsize_t>(std::min(r.length, kMaxChunkElems))};
-    if (H5Pset_chunk(dcpl.get(), 1, chunk) < 0 || H5Pset_fletcher32(dcpl.get()) < 0) fail(path, what);
+    ZT_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, chunk) >= 0 && H5Pset_fletcher32(dcpl.get()) >= 0, cannot_write(path),
+                what);
   }
   h5::Id dset(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
               H5Dclose);
-  if (!dset.valid()) fail(path, what);
+  ZT_H5_CHECK(dset.valid(), cannot_write(path), what);
   if (r.length > 0) {
     if (direct != nullptr) {
       write_chunks_direct(path, what, dset.get(), s, *direct);
-    } else if (H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
-      fail(path, what);
+    } else {
+      ZT_H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) >= 0,
+                  cannot_write(path), what);
     }
   }
   write_attr_i64(path, dset.get(), "unit", r.unit);
@@ -184,7 +187,7 @@ void write_dataset(const std::string& path, hid_t group, const ShardData& s, std
   write_attr_i64(path, dset.get(), "unit_numel", r.unit_numel);
   write_attr_i64(path, dset.get(), "global_offset", r.global_offset);
   write_attr_i64(path, dset.get(), "length", r.length);
-  if (!dset.close()) fail(path, what);
+  ZT_H5_CHECK(dset.close(), cannot_write(path), what);
 }
 
 // [Note: shard files are built in memory]
@@ -210,25 +213,26 @@ Image build_image(const std::string& path, const std::vector<ShardData>& shards)
   // copies.
   const size_t increment = static_cast<size_t>(payload + payload / 64 + (int64_t{4} << 20));
   h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (!fapl.valid() || H5Pset_fapl_core(fapl.get(), increment, /*backing_store=*/0) < 0) fail(path, "file access list");
+  ZT_H5_CHECK(fapl.valid() && H5Pset_fapl_core(fapl.get(), increment, /*backing_store=*/0) >= 0, cannot_write(path),
+              "file access list");
   h5::Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-  if (!file.valid()) fail(path, "create");
+  ZT_H5_CHECK(file.valid(), cannot_write(path), "create");
   std::vector<std::string> states;
   for (const ShardData& s : shards)
     if (std::find(states.begin(), states.end(), s.state) == states.end()) states.push_back(s.state);
   for (const std::string& state : states) {
     h5::Id group(H5Gcreate2(file.get(), state.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    if (!group.valid()) fail(path, "group /" + state);
+    ZT_H5_CHECK(group.valid(), cannot_write(path), "group /", state);
     for (const ShardData& s : shards)
       if (s.state == state) write_dataset(path, group.get(), s, nullptr);
-    if (!group.close()) fail(path, "group /" + state);
+    ZT_H5_CHECK(group.close(), cannot_write(path), "group /", state);
   }
-  if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail(path, "flush");
+  ZT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, cannot_write(path), "flush");
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
-  if (size < 0) fail(path, "file image size");
+  ZT_H5_CHECK(size >= 0, cannot_write(path), "file image size");
   Image image{std::unique_ptr<char[]>(new char[static_cast<size_t>(size)]), static_cast<size_t>(size)};  // not zeroed
-  if (H5Fget_file_image(file.get(), image.data.get(), image.size) != size) fail(path, "file image");
-  if (!file.close()) fail(path, "close");
+  ZT_H5_CHECK(H5Fget_file_image(file.get(), image.data.get(), image.size) == size, cannot_write(path), "file image");
+  ZT_H5_CHECK(file.close(), cannot_write(path), "close");
   return image;
 }
 
@@ -314,9 +318,9 @@ std::string write_direct(const std::string& path, const std::vector<ShardData>& 
   {
     const h5::Quiet quiet;
     h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    if (!fapl.valid() || H5Pset_fapl_sec2(fapl.get()) < 0) fail(path, "file access list");
+    ZT_H5_CHECK(fapl.valid() && H5Pset_fapl_sec2(fapl.get()) >= 0, cannot_write(path), "file access list");
     h5::Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-    if (!file.valid()) fail(path, "create");
+    ZT_H5_CHECK(file.valid(), cannot_write(path), "create");
     {
       // H5Fcreate truncated the file: reserve again under HDF5's open file.
       const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -332,16 +336,16 @@ std::string write_direct(const std::string& path, const std::vector<ShardData>& 
       if (std::find(states.begin(), states.end(), s.state) == states.end()) states.push_back(s.state);
     for (const std::string& state : states) {
       h5::Id group(H5Gcreate2(file.get(), state.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-      if (!group.valid()) fail(path, "group /" + state);
+      ZT_H5_CHECK(group.valid(), cannot_write(path), "group /", state);
       for (const ShardData& s : shards)
         if (s.state == state) write_dataset(path, group.get(), s, &staging);
-      if (!group.close()) fail(path, "group /" + state);
+      ZT_H5_CHECK(group.close(), cannot_write(path), "group /", state);
     }
-    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail(path, "flush");
+    ZT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, cannot_write(path), "flush");
     hsize_t size = 0;
-    if (H5Fget_filesize(file.get(), &size) < 0) fail(path, "file size");
+    ZT_H5_CHECK(H5Fget_filesize(file.get(), &size) >= 0, cannot_write(path), "file size");
     eoa = static_cast<int64_t>(size);
-    if (!file.close()) fail(path, "close");
+    ZT_H5_CHECK(file.close(), cannot_write(path), "close");
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) ZT_THROW("cannot open checkpoint file '", path, "': ", std::strerror(errno));

@@ -69,8 +69,9 @@ class Quiet {
   void* data_ = nullptr;
 };
 
-// The innermost messages of the current HDF5 error stack ("" when empty);
-// these carry the system reason (errno text) when there is one.
+// The innermost messages of the current HDF5 error stack ("unknown HDF5
+// error" when it is empty); these carry the system reason (errno text) when
+// there is one. ZT_H5_CHECK (core/error.hpp) appends them to its message.
 std::string last_error();
 
 }  // namespace zt::h5

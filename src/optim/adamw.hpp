@@ -6,34 +6,8 @@
 // nothing of how the range was cut (ZeRO stage, DP size): the caller says which
 // sub-ranges take weight decay (DecayRange).
 //
-// [Note: AdamW formula] The update reproduces torch.optim.AdamW (the
-// single-tensor path of torch/optim/adam.py with decoupled_weight_decay=True),
-// operation for operation, in fp32 per element with the per-step scalars
-// computed in double and rounded once to fp32, as PyTorch does with its Python
-// float scalars on a float tensor:
-//
-//   g      = grad * grad_scale                       (unscale / clip first)
-//   p      = p * (1 - lr*wd)                         (decay: p.mul_(1 - lr*wd))
-//   m      = lerp(m, g, 1 - beta1)                   (exp_avg.lerp_)
-//   v      = v*beta2 + ((1 - beta2)*g)*g             (mul_ then addcmul_)
-//   denom  = sqrt(v) / sqrt(1 - beta2^t) + eps       (eps added after the bias
-//                                                     correction: sqrt(v_hat)+eps)
-//   p      = p + ((-lr/(1 - beta1^t)) * m) / denom   (addcdiv_, value=-step_size)
-//
-// The lerp, addcmul and addcdiv groupings are those of aten's CPU kernels
-// (PointwiseOpsKernel.cpp: self + value*t1*t2, self + value*t1/t2; lerp with
-// weight < 0.5: a + w*(b - a)). ztrain is built with -ffp-contract=off so
-// nothing is fused; recent PyTorch fuses its vectorised lerp into an FMA, so
-// agreement with PyTorch is to an ulp, not bit for bit. A GPU kernel must use
-// this grouping (not CUDA aten's value*(t1/t2)) to match its CPU twin.
-//
-// This is, in exact arithmetic, the documented algorithm
-//   p -= lr*wd*p;  m_hat = m/(1-beta1^t);  v_hat = v/(1-beta2^t);
-//   p -= lr * m_hat / (sqrt(v_hat) + eps).
-// The decay uses the parameter *before* the Adam step (decoupled decay), and
-// it never enters m or v. `step` is the 1-based count of applied optimizer
-// steps (a step skipped for overflow does not count, as in DeepSpeed, whose
-// base optimizer is not called on a skipped step).
+// The arithmetic is [Note: AdamW formula] in adamw_math.hpp, shared with the
+// GPU's adamw_update_cuda (cuda/adamw.cuh), which gives the same bits.
 //
 // Every element is independent, so the result is bit-identical whatever the
 // thread count and however the buffer is sharded.
@@ -43,16 +17,9 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "optim/adamw_math.hpp"
 
 namespace zt {
-
-struct AdamWParams {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-};
 
 // Updates param, m, v (all length n) in place from grad. `step` >= 1 is the
 // bias-correction step; `grad_scale` multiplies every gradient first (the

@@ -86,7 +86,7 @@ class PinnedTestDevice final : public Device {
  protected:
   void* raw_allocate(size_t bytes) override {
     void* p = nullptr;
-    ZT_COMM_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    ZT_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
     return p;
   }
   void raw_deallocate(void* p, size_t) noexcept override { cudaFreeHost(p); }

@@ -5,8 +5,8 @@
 #include <tuple>
 
 #include "cuda_test_support.hpp"
-#include "modules/cuda/adamw.cuh"
 #include "optim/adamw.hpp"
+#include "optim/cuda/adamw.cuh"
 
 namespace zt::test {
 namespace {

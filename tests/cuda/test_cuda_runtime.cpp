@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cuda/cuda_check.hpp"
+#include "core/error.hpp"
 #include "runtime/cuda/cuda_device.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
 

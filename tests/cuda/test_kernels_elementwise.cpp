@@ -1,5 +1,6 @@
 // Parity of CudaKernels with CpuKernels: GELU, add, cast, scale, zero, and
-// the optimizer's reductions (sum of squares, overflow check).
+// the reductions for the optimizer and the loss (sum of squares, sum,
+// overflow check).
 #include <limits>
 
 #include "cuda_test_support.hpp"
@@ -110,6 +111,32 @@ TEST_F(CudaElementwise, SumSquaresInF64IsDeterministic) {
       EXPECT_EQ(g[0], values(acc2_d)[0]) << "sum_squares must be deterministic";
     }
   }
+}
+
+TEST_F(CudaElementwise, SumIntoInF64MatchesTheCpu) {
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{1000003}}) {
+      for (int64_t offset : {0, 1}) {  // the vector path and a misaligned x
+        // Positive, as losses are, so the sum does not cancel.
+        const Tensor x = host_random(t, Shape{n, 1}, 1.0, offset);
+        std::vector<double> v = values(x);
+        for (double& e : v) e = std::fabs(e) + 0.5;
+        set_values(x, v);
+        const Tensor acc = host_tensor(DType::f64, Shape{1});
+        set_values(acc, {12.25});
+        const Tensor acc_d = to_gpu(acc), acc2_d = to_gpu(acc), x_d = to_gpu(x, offset);
+        cpu_k->sum_into(x, acc);
+        gpu_k->sum_into(x_d, acc_d);
+        gpu_k->sum_into(x_d, acc2_d);
+        const std::vector<double> g = values(acc_d);
+        // Every element is exact in f64; only the order of the sums differs.
+        EXPECT_LT(rel_error(g, values(acc)), 1e-12) << dtype_name(t) << " n " << n << " offset " << offset;
+        EXPECT_EQ(g[0], values(acc2_d)[0]) << "sum_into must be deterministic";
+      }
+    }
+  }
+  const Tensor acc_d = to_gpu(host_random(DType::f64, Shape{1}));
+  EXPECT_THROW(gpu_k->sum_into(to_gpu(host_random(DType::bf16, Shape{8})), acc_d), Error);
 }
 
 TEST_F(CudaElementwise, CheckOverflowFindsInfAndNan) {

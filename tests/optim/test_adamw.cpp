@@ -228,5 +228,33 @@ TEST(AdamW, RangesMustTileTheShard) {
   EXPECT_NO_THROW(run({{0, 4, true}, {4, 10, false}}));
 }
 
+// The scalars the CPU and the GPU share (adamw_math.hpp): each computed in
+// double and rounded once to fp32; the lerp branch follows aten's |w| < 0.5.
+TEST(AdamW, ScalarsAreRoundedOnceFromDouble) {
+  AdamWParams hp;
+  hp.lr = 3e-4;
+  hp.beta1 = 0.9;
+  hp.beta2 = 0.95;
+  hp.eps = 1e-8;
+  hp.weight_decay = 0.1;
+  const int64_t t = 7;
+  const AdamWScalars s = adamw_scalars(hp, t, 0.25f);
+  EXPECT_EQ(s.grad_scale, 0.25f);
+  EXPECT_EQ(s.decay_factor, static_cast<float>(1.0 - 3e-4 * 0.1));
+  EXPECT_EQ(s.lerp_weight, static_cast<float>(1.0 - 0.9));
+  EXPECT_EQ(s.lerp_rest, 1.0f - s.lerp_weight);
+  EXPECT_TRUE(s.lerp_from_start);
+  EXPECT_EQ(s.beta2, 0.95f);
+  EXPECT_EQ(s.one_minus_beta2, static_cast<float>(1.0 - 0.95));
+  EXPECT_EQ(s.bias_correction2_sqrt, static_cast<float>(std::sqrt(1.0 - std::pow(0.95, 7.0))));
+  EXPECT_EQ(s.eps, 1e-8f);
+  EXPECT_EQ(s.neg_step_size, static_cast<float>(-(3e-4 / (1.0 - std::pow(0.9, 7.0)))));
+  hp.beta1 = 0.3;
+  EXPECT_FALSE(adamw_scalars(hp, t, 1.0f).lerp_from_start);
+  EXPECT_THROW(adamw_scalars(hp, 0, 1.0f), Error);
+  hp.beta2 = 1.0;
+  EXPECT_THROW(adamw_scalars(hp, 1, 1.0f), Error);
+}
+
 }  // namespace
 }  // namespace zt

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/cuda/cuda_check.hpp"
+#include "core/error.hpp"
 
 namespace zt {
 namespace {
@@ -50,6 +50,7 @@ int select_cuda_device(int local_rank) {
   if (n == 0) ZT_THROW("no CUDA device is visible to this process (local rank ", local_rank, ")");
   const int dev = local_rank % n;
   ZT_CUDA_CHECK(cudaSetDevice(dev));
+  set_process_gpu(dev);
   return dev;
 }
 

@@ -1,6 +1,6 @@
 #include "runtime/cuda/cuda_handles.hpp"
 
-#include "runtime/cuda/cuda_check.hpp"
+#include "core/error.hpp"
 
 namespace zt {
 

@@ -1,7 +1,8 @@
-// Fused AdamW on the GPU for flat fp32 shards: the operation order of the
-// CPU's adamw_update ([Note: AdamW formula], optim/adamw.hpp), so that CPU
-// and GPU give the same fp32 bits (adamw.cu is compiled with -fmad=false,
-// the GPU's counterpart of the CPU build's -ffp-contract=off).
+// Fused AdamW on the GPU for flat fp32 shards: adamw_element of
+// optim/adamw_math.hpp ([Note: AdamW formula]) with the scalars of
+// adamw_scalars, as the CPU's adamw_update uses them, so that CPU and GPU
+// give the same fp32 bits (adamw.cu is compiled with -fmad=false, the GPU's
+// counterpart of the CPU build's -ffp-contract=off).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,7 +10,7 @@
 #include <cstdint>
 
 #include "core/dtype.hpp"
-#include "optim/adamw.hpp"
+#include "optim/adamw_math.hpp"
 
 namespace zt {
 
