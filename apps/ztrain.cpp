@@ -17,9 +17,11 @@
 #include "runtime/cuda/cuda_device.hpp"
 #endif
 #if ZT_HAVE_NCCL
+#include "comm/device_bundle.hpp"
 #include "comm/device_comm.hpp"
 #endif
 #include "train/memory_estimate.hpp"
+#include "train/threads.hpp"
 #include "train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -83,23 +85,16 @@ bool cuda_available() {
 #endif
 }
 
-// The GPU backend: the GPU of this rank's node-local index, its kernels, and
-// the data-parallel communicator for device tensors (NCCL, or MPI staged
-// through host memory when ranks share a GPU).
-void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels,
-                       std::unique_ptr<Communicator>& comm, std::unique_ptr<Communicator>& pp,
-                       std::unique_ptr<Communicator>& tie) {
+// The GPU backend: the GPU of this rank's node-local index and its kernels.
+void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels) {
 #if ZT_HAVE_CUDA && ZT_HAVE_NCCL
   if (cuda_device_count() == 0) ZT_USER_ERROR("--device cuda: no CUDA device is visible on ", process_host());
   const int ordinal = select_local_gpu(topo.local_rank());
   auto cuda = std::make_unique<CudaDevice>(ordinal);
   kernels = std::make_unique<CudaKernels>(*cuda);
-  comm = make_device_communicator(topo.dp_mpi(), "auto", cuda->stream());
-  if (topo.pp_size() > 1) pp = make_device_communicator(topo.pp_mpi(), "auto", cuda->stream());
-  if (topo.embedding_tie() != nullptr) tie = make_device_communicator(*topo.embedding_tie(), "auto", cuda->stream());
   device = std::move(cuda);
 #else
-  (void)topo, (void)device, (void)kernels, (void)comm, (void)pp, (void)tie;
+  (void)topo, (void)device, (void)kernels;
   ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
 #endif
 }
@@ -206,24 +201,24 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // The device: the CPU, or the GPU of this rank's node-local index.
+  // The device: the CPU, or the GPU of this rank's node-local index; the
+  // communicators of each axis move its tensors.
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
-  std::unique_ptr<Communicator> device_comm, device_pp, device_tie;  // tensors on the GPU
+  CommBundle comms(*topo);
   std::unique_ptr<Trainer> trainer;
   if (auto code = agree([&] {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         if (cuda) {
-          make_cuda_backend(*topo, device, kernels, device_comm, device_pp, device_tie);
+          make_cuda_backend(*topo, device, kernels);
+#if ZT_HAVE_NCCL
+          attach_device_communicators(comms, "auto", static_cast<CudaDevice&>(*device).stream());
+#endif
         } else {
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
-        Communicator& tensor_dp = device_comm ? *device_comm : topo->dp();
-        Communicator* tensor_pp = device_pp ? device_pp.get() : &topo->pp();
-        Communicator* tensor_tie = device_tie ? device_tie.get() : topo->embedding_tie();
-        trainer = std::make_unique<Trainer>(cfg, *topo, *device, *kernels, tensor_dp,
-                                            topo->pp_size() > 1 ? tensor_pp : nullptr, tensor_tie);
+        trainer = std::make_unique<Trainer>(cfg, comms, *device, *kernels);
       }))
     return *code;
   // Resuming reads files on every rank: errors (a corrupt checkpoint given by
@@ -234,7 +229,8 @@ int main(int argc, char** argv) {
     return *code;
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
            topo->pp_size(), "), ", threads, " threads per rank, device ", device->name(),
-           device_comm ? ", data-parallel communicator " + device_comm->group_name() : std::string());
+           comms.data().tensors != comms.data().host ? ", data-parallel communicator " + comms.data().tensors->group_name()
+                                                     : std::string());
   try {
     trainer->run();
   } catch (const CollectiveError& e) {

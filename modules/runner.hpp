@@ -83,6 +83,8 @@ class UnitRunner {
   Tensor backward(int first, int last, MicroBatchState& mb, ParamProvider& params, GradSink& grads,
                   const Tensor& dout);
 
+  int num_units() const { return static_cast<int>(units_.size()); }
+  const Unit& unit(int i) const { return *units_.at(static_cast<size_t>(i)); }
   bool checkpointing() const { return checkpoint_; }
   DType act_dtype() const { return act_dtype_; }
   DType param_dtype() const { return param_dtype_; }

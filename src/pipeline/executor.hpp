@@ -1,16 +1,22 @@
-// The pipeline executor: walks one stage's instruction list for one step,
-// running its chunks through the UnitRunner and moving activations and their
-// gradients point-to-point through a Communicator over the pipeline group.
-// The list's sends and receives are issued group by group (p2p_groups,
-// [Note: p2p groups] in schedule.hpp): each group inside pp.group_start() /
-// group_end(), its receives waited at once after, its sends waited before
-// their buffers are released. Peers (p2p_peer) and tags (p2p_tag) come from
-// schedule.hpp too, so the order of the list alone decides progress, under
-// MPI's tag matching (simulate()) and NCCL's order matching
-// (simulate_nccl_p2p()) alike.
+// The step walk: the executor walks one stage's instruction list for one
+// step, for every layout (a single process is a pipeline of one stage). It
+// runs the stage's chunks through the UnitRunner, moves activations and their
+// gradients point-to-point over the pipeline group, and hands ReduceGrads and
+// OptimizerStep to the StepHooks of the layer above (the trainer's gradient
+// finalisation and optimizer), so that forward, backward, gradient reduction
+// and the update of every layout take this one path.
+//
+// Each instruction kind has its own small function; run() is the loop that
+// dispatches to them. The list is checked first (validate_program): a wrong
+// list is refused before anything runs. Sends and receives are issued group
+// by group (p2p_groups, [Note: p2p groups] in schedule.hpp): each group inside
+// pp.group_start() / group_end(), its receives waited at once after, its
+// sends waited before their buffers are released. Peers (p2p_peer) and tags
+// (p2p_tag) come from schedule.hpp too, so the order of the list alone
+// decides progress, under MPI's tag matching (simulate()) and NCCL's order
+// matching (simulate_nccl_p2p()) alike.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -30,34 +36,66 @@ struct PipelineTiming {
   double bubble() const { return busy() > 0 ? (total_s - busy()) / busy() : 0; }
 };
 
+// What a walk asks of the layers above the pipeline.
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // Fills the (B, T) i32 tokens and targets of micro-batch `mb` (device
+  // tensors; the host copies are the hook's business).
+  virtual void load_batch(int mb, const Tensor& tokens, const Tensor& targets) = 0;
+  // ReduceGrads: every Backward of the step on this stage has run.
+  virtual void reduce_grads() = 0;
+  // OptimizerStep: after ReduceGrads.
+  virtual void optimizer_step() = 0;
+};
+
+struct WalkArgs {
+  ParamProvider* params = nullptr;
+  GradSink* grads = nullptr;  // unused when !train
+  StepHooks* hooks = nullptr;
+  Tensor dloss;     // (B, T) math dtype: the weight of each token's loss (train)
+  Tensor loss_sum;  // (1) f64 on the device: += every token's loss (last chunk's stage)
+  // false: an evaluation; Backward, the gradient messages, ReduceGrads and
+  // OptimizerStep are skipped.
+  bool train = true;
+};
+
 class PipelineExecutor {
  public:
   // chunks: the P*V global chunks' unit ranges; stage: this rank's index in
-  // `pp` (the pipeline group, ranks ordered by stage).
+  // `pp` (the pipeline group, ranks ordered by stage; a group of one rank
+  // when P == 1). arena_chunk_bytes: growth step of the micro-batch arenas.
   PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner, Device& dev,
-                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, int64_t d_model,
-                   size_t arena_chunk_bytes);
+                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, size_t arena_chunk_bytes);
   ~PipelineExecutor();
+  PipelineExecutor(const PipelineExecutor&) = delete;
+  PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
-  // Fills the (B, T) i32 tokens and targets of micro-batch mb (host copies
-  // into device buffers are the callback's business).
-  using LoadBatch = std::function<void(int mb, const Tensor& tokens, const Tensor& targets)>;
-
-  // Runs the instructions up to ReduceGrads; returns the sum of the per-token
-  // losses of every micro-batch (on the last stage; 0 elsewhere). `dloss`
-  // (B, T) is the gradient seed of each token's loss. With train false, only
-  // the forwards run (evaluation) and Backward/gradient instructions are
-  // skipped.
-  double run(const std::vector<PipeInstr>& schedule, ParamProvider& params, GradSink& grads, const LoadBatch& load,
-             const Tensor& dloss, bool train, PipelineTiming* timing = nullptr);
+  // Walks `program` (this stage's list; validate_program first).
+  void run(const std::vector<PipeInstr>& program, const WalkArgs& args, PipelineTiming* timing = nullptr);
 
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == P_ - 1; }
 
  private:
   struct InFlight;
+  struct Walk;
   InFlight& flight(int mb);
   int global(int chunk) const { return chunk * P_ + stage_; }
+  const UnitRange& range(int chunk) const { return chunks_[static_cast<size_t>(global(chunk))]; }
+
+  // One function per instruction kind.
+  void forward(Walk& w, const PipeInstr& ins);
+  void backward(Walk& w, const PipeInstr& ins);
+  void recv_act(Walk& w, const PipeInstr& ins, int peer, int tag);
+  void send_act(const PipeInstr& ins, int peer, int tag);
+  void recv_grad(Walk& w, const PipeInstr& ins, int peer, int tag);
+  void send_grad(const PipeInstr& ins, int peer, int tag);
+  void p2p_group(Walk& w, const P2pGroup& group);
+  // A micro-batch after its last instruction: its pending sends and buffers
+  // go to the walk's deferred lists (waited by drain) or straight back.
+  void retire(Walk& w, int mb);
+  void drain(Walk& w);
 
   std::vector<UnitRange> chunks_;
   int P_, V_, stage_;
@@ -65,12 +103,11 @@ class PipelineExecutor {
   Device& dev_;
   Kernels& kernels_;
   Communicator& pp_;
-  int64_t B_, T_, C_;
+  int64_t B_, T_;
   size_t chunk_bytes_;  // growth step of each micro-batch's arenas
   Arena scratch_;       // the workspace every micro-batch in flight shares
-  std::map<int, std::unique_ptr<InFlight>> flights_;      // by micro-batch
-  std::vector<std::unique_ptr<InFlight>> pool_;           // finished, kept for reuse
-  std::vector<float> host_loss_;
+  std::map<int, std::unique_ptr<InFlight>> flights_;  // by micro-batch
+  std::vector<std::unique_ptr<InFlight>> pool_;       // finished, kept for reuse
 };
 
 }  // namespace zt

@@ -50,4 +50,37 @@ std::vector<UnitRange> partition_units(const std::vector<int64_t>& unit_params, 
   return ranges;
 }
 
+std::vector<int> StagePlan::units() const {
+  std::vector<int> out;
+  for (int u = 0; u < static_cast<int>(local.size()); ++u)
+    if (local[static_cast<size_t>(u)]) out.push_back(u);
+  return out;
+}
+
+StagePlan plan_stage(const std::vector<int64_t>& unit_params, const std::vector<std::vector<int>>& ties, int P,
+                     int V, PartitionKind kind, int stage) {
+  const int n = static_cast<int>(unit_params.size());
+  ZT_CHECK(static_cast<int>(ties.size()) == n, "plan_stage: ties for ", ties.size(), " units, ", n, " units");
+  ZT_CHECK(P >= 1 && V >= 1 && stage >= 0 && stage < P, "plan_stage: stage ", stage, " of P=", P, " V=", V);
+  StagePlan plan;
+  if (P == 1 && V == 1) {
+    plan.chunks = {UnitRange{0, n}};
+    plan.local.assign(static_cast<size_t>(n), true);
+    return plan;
+  }
+  plan.chunks = partition_units(unit_params, P * V, kind);
+  plan.local.assign(static_cast<size_t>(n), false);
+  for (int c = 0; c < V; ++c) {
+    const UnitRange r = plan.chunks[static_cast<size_t>(c * P + stage)];
+    for (int u = r.first; u < r.last; ++u) plan.local[static_cast<size_t>(u)] = true;
+  }
+  for (int u = 0; u < n; ++u)
+    for (int t : ties[static_cast<size_t>(u)])
+      if (plan.local[static_cast<size_t>(u)] && !plan.local[static_cast<size_t>(t)]) {
+        plan.local[static_cast<size_t>(t)] = true;
+        plan.mirror = t;
+      }
+  return plan;
+}
+
 }  // namespace zt

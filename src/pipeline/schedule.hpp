@@ -73,6 +73,22 @@ std::vector<PipeInstr> make_schedule(ScheduleKind kind, int P, int V, int M, int
 // P, V, M >= 1.
 std::vector<PipeInstr> make_forward_schedule(int P, int V, int M, int stage);
 
+// Checks one stage's list before the executor walks it, and throws zt::Error
+// naming the first broken rule and the instruction (a hand-written or
+// corrupted list is refused, never half-run). With train false the gradient
+// instructions, ReduceGrads and OptimizerStep are skipped and not checked.
+// The micro-batches are 0..M-1 with M = 1 + the largest mb in the list.
+//   - every op names a local chunk 0..V-1 and a micro-batch >= 0 (ReduceGrads
+//     and OptimizerStep name none);
+//   - each (mb, c) runs Forward once and, training, Backward once after it;
+//     a micro-batch goes back through its chunks in the reverse order;
+//   - RecvAct once before the Forward it feeds, unless its global chunk is 0;
+//     SendAct once after it, unless its global chunk is the last; RecvGrad
+//     once before its Backward unless last; SendGrad once after it unless 0;
+//   - training: ReduceGrads once after every Backward, then OptimizerStep
+//     once, as the last instruction.
+void validate_program(const std::vector<PipeInstr>& program, int P, int V, int stage, bool train);
+
 // The most (micro-batch, chunk) pairs of `stage` that have run Forward but not
 // yet Backward at any point of its list: the activation memory bound.
 //   gpipe: M*V;  1f1b: min(P - stage, M);

@@ -1,5 +1,6 @@
 // Fault injection for the fault tests, from the environment variable
-// ZT_INJECT_FAULT, read once per process:
+// ZT_INJECT_FAULT, parsed by injected_fault() where a fault can strike (the
+// trainer when it is made, the checkpointer when it is made):
 //   rank=R,step=S                     rank R throws at step S (the abort path)
 //   overflow:rank=R,step=S,unit=U     rank R's gradient of unit U becomes inf
 //   kill-in-save:rank=R,step=S        rank R dies by SIGKILL half-way through

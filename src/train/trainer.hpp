@@ -1,52 +1,40 @@
-// Trainer: the step loop that ties data, the model runner, ZeRO, the
-// optimizer, validation and metrics together.
+// Trainer: the story of a run. It derives the run's options, builds the model
+// and this rank's pipeline stage, ZeRO's engine and the optimizer placement,
+// then steps: walk the schedule (StepWalk), save, validate, report, until the
+// last step or an agreed stop. Each of those is its own file in src/train;
+// docs/architecture.md follows one step from batch to optimizer.
 #pragma once
 
 #include <memory>
-#include <vector>
+#include <string>
 
-#include "comm/topology.hpp"
+#include <nlohmann/json.hpp>
+
+#include "comm/comm_bundle.hpp"
 #include "core/config.hpp"
 #include "modules/kernels.hpp"
 #include "runtime/device.hpp"
+#include "train/step_report.hpp"
 
 namespace zt {
 
-struct StepStats {
-  int64_t step = 0;     // 1-based index of the step just taken
-  double loss = 0;      // mean over every token of the global batch
-  double grad_norm = 0; // before clipping
-  double lr = 0;
-  double step_seconds = 0;
-  bool skipped = false;    // fp16: the gradients overflowed, no update was made
-  double loss_scale = 1;   // fp16: the scale used for this step
-  // wall_clock_breakdown: seconds in each phase of the step.
-  double forward_s = 0, backward_s = 0, reduce_s = 0, optimizer_s = 0;
-  // Bytes this rank passed to data-parallel collectives during the step, per
-  // kind (CommOp order), and the ZeRO paper's communication volume in units of
-  // the parameter count: all-reduce counts twice (reduce-scatter + all-gather).
-  uint64_t comm_bytes[7] = {};
-  double comm_volume_psi = 0;
-};
-
 class Trainer {
  public:
-  // `kernels` run on `dev`; `tensor_dp` moves `dev`'s tensors over the
-  // data-parallel group (topo.dp() itself on the CPU), `tensor_pp` over the
-  // pipeline group and `tensor_tie` between the two copies of the tied
-  // embedding (pipeline runs; null otherwise and off the first/last stage).
-  Trainer(const Config& cfg, Topology& topo, Device& dev, Kernels& kernels, Communicator& tensor_dp,
-          Communicator* tensor_pp = nullptr, Communicator* tensor_tie = nullptr);
+  // `kernels` run on `dev`; `comms` moves `dev`'s tensors and host scalars
+  // over each axis of the rank grid.
+  Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& kernels);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Runs cfg.train.steps steps with printing, validation and metrics.
+  // Runs cfg.train.steps steps with printing, validation, checkpoints and
+  // metrics.
   void run();
-  // One optimizer step over one global batch.
-  StepStats train_step();
-  // Mean validation loss over eval_steps global batches of the val split
-  // (NaN when there is no val split).
+  // One optimizer step over one global batch; the loss is read when
+  // `read_loss` (a collective host read), NaN otherwise.
+  StepStats train_step(bool read_loss = true);
+  // Mean validation loss over train.eval_steps global batches of the val
+  // split (NaN when there is none).
   double evaluate();
   int64_t step() const;
   // Loads a checkpoint before run(): "auto" (the newest complete one under
@@ -60,9 +48,5 @@ class Trainer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Threads per rank: OMP_NUM_THREADS when set, otherwise the cores of this node
-// divided among its ranks. Applies to OpenMP and OpenBLAS.
-int configure_threads(int local_ranks);
 
 }  // namespace zt

@@ -330,6 +330,11 @@ void ZeroEngine::reduce_gradients() {
   }
 }
 
+void ZeroEngine::apply_optimizer(OptimizerPlacement& placement, const OptimizerStepScalars& s) {
+  for (const OwnedShard& sh : owned_) placement.update(sh, s);
+  placement.finish();
+}
+
 double ZeroEngine::reduce_owned_sum(double local) {
   return opts_.stage == 0 ? local : all_reduce_scalar(host_dp_, local);
 }

@@ -22,8 +22,8 @@
 // and drops every gathered copy (now stale). In stage 3, units smaller than
 // stage3_param_persistence_threshold are kept whole like stage 1-2 units.
 //
-// The optimizer lives in a lower layer and does not know how shards are made:
-// the engine exposes the shards this rank owns; the caller updates them.
+// The optimizer does not know how shards are made: apply_optimizer hands each
+// shard this rank owns to an OptimizerPlacement (optimizer_placement.hpp).
 #pragma once
 
 #include <memory>
@@ -33,6 +33,8 @@
 #include "runtime/device.hpp"
 #include "zero/buckets.hpp"
 #include "zero/flat_layout.hpp"
+#include "zero/optimizer_placement.hpp"
+#include "zero/owned_shard.hpp"
 
 namespace zt {
 
@@ -46,19 +48,6 @@ struct ZeroOptions {
   int64_t max_live_parameters = 1000000000;
   int64_t max_reuse_distance = 1000000000;
   DType param_dtype = DType::f32;  // storage of the working parameters
-};
-
-// The slice of one unit that this rank owns, with its optimizer state.
-struct OwnedShard {
-  int unit = 0;
-  int64_t begin = 0;  // unit-local element range
-  int64_t end = 0;
-  float* master = nullptr;  // fp32 master weights
-  float* grad = nullptr;    // fp32 gradient, summed over the data-parallel group
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  std::vector<DecaySpan> spans;  // unit-local, covering [begin, end)
-  int64_t numel() const { return end - begin; }
 };
 
 class ZeroEngine final : public ParamProvider, public GradSink {
@@ -91,6 +80,8 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // 1 reduce-scatters, stages 2-3 wait for the reductions issued in backward.
   void reduce_gradients();
   std::vector<OwnedShard>& owned_shards() { return owned_; }
+  // The optimizer step: every owned shard through `placement`, then finish().
+  void apply_optimizer(OptimizerPlacement& placement, const OptimizerStepScalars& s);
   // Sum over the data-parallel group of a per-rank partial sum over owned
   // shards (identity when the shards are not partitioned).
   double reduce_owned_sum(double local);

@@ -1,0 +1,116 @@
+#include "train/grad_finalize.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/log.hpp"
+#include "optim/clip.hpp"
+
+namespace zt {
+
+GradientFinalizer::GradientFinalizer(ZeroEngine& zero, Kernels& kernels, Device& dev, CommBundle& comms,
+                                     const std::vector<const Unit*>& units, int mirror, const RunOptions& opts,
+                                     InjectedFault fault)
+    : zero_(zero), kernels_(kernels), dev_(dev), comms_(comms), units_(units), mirror_(mirror),
+      clip_(opts.gradient_clipping), fault_(fault) {
+  if (opts.loss_scaler) scaler_ = std::make_unique<LossScaler>(*opts.loss_scaler);
+  norm_acc_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
+  overflow_ = Buffer(dev, DType::i32, Shape{std::max<int64_t>(1, static_cast<int64_t>(zero.owned_shards().size()))},
+                     MemTag::workspace);
+}
+
+GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
+  GradientVerdict v;
+  // The tie copy never runs a backward of its own; its gradient (from the
+  // head's) is complete once every micro-batch has gone back.
+  if (mirror_ >= 0) zero_.done(mirror_);
+  zero_.reduce_gradients();
+  reduce_tied_copies();
+  if (fault_.at(InjectedFault::Kind::overflow, comms_.topology().world_rank(), step))
+    for (OwnedShard& sh : zero_.owned_shards())
+      if (sh.unit == fault_.unit) {
+        const float inf = std::numeric_limits<float>::infinity();
+        dev_.copy_from_host(sh.grad, &inf, sizeof inf);
+      }
+  v.loss_scale = loss_scale();
+  if (scaler_) v.skipped = check_overflow(step);
+
+  // [Note: stop agreement] A stop signal (SIGTERM, SIGUSR1) reaches ranks at
+  // different moments, yet all must stop after the same step. The flag rides
+  // on the gradient-norm reduction the step does anyway: the pair (sum of
+  // squares, stop) is reduced over the data axis (summed over the shards;
+  // at ZeRO stage 0 every rank holds the whole reduced gradient and so the
+  // same sum, and the max keeps it), then summed over the pipeline axis
+  // (each stage holds other units). The two axes together span every rank.
+  double pair[2] = {owned_grad_sq(), stop_requested ? 1.0 : 0.0};
+  const Tensor t(pair, DType::f64, Shape{2});
+  if (comms_.data().size() > 1)
+    all_reduce_sync(*comms_.data().host, t, zero_.options().stage == 0 ? ReduceOp::max : ReduceOp::sum);
+  if (comms_.pipeline().size() > 1) all_reduce_sync(*comms_.pipeline().host, t, ReduceOp::sum);
+  // Every element is owned by exactly one rank (padding has zero gradient),
+  // so the norm counts no parameter twice.
+  v.grad_norm = std::sqrt(pair[0]) / v.loss_scale;
+  v.grad_scale = static_cast<float>(clip_coefficient(v.grad_norm, clip_) / v.loss_scale);
+  v.stop = pair[1] != 0;
+  return v;
+}
+
+void GradientFinalizer::reduce_tied_copies() {
+  const CommAxis& tie = comms_.tie();
+  if (!tie.present()) return;
+  const int tied = mirror_ >= 0 ? mirror_ : 0;
+  for (const OwnedShard& sh : zero_.owned_shards())
+    if (sh.unit == tied) all_reduce_sync(*tie.tensors, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()));
+}
+
+double GradientFinalizer::owned_grad_sq() {
+  kernels_.zero(norm_acc_.tensor());
+  for (const OwnedShard& sh : zero_.owned_shards())
+    if (sh.unit != mirror_)  // the tied copy is counted on the first stage
+      kernels_.sum_squares(Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()), norm_acc_.tensor());
+  double sq = 0;
+  dev_.copy_to_host(&sq, norm_acc_.data(), sizeof sq);  // the step's one read of the gradients
+  return sq;
+}
+
+// fp16: agrees over all ranks whether any gradient overflowed, updates the
+// loss scale and returns whether to skip the step. An overflow at the
+// minimum scale ends the run, naming the unit where it first appears in
+// backward order (the highest unit whose gradient is not finite).
+bool GradientFinalizer::check_overflow(int64_t step) {
+  const std::vector<OwnedShard>& shards = zero_.owned_shards();
+  std::vector<double> bad(units_.size(), 0.0);  // by unit: the same length on every rank
+  std::vector<int32_t> flags(shards.size(), 0);
+  kernels_.zero(overflow_.tensor());
+  for (size_t i = 0; i < shards.size(); ++i)
+    kernels_.check_overflow(Tensor(shards[i].grad, DType::f32, Shape{shards[i].numel()}, dev_.kind()),
+                            overflow_.tensor().slice1d(static_cast<int64_t>(i), 1));
+  dev_.copy_to_host(flags.data(), overflow_.data(), flags.size() * sizeof(int32_t));
+  bool any = false;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (flags[i] != 0) bad[static_cast<size_t>(shards[i].unit)] = 1;
+    any = any || flags[i] != 0;
+  }
+  Communicator& world = comms_.world();
+  any = all_reduce_scalar(world, any ? 1.0 : 0.0, ReduceOp::max) != 0;
+  const bool skip = scaler_->update(any);
+  if (!any) return skip;
+  all_reduce_sync(world, Tensor(bad.data(), DType::f64, Shape{static_cast<int64_t>(bad.size())}), ReduceOp::max);
+  std::string where = "?";
+  for (size_t i = bad.size(); i-- > 0;)
+    if (bad[i] != 0) {
+      where = units_[i]->name();
+      break;
+    }
+  if (scaler_->overflow_at_min_scale()) {
+    throw CollectiveError(detail::concat(
+        "fp16: gradients overflow at the minimum loss scale (", scaler_->scale(), ", fp16.min_loss_scale) at step ",
+        step, "; the overflow first appears in unit '", where,
+        "' (backward order). The run cannot continue: lower the learning rate, use bf16, or check the data."));
+  }
+  log_info("step ", step, ": fp16 gradient overflow (first in unit '", where, "'), step skipped, loss scale ",
+           scaler_->scale());
+  return skip;
+}
+
+}  // namespace zt

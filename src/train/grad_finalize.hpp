@@ -1,0 +1,66 @@
+// GradientFinalizer: what ReduceGrads means for the trainer. It completes the
+// step's gradient reduction and decides what the optimizer does with it:
+//   1. ZeRO's reduction (reduce_gradients), then the tied embedding's two
+//      copies (first and last pipeline stage) summed over the tie axis, so
+//      that both apply the same update and stay equal;
+//   2. fp16: whether any gradient overflowed, agreed over all ranks, and the
+//      loss scaler's verdict (skip the step, new scale);
+//   3. the global gradient norm over every owned shard of every stage, with
+//      the stop signal riding on its reduction ([Note: stop agreement]);
+//   4. the clipping coefficient, folded into AdamW's gradient scale.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/comm_bundle.hpp"
+#include "modules/kernels.hpp"
+#include "optim/loss_scaler.hpp"
+#include "train/fault_injection.hpp"
+#include "train/run_options.hpp"
+#include "zero/zero_engine.hpp"
+
+namespace zt {
+
+struct GradientVerdict {
+  double grad_norm = 0;   // global norm of the unscaled gradient, before clipping
+  float grad_scale = 1;   // AdamW's gradient multiplier: clip coefficient / loss scale
+  double loss_scale = 1;  // the scale this step's loss was multiplied by
+  bool skipped = false;   // fp16 overflow: the step makes no update
+  bool stop = false;      // some rank received a stop signal: every rank stops after this step
+};
+
+class GradientFinalizer {
+ public:
+  // units: the whole model (for messages); mirror: the unit this stage holds
+  // only as a copy of the tied embedding (-1: none).
+  GradientFinalizer(ZeroEngine& zero, Kernels& kernels, Device& dev, CommBundle& comms,
+                    const std::vector<const Unit*>& units, int mirror, const RunOptions& opts, InjectedFault fault);
+
+  // The loss scale for the next step's loss (1 without fp16).
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  LossScaler* scaler() { return scaler_.get(); }
+
+  // Finishes step `step` (1-based, for messages); `stop_requested`: this
+  // rank's stop signal. Collective over all ranks.
+  GradientVerdict finalize(int64_t step, bool stop_requested);
+
+ private:
+  void reduce_tied_copies();
+  bool check_overflow(int64_t step);
+  double owned_grad_sq();
+
+  ZeroEngine& zero_;
+  Kernels& kernels_;
+  Device& dev_;
+  CommBundle& comms_;
+  std::vector<const Unit*> units_;
+  int mirror_;
+  double clip_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16 only
+  InjectedFault fault_;
+  Buffer norm_acc_;  // (1) f64 on the device
+  Buffer overflow_;  // (owned shards) i32 on the device
+};
+
+}  // namespace zt

@@ -1,0 +1,62 @@
+#include "train/run_options.hpp"
+
+namespace zt {
+
+RunOptions run_options(const Config& cfg, int dp, int pp) {
+  RunOptions o;
+  o.B = cfg.batch.micro_batch;
+  o.T = cfg.model.seq_len;
+  o.accum = cfg.batch.grad_accum;
+  o.global_batch = cfg.batch.train_batch_size;
+  ZT_CHECK(o.global_batch == o.B * o.accum * dp, "batch triplet not resolved for ", dp, " data-parallel ranks");
+  if (cfg.bf16.enabled) o.param_dtype = o.act_dtype = DType::bf16;
+  if (cfg.fp16.enabled) {
+    o.param_dtype = o.act_dtype = DType::f16;
+    LossScalerConfig lc;
+    lc.loss_scale = cfg.fp16.loss_scale;
+    lc.initial_scale_power = cfg.fp16.initial_scale_power;
+    lc.loss_scale_window = cfg.fp16.loss_scale_window;
+    lc.hysteresis = cfg.fp16.hysteresis;
+    lc.consecutive_hysteresis = cfg.fp16.consecutive_hysteresis;
+    lc.min_loss_scale = cfg.fp16.min_loss_scale;
+    o.loss_scaler = lc;
+  }
+
+  o.P = pp;
+  if (pp > 1) {
+    o.V = cfg.pipeline.num_chunks;
+    o.schedule = schedule_kind_from_name(cfg.pipeline.pipe_schedule_name);
+    o.partition = partition_kind_from_name(cfg.pipeline.partition);
+  }
+  // A single stage walks the 1F1B list of one stage: forward and backward of
+  // each micro-batch in turn.
+  validate_schedule(o.schedule, o.P, o.V, static_cast<int>(o.accum));
+
+  const ZeroConfig& z = cfg.zero;
+  o.zero.stage = z.stage;
+  o.zero.reduce_bucket_size = z.reduce_bucket_size;
+  o.zero.allgather_bucket_size = z.allgather_bucket_size;
+  o.zero.overlap_comm = z.overlap_comm;
+  o.zero.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  o.zero.param_persistence_threshold = z.stage3_param_persistence_threshold;
+  o.zero.max_live_parameters = z.stage3_max_live_parameters;
+  o.zero.max_reuse_distance = z.stage3_max_reuse_distance;
+  o.zero.param_dtype = o.param_dtype;
+
+  const OptimizerConfig& op = cfg.optimizer;
+  o.adamw = AdamWParams{op.lr, op.beta1, op.beta2, op.eps, op.weight_decay};
+  const SchedulerConfig& sc = cfg.scheduler;
+  o.lr.type = sc.type;
+  o.lr.base_lr = op.lr;
+  o.lr.warmup_min_lr = sc.warmup_min_lr;
+  o.lr.warmup_max_lr = sc.warmup_max_lr;
+  o.lr.warmup_num_steps = sc.warmup_num_steps;
+  o.lr.warmup_type = sc.warmup_type;
+  o.lr.total_num_steps = sc.total_num_steps;
+  o.lr.warmup_min_ratio = sc.warmup_min_ratio;
+  o.lr.cos_min_ratio = sc.cos_min_ratio;
+  o.gradient_clipping = cfg.gradient_clipping;
+  return o;
+}
+
+}  // namespace zt

@@ -1,0 +1,151 @@
+#include "train/step_report.hpp"
+
+#include <cstdio>
+#include <string>
+
+#include "core/log.hpp"
+
+namespace zt {
+namespace {
+
+std::string format_duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+uint64_t bytes_of(const CommCounters& c, CommOp op) { return c.bytes[static_cast<int>(op)]; }
+
+}  // namespace
+
+double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_params) {
+  const double grad_elems = static_cast<double>(bytes_of(c, CommOp::all_reduce)) * 2 / 4 +
+                            static_cast<double>(bytes_of(c, CommOp::reduce_scatter)) / 4;
+  const double param_elems =
+      static_cast<double>(bytes_of(c, CommOp::all_gather)) / static_cast<double>(dtype_size(param_dtype));
+  return (grad_elems + param_elems) / static_cast<double>(num_params);
+}
+
+StepReporter::StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params)
+    : cfg_(cfg), opts_(opts), comms_(comms), num_params_(num_params),
+      metrics_(cfg.log.dir, comms.topology().world_rank() == 0) {}
+
+void StepReporter::add(const StepStats& st) {
+  window_s_ += st.step_seconds;
+  ++window_steps_;
+}
+
+void StepReporter::report(const StepStats& st, double val, double elapsed, int64_t steps_done) {
+  const bool validated = !std::isnan(val);
+  const double tok_s =
+      window_steps_ > 0 ? static_cast<double>(opts_.tokens_per_step()) * window_steps_ / window_s_ : 0;
+  const double eta = elapsed / static_cast<double>(steps_done) * static_cast<double>(cfg_.train.steps - st.step);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %s elapsed, ETA %s",
+                static_cast<long long>(st.step), static_cast<long long>(cfg_.train.steps), st.loss, st.lr,
+                st.grad_norm, tok_s, format_duration(elapsed).c_str(), format_duration(eta).c_str());
+  std::string msg = line;
+  if (validated) {
+    char v[48];
+    std::snprintf(v, sizeof v, " | val loss %.4f", val);
+    msg += v;
+  }
+  log_info(msg);
+  nlohmann::json rec = {{"step", st.step},         {"loss", st.loss},         {"lr", st.lr},
+                        {"grad_norm", st.grad_norm}, {"tokens_per_s", tok_s}, {"time_s", elapsed}};
+  if (validated) rec["val_loss"] = val;
+  if (opts_.loss_scaler) {
+    rec["loss_scale"] = st.loss_scale;
+    rec["skipped"] = st.skipped;
+  }
+  if (cfg_.wall_clock_breakdown) {
+    const double volume = comm_volume_psi(st.comm, opts_.param_dtype, num_params_);
+    nlohmann::json bytes = nlohmann::json::object();
+    for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather})
+      bytes[comm_op_name(op)] = bytes_of(st.comm, op);
+    rec["comm_bytes"] = bytes;
+    rec["comm_volume_psi"] = volume;
+    const StepTiming& t = st.timing;
+    rec["time_breakdown_s"] = {{"forward", t.walk.forward_s},
+                               {"backward", t.walk.backward_s},
+                               {"reduce", t.reduce_s},
+                               {"optimizer", t.optimizer_s},
+                               {"step", st.step_seconds}};
+    char bd[320];
+    std::snprintf(bd, sizeof bd,
+                  "  time: forward %.1f ms, backward %.1f ms, reduce %.1f ms, optimizer %.1f ms | comm per rank: "
+                  "all_reduce %.2f MB, reduce_scatter %.2f MB, all_gather %.2f MB = %.2f x params",
+                  t.walk.forward_s * 1e3, t.walk.backward_s * 1e3, t.reduce_s * 1e3, t.optimizer_s * 1e3,
+                  bytes_of(st.comm, CommOp::all_reduce) / 1e6, bytes_of(st.comm, CommOp::reduce_scatter) / 1e6,
+                  bytes_of(st.comm, CommOp::all_gather) / 1e6, volume);
+    log_info(bd);
+    if (opts_.P > 1) report_pipeline(t.walk, rec);
+  }
+  metrics_.write(rec);
+  window_s_ = 0;
+  window_steps_ = 0;
+}
+
+// Per-stage forward, backward, p2p wait and idle time of the step, and the
+// measured bubble (idle over compute, averaged over stages) beside the
+// schedule's (P-1)/(V*M). Collective over all ranks.
+void StepReporter::report_pipeline(const PipelineTiming& pt, nlohmann::json& rec) {
+  const int P = opts_.P;
+  Topology& topo = comms_.topology();
+  std::vector<double> t(static_cast<size_t>(4 * P), 0.0);
+  if (topo.dp_rank() == 0) {
+    const size_t o = static_cast<size_t>(4 * topo.pp_rank());
+    t[o] = pt.forward_s;
+    t[o + 1] = pt.backward_s;
+    t[o + 2] = pt.p2p_wait_s;
+    t[o + 3] = pt.total_s;
+  }
+  all_reduce_sync(comms_.world(), Tensor(t.data(), DType::f64, Shape{4 * P}));
+  nlohmann::json stages = nlohmann::json::array();
+  double bubble = 0;
+  for (int p = 0; p < P; ++p) {
+    const double* x = &t[static_cast<size_t>(4 * p)];
+    const double busy = x[0] + x[1], idle = x[3] - busy;
+    bubble += busy > 0 ? idle / busy / P : 0;
+    stages.push_back({{"forward_s", x[0]}, {"backward_s", x[1]}, {"p2p_wait_s", x[2]}, {"idle_s", idle}});
+    char line[200];
+    std::snprintf(line, sizeof line, "  stage %d: forward %.1f ms, backward %.1f ms, p2p wait %.1f ms, idle %.1f ms",
+                  p, x[0] * 1e3, x[1] * 1e3, x[2] * 1e3, idle * 1e3);
+    log_info(line);
+  }
+  const double ideal = ideal_bubble(opts_.schedule, P, opts_.V, static_cast<int>(opts_.accum));
+  char line[160];
+  std::snprintf(line, sizeof line, "  pipeline bubble: measured %.1f%%, schedule (P-1)/(V*M) = %.1f%%", bubble * 100,
+                ideal * 100);
+  log_info(line);
+  rec["pipeline"] = stages;
+  rec["bubble_measured"] = bubble;
+  rec["bubble_schedule"] = ideal;
+}
+
+void StepReporter::report_end(const Device& dev, int64_t steps, double seconds) {
+  const MemoryStats& ms = dev.stats();
+  Communicator& world = comms_.world();
+  nlohmann::json peak = nlohmann::json::object();
+  std::string table = "peak memory per rank (max over ranks):";
+  for (int t = 0; t < kNumMemTags; ++t) {
+    const double v = all_reduce_scalar(world, static_cast<double>(ms.peak[t]), ReduceOp::max);
+    peak[mem_tag_name(static_cast<MemTag>(t))] = static_cast<int64_t>(v);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s %.2f MiB", mem_tag_name(static_cast<MemTag>(t)), v / 1048576.0);
+    table += buf;
+  }
+  const double total = all_reduce_scalar(world, static_cast<double>(ms.peak_total), ReduceOp::max);
+  peak["total"] = static_cast<int64_t>(total);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "; total %.2f MiB", total / 1048576.0);
+  log_info(table, buf);
+  metrics_.write({{"event", "end"}, {"peak_bytes", peak}, {"steps", steps}, {"time_s", seconds}});
+}
+
+}  // namespace zt

@@ -1,0 +1,66 @@
+// StepReporter: the step report in one place. It keeps the tokens/s window
+// between printed steps, prints the step line, writes metrics.jsonl records
+// (with wall_clock_breakdown: phase times, bytes per collective kind, the
+// ZeRO paper's volume in units of the parameter count, and per-stage pipeline
+// timing with the measured bubble), and the end-of-run peak memory per tag.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/comm_bundle.hpp"
+#include "core/config.hpp"
+#include "train/metrics.hpp"
+#include "train/run_options.hpp"
+#include "train/step_walk.hpp"
+
+namespace zt {
+
+struct StepStats {
+  int64_t step = 0;              // 1-based index of the step just taken
+  double loss = std::nan("");    // mean over the global batch (read on printed steps only)
+  double grad_norm = 0;          // before clipping
+  double lr = 0;
+  double step_seconds = 0;
+  bool skipped = false;          // fp16: the gradients overflowed, no update was made
+  double loss_scale = 1;         // fp16: the scale used for this step
+  StepTiming timing;
+  // Bytes this rank passed to data-parallel collectives during the step, per
+  // kind (CommOp order).
+  CommCounters comm;
+};
+
+// The ZeRO paper's communication volume of a step in units of the parameter
+// count: gradients move in fp32 (an all-reduce counts twice: reduce-scatter +
+// all-gather), parameters in their storage dtype.
+double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_params);
+
+class StepReporter {
+ public:
+  StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params);
+  // Every step: adds it to the tokens/s window.
+  void add(const StepStats& st);
+  // A printed step: the line and its metrics record. `val`: the validation
+  // loss, NaN when none was run. `elapsed`: seconds since the run started,
+  // `steps_done`: steps this process took. Collective with
+  // wall_clock_breakdown and a pipeline (per-stage timing).
+  void report(const StepStats& st, double val, double elapsed, int64_t steps_done);
+  // The run's end: peak memory per tag (max over ranks) and the end event.
+  // Collective.
+  void report_end(const Device& dev, int64_t steps, double seconds);
+
+ private:
+  void report_pipeline(const PipelineTiming& t, nlohmann::json& rec);
+
+  const Config& cfg_;
+  const RunOptions& opts_;
+  CommBundle& comms_;
+  int64_t num_params_;
+  MetricsWriter metrics_;
+  double window_s_ = 0;
+  int64_t window_steps_ = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,122 @@
+#include "train/step_walk.hpp"
+
+#include <chrono>
+
+namespace zt {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
+                   Kernels& kernels, CommBundle& comms, ZeroEngine& zero, OptimizerPlacement& placement,
+                   GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data,
+                   size_t arena_chunk_bytes)
+    : opts_(opts), dev_(dev), kernels_(kernels), comms_(comms), zero_(zero), placement_(placement),
+      finalizer_(finalizer), schedule_(schedule), data_(data) {
+  const int M = static_cast<int>(opts.accum);
+  executor_ = std::make_unique<PipelineExecutor>(plan.chunks, opts.P, opts.V, stage, runner, dev, kernels,
+                                                 *comms.pipeline().tensors, opts.B, opts.T, arena_chunk_bytes);
+  train_program_ = make_schedule(opts.schedule, opts.P, opts.V, M, stage);
+  eval_program_ = make_forward_schedule(opts.P, opts.V, M, stage);
+  dloss_ = Buffer(dev, math_dtype(opts.act_dtype), Shape{opts.B, opts.T}, MemTag::activations);
+  loss_sum_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
+  val_sum_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
+}
+
+StepWalk::~StepWalk() = default;
+
+// Each token's loss weighs 1/(tokens in the global batch), times the fp16
+// loss scale: summing the gradients over micro-batches and ranks then gives
+// the (scaled) gradient of the mean loss. Copied to the device only when the
+// weight changes (the first step; fp16 scale changes).
+void StepWalk::set_loss_weight(double w) {
+  if (w == dloss_weight_) return;
+  ZT_CHECK(dloss_.tensor().dtype == DType::f32, "loss weights are f32 outside the f64 tests");
+  std::vector<float> host(static_cast<size_t>(opts_.B * opts_.T), static_cast<float>(w));
+  dev_.copy_from_host(dloss_.data(), host.data(), dloss_.bytes());
+  dloss_weight_ = w;
+}
+
+GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTiming* timing) {
+  state_ = &state;
+  stop_requested_ = stop_requested;
+  evaluating_ = false;
+  timing_ = StepTiming{};
+  zero_.zero_grads();
+  kernels_.zero(loss_sum_.tensor());
+  set_loss_weight(finalizer_.loss_scale() / static_cast<double>(opts_.tokens_per_step()));
+  WalkArgs args;
+  args.params = &zero_;
+  args.grads = &zero_;
+  args.hooks = this;
+  args.dloss = dloss_.tensor();
+  args.loss_sum = loss_sum_.tensor();
+  args.train = true;
+  executor_->run(train_program_, args, &timing_.walk);
+  ++state.step;
+  state_ = nullptr;
+  if (timing) *timing = timing_;
+  return verdict_;
+}
+
+void StepWalk::load_batch(int mb, const Tensor& tokens, const Tensor& targets) {
+  if (evaluating_)
+    data_.load_val(val_batch_, mb, tokens, targets);
+  else
+    data_.load_train(state_->step, mb, tokens, targets);
+}
+
+void StepWalk::reduce_grads() {
+  const double t0 = now_s();
+  verdict_ = finalizer_.finalize(state_->step + 1, stop_requested_);
+  timing_.reduce_s = now_s() - t0;
+}
+
+void StepWalk::optimizer_step() {
+  const double t0 = now_s();
+  if (!verdict_.skipped) {
+    OptimizerStepScalars s;
+    s.step = state_->applied + 1;
+    s.lr = schedule_.lr_at(state_->applied);
+    s.grad_scale = verdict_.grad_scale;
+    zero_.apply_optimizer(placement_, s);
+    ++state_->applied;
+  }
+  zero_.publish_params();
+  timing_.optimizer_s = now_s() - t0;
+}
+
+// [Note: loss on the device] Each micro-batch's per-token losses are added
+// to a device accumulator by the last chunk's stage (kernels' sum_into), so
+// the step never waits for the device to report a loss. The sum is read when
+// a step is printed: one copy to the host, then a sum over the ranks that
+// hold losses (the data axis; every rank when pipelined, the other stages
+// adding zero).
+double StepWalk::reduce_loss(const Buffer& acc, double tokens) {
+  double sum = 0;
+  dev_.copy_to_host(&sum, acc.data(), sizeof sum);
+  Communicator& over = opts_.P > 1 ? comms_.world() : *comms_.data().host;
+  return all_reduce_scalar(over, sum) / tokens;
+}
+
+double StepWalk::read_loss() { return reduce_loss(loss_sum_, static_cast<double>(opts_.tokens_per_step())); }
+
+double StepWalk::evaluate(int64_t batches) {
+  evaluating_ = true;
+  kernels_.zero(val_sum_.tensor());
+  WalkArgs args;
+  args.params = &zero_;
+  args.hooks = this;
+  args.loss_sum = val_sum_.tensor();
+  args.train = false;
+  for (int64_t e = 0; e < batches; ++e) {
+    val_batch_ = e;
+    executor_->run(eval_program_, args);
+  }
+  evaluating_ = false;
+  return reduce_loss(val_sum_, static_cast<double>(batches * opts_.tokens_per_step()));
+}
+
+}  // namespace zt

@@ -1,0 +1,77 @@
+// StepWalk: one training step or one evaluation, for every layout, through
+// the pipeline executor (a single process walks the list of a one-stage
+// pipeline). It binds the executor's StepHooks to the trainer's parts: the
+// data feed loads micro-batches, ReduceGrads is the GradientFinalizer, and
+// OptimizerStep applies the optimizer placement to ZeRO's owned shards and
+// publishes the new parameters.
+//
+// The per-token losses are summed on the device ([Note: loss on the
+// device]); read_loss() is the only host read of them, called on the steps
+// that are printed.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "pipeline/executor.hpp"
+#include "train/data_feed.hpp"
+#include "train/grad_finalize.hpp"
+#include "train/train_state.hpp"
+#include "zero/optimizer_placement.hpp"
+
+namespace zt {
+
+struct StepTiming {
+  PipelineTiming walk;  // forward, backward, p2p wait, and the walk up to ReduceGrads
+  double reduce_s = 0;     // ReduceGrads: reduction, overflow, norm
+  double optimizer_s = 0;  // OptimizerStep: update and publish
+};
+
+class StepWalk final : private StepHooks {
+ public:
+  StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
+           Kernels& kernels, CommBundle& comms, ZeroEngine& zero, OptimizerPlacement& placement,
+           GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data, size_t arena_chunk_bytes);
+  ~StepWalk() override;
+
+  // Takes step state.step + 1: walks the schedule, reduces, updates; advances
+  // `state`. `stop_requested`: this rank saw a stop signal.
+  GradientVerdict train(TrainState& state, bool stop_requested, StepTiming* timing = nullptr);
+  // Mean per-token loss of the last train() over the global batch. Collective
+  // (over the ranks that hold the loss); one host read.
+  double read_loss();
+  // Mean validation loss over `batches` global batches of the val split.
+  // Collective.
+  double evaluate(int64_t batches);
+
+ private:
+  void load_batch(int mb, const Tensor& tokens, const Tensor& targets) override;
+  void reduce_grads() override;
+  void optimizer_step() override;
+  double reduce_loss(const Buffer& acc, double tokens);
+  void set_loss_weight(double w);
+
+  const RunOptions& opts_;
+  Device& dev_;
+  Kernels& kernels_;
+  CommBundle& comms_;
+  ZeroEngine& zero_;
+  OptimizerPlacement& placement_;
+  GradientFinalizer& finalizer_;
+  const LrSchedule& schedule_;
+  DataFeed& data_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::vector<PipeInstr> train_program_, eval_program_;
+  Buffer dloss_;             // (B, T) math dtype: each token's loss weight
+  double dloss_weight_ = -1;  // its current value
+  Buffer loss_sum_, val_sum_;  // (1) f64: the step's and the evaluation's summed losses
+  // The walk in progress.
+  TrainState* state_ = nullptr;
+  bool stop_requested_ = false;
+  bool evaluating_ = false;
+  int64_t val_batch_ = 0;
+  GradientVerdict verdict_;
+  StepTiming timing_;
+};
+
+}  // namespace zt

@@ -1,0 +1,131 @@
+// The step report and run control on one rank: the communication volume in
+// units of the parameter count, the records metrics.jsonl gets (with and
+// without fp16 and wall_clock_breakdown), the end event, what happens after
+// each step, and the run options derived from a config.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "train/run_control.hpp"
+#include "train/run_options.hpp"
+#include "train/step_report.hpp"
+#include "train_test_util.hpp"
+
+namespace zt {
+namespace {
+
+std::vector<nlohmann::json> records(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(StepReport, CommunicationVolumeInParameterCounts) {
+  CommCounters c;
+  const int64_t psi = 1000;
+  c.bytes[static_cast<int>(CommOp::all_reduce)] = 4 * psi;  // fp32 gradients all-reduced: 2 psi
+  EXPECT_DOUBLE_EQ(comm_volume_psi(c, DType::bf16, psi), 2.0);
+  c = CommCounters{};
+  c.bytes[static_cast<int>(CommOp::reduce_scatter)] = 4 * psi;  // ZeRO-3: reduce-scatter fp32 ...
+  c.bytes[static_cast<int>(CommOp::all_gather)] = 2 * 2 * psi;  // ... and two bf16 gathers
+  EXPECT_DOUBLE_EQ(comm_volume_psi(c, DType::bf16, psi), 3.0);
+}
+
+TEST(StepReport, RecordsCarryTheStepAndTheBreakdown) {
+  if (test::world_size() != 1) GTEST_SKIP() << "one process";
+  const std::string dir = test::log_dir() + "-report";
+  std::filesystem::remove_all(dir);
+  const Config cfg = test::small_config(dir, {"wall_clock_breakdown=true", "fp16.enabled=true"});
+  test::CpuRank r;
+  const RunOptions opts = run_options(cfg, 1, 1);
+  {
+    StepReporter rep(cfg, opts, r.comms, 1000);
+    StepStats st;
+    st.step = 3;
+    st.loss = 2.5;
+    st.grad_norm = 0.75;
+    st.lr = 1e-3;
+    st.step_seconds = 0.5;
+    st.loss_scale = 1024;
+    st.skipped = true;
+    st.timing.reduce_s = 0.125;
+    st.comm.bytes[static_cast<int>(CommOp::all_reduce)] = 8000;
+    rep.add(st);
+    rep.report(st, 2.25, 1.5, 3);
+    rep.add(st);
+    rep.report(st, std::nan(""), 2.0, 4);
+    rep.report_end(r.dev, 4, 2.0);
+  }
+  const std::vector<nlohmann::json> recs = records(dir);
+  ASSERT_EQ(recs.size(), 3u);
+  const nlohmann::json& a = recs[0];
+  EXPECT_EQ(a.at("step"), 3);
+  EXPECT_EQ(a.at("loss"), 2.5);
+  EXPECT_EQ(a.at("grad_norm"), 0.75);
+  EXPECT_EQ(a.at("val_loss"), 2.25);
+  EXPECT_EQ(a.at("loss_scale"), 1024.0);
+  EXPECT_EQ(a.at("skipped"), true);
+  // tokens/s over the window: 8 sequences of 8 tokens in 0.5 s.
+  EXPECT_DOUBLE_EQ(a.at("tokens_per_s").get<double>(), 128.0);
+  EXPECT_EQ(a.at("comm_bytes").at("all_reduce"), 8000);
+  EXPECT_DOUBLE_EQ(a.at("comm_volume_psi").get<double>(), 4.0);
+  EXPECT_EQ(a.at("time_breakdown_s").at("reduce"), 0.125);
+  EXPECT_FALSE(recs[1].contains("val_loss"));
+  EXPECT_EQ(recs[2].at("event"), "end");
+  EXPECT_TRUE(recs[2].at("peak_bytes").contains("total"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunControl, WhatHappensAfterEachStep) {
+  const Config cfg = test::small_config(test::log_dir(), {"steps_per_print=5", "train.steps=20",
+                                                          "train.eval_interval=10", "checkpoint.interval=4",
+                                                          "checkpoint.dir=\"" + test::log_dir() + "/ck\""});
+  // step, stopped, skipped -> last, save, validate, print (with checkpoints and a val split)
+  const struct {
+    int64_t step;
+    bool stopped, skipped;
+    AfterStep want;
+  } rows[] = {
+      {1, false, false, {false, false, false, true}},   // the first step is printed
+      {2, false, false, {false, false, false, false}},
+      {4, false, false, {false, true, false, false}},   // checkpoint interval
+      {5, false, false, {false, false, false, true}},   // steps_per_print
+      {7, false, true, {false, false, false, true}},    // an fp16 skip is printed
+      {10, false, false, {false, false, true, true}},   // validation is reported
+      {11, true, false, {true, true, true, true}},      // a stop saves, validates, prints and ends
+      {20, false, false, {true, true, true, true}},     // the last step
+  };
+  for (const auto& r : rows) {
+    const AfterStep a = after_step(cfg, r.step, r.stopped, r.skipped, true, true);
+    EXPECT_EQ(a.last, r.want.last) << "step " << r.step;
+    EXPECT_EQ(a.save, r.want.save) << "step " << r.step;
+    EXPECT_EQ(a.validate, r.want.validate) << "step " << r.step;
+    EXPECT_EQ(a.print, r.want.print) << "step " << r.step;
+  }
+  // Without checkpoint.dir nothing is saved, without a val split nothing validated.
+  const AfterStep none = after_step(cfg, 20, false, false, false, false);
+  EXPECT_TRUE(none.last && none.print);
+  EXPECT_FALSE(none.save || none.validate);
+}
+
+TEST(RunOptions, DerivedOnceFromTheConfig) {
+  const Config bf = test::small_config(test::log_dir(), {"bf16.enabled=true", "zero_optimization.stage=3"});
+  const RunOptions o = run_options(bf, test::world_size(), 1);
+  EXPECT_EQ(o.param_dtype, DType::bf16);
+  EXPECT_EQ(o.act_dtype, DType::bf16);
+  EXPECT_EQ(o.zero.stage, 3);
+  EXPECT_EQ(o.zero.param_dtype, DType::bf16);
+  EXPECT_EQ(o.global_batch, 8);
+  EXPECT_EQ(o.B * o.accum * test::world_size(), 8);
+  EXPECT_EQ(o.tokens_per_step(), 64);
+  EXPECT_FALSE(o.loss_scaler.has_value());
+  EXPECT_EQ(o.P, 1);
+  EXPECT_EQ(o.adamw.weight_decay, 0.1);
+  const RunOptions h = run_options(test::small_config(test::log_dir(), {"fp16.enabled=true"}), test::world_size(), 1);
+  ASSERT_TRUE(h.loss_scaler.has_value());
+  EXPECT_EQ(h.loss_scaler->initial_scale_power, 16);
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,78 @@
+// The trainer's step walk under MPI: the loss stays on the device until a
+// step is read, and reading it (or not, or evaluating between steps) changes
+// nothing in training; one stage and a two-stage pipeline walk the same
+// global batch to the same losses; an fp16 step skipped for overflow does
+// not count as an update.
+#include <cmath>
+#include <cstdlib>
+
+#include "train/trainer.hpp"
+#include "train_test_util.hpp"
+
+namespace zt {
+namespace {
+
+std::vector<double> losses(Trainer& t, int steps, bool read_every_step, bool evaluate_between = false) {
+  std::vector<double> out;
+  for (int i = 0; i < steps; ++i) {
+    const StepStats st = t.train_step(read_every_step || i == steps - 1);
+    if (!(read_every_step || i == steps - 1)) EXPECT_TRUE(std::isnan(st.loss)) << "step " << st.step;
+    out.push_back(st.loss);
+    if (evaluate_between) t.evaluate();
+  }
+  return out;
+}
+
+TEST(StepWalk, ReadingTheLossOrEvaluatingChangesNothing) {
+  const Config cfg = test::small_config(test::log_dir());
+  test::CpuRank a, b, c;
+  Trainer ta(cfg, a.comms, a.dev, a.kernels), tb(cfg, b.comms, b.dev, b.kernels), tc(cfg, c.comms, c.dev, c.kernels);
+  const std::vector<double> every = losses(ta, 4, true);
+  const std::vector<double> last = losses(tb, 4, false);
+  const std::vector<double> evaluated = losses(tc, 4, true, true);
+  EXPECT_EQ(every.back(), last.back());  // bit for bit
+  EXPECT_EQ(every, evaluated);
+  EXPECT_EQ(ta.step(), 4);
+  // Evaluation is a pure function of the parameters.
+  const double v1 = ta.evaluate(), v2 = ta.evaluate();
+  EXPECT_EQ(v1, v2);
+  EXPECT_EQ(v1, tc.evaluate());
+  EXPECT_TRUE(std::isfinite(v1));
+}
+
+TEST(StepWalk, PipelineWalksMatchOneStage) {
+  if (test::world_size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const Config one = test::small_config(test::log_dir());
+  const Config two = test::small_config(test::log_dir(), {}, 2);
+  const Config inter = test::small_config(
+      test::log_dir(), {"pipeline.pipe_schedule_name=\"interleaved\"", "pipeline.num_chunks=2"}, 2);
+  // One stage over all ranks against P=2 (1F1B and interleaved): the same
+  // global batch, so the same losses to rounding.
+  test::CpuRank r1, r2(2), r3(2);
+  Trainer t1(one, r1.comms, r1.dev, r1.kernels), t2(two, r2.comms, r2.dev, r2.kernels),
+      t3(inter, r3.comms, r3.dev, r3.kernels);
+  const std::vector<double> a = losses(t1, 3, true), b = losses(t2, 3, true), c = losses(t3, 3, true);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i + 1;
+    EXPECT_NEAR(a[i], c[i], 1e-5 * a[i]) << "step " << i + 1;
+  }
+  EXPECT_NEAR(t1.evaluate(), t2.evaluate(), 1e-5);
+}
+
+TEST(StepWalk, SkippedFp16StepIsNotAnUpdate) {
+  setenv("ZT_INJECT_FAULT", "overflow:rank=0,step=2,unit=1", 1);
+  const Config cfg = test::small_config(test::log_dir(), {"fp16.enabled=true", "zero_optimization.stage=1"});
+  test::CpuRank r;
+  Trainer t(cfg, r.comms, r.dev, r.kernels);
+  unsetenv("ZT_INJECT_FAULT");
+  const StepStats s1 = t.train_step();
+  const StepStats s2 = t.train_step();
+  EXPECT_FALSE(s1.skipped);
+  EXPECT_TRUE(s2.skipped);
+  EXPECT_EQ(s2.loss_scale, s1.loss_scale);
+  EXPECT_EQ(t.state_json().at("applied_steps").get<int64_t>(), 1);
+  EXPECT_EQ(t.state_json().at("step").get<int64_t>(), 2);
+}
+
+}  // namespace
+}  // namespace zt
