@@ -29,7 +29,6 @@ using namespace zt;
 
 namespace {
 
-constexpr int kExitUserError = 2;
 
 struct Args {
   std::string config;
@@ -44,8 +43,9 @@ struct Args {
 };
 
 // Runs `fn` on every rank, then agrees: when any rank failed, the lowest
-// failing rank prints its message once and every rank exits with its code.
-// Only for phases without collectives inside `fn`, so no rank is left waiting.
+// failing rank prints its message once and every rank returns its exit code.
+// For phases with no collective inside `fn` (reading the config and the data,
+// building the trainer), so that every rank reaches the agreement.
 template <typename Fn>
 std::optional<int> agree(Fn&& fn) {
   std::string msg;
@@ -54,7 +54,7 @@ std::optional<int> agree(Fn&& fn) {
     fn();
   } catch (const UserError& e) {
     msg = e.what();
-    code = kExitUserError;
+    code = kExitBadInput;
   } catch (const std::exception& e) {
     msg = e.what();
     code = 1;
@@ -75,6 +75,27 @@ std::optional<int> agree(Fn&& fn) {
     std::fflush(stderr);
   }
   return agreed_code;
+}
+
+// Runs a phase with collectives inside (connecting the GPUs' communicators,
+// initialising or loading the parameters, training). A CollectiveError was
+// raised by every rank at the same point after they agreed on it: rank 0
+// prints it and every rank returns its code. Any other error may leave peers
+// waiting inside a collective: it is printed from its rank and ends the job.
+template <typename Fn>
+std::optional<int> collective_phase(int world_rank, Fn&& fn) {
+  try {
+    fn();
+  } catch (const CollectiveError& e) {
+    if (world_rank == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    std::fflush(stderr);
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ztrain: error on rank %d: %s\n", world_rank, e.what());
+    std::fflush(stderr);
+    abort_job(dynamic_cast<const UserError*>(&e) ? kExitBadInput : 1);
+  }
+  return std::nullopt;
 }
 
 bool cuda_available() {
@@ -201,8 +222,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // The device: the CPU, or the GPU of this rank's node-local index; the
-  // communicators of each axis move its tensors.
+  // The device: the CPU, or the GPU of this rank's node-local index.
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
   CommBundle comms(*topo);
@@ -211,37 +231,33 @@ int main(int argc, char** argv) {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         if (cuda) {
           make_cuda_backend(*topo, device, kernels);
-#if ZT_HAVE_NCCL
-          attach_device_communicators(comms, "auto", static_cast<CudaDevice&>(*device).stream());
-#endif
         } else {
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
-        trainer = std::make_unique<Trainer>(cfg, comms, *device, *kernels);
       }))
     return *code;
-  // Resuming reads files on every rank: errors (a corrupt checkpoint given by
-  // PATH, a model that does not match) are agreed on like the set-up's.
-  if (auto code = agree([&] {
-        if (!args.resume.empty()) trainer->resume(args.resume);
-      }))
-    return *code;
+  // On GPUs each axis moves the device's tensors through NCCL (or MPI staged
+  // through host memory where ranks share a GPU).
+#if ZT_HAVE_NCCL
+  if (device->kind() == DeviceKind::cuda)
+    if (auto code = collective_phase(mpi.world_rank(), [&] {
+          attach_device_communicators(comms, "auto", static_cast<CudaDevice&>(*device).stream());
+        }))
+      return *code;
+#endif
+  if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, comms, *device, *kernels); })) return *code;
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
            topo->pp_size(), "), ", threads, " threads per rank, device ", device->name(),
            comms.data().tensors != comms.data().host ? ", data-parallel communicator " + comms.data().tensors->group_name()
                                                      : std::string());
-  try {
-    trainer->run();
-  } catch (const CollectiveError& e) {
-    // Raised by every rank at the same point: no rank is left waiting.
-    if (mpi.world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    // Other ranks may be inside a collective: print once from here and end the job.
-    std::fprintf(stderr, "ztrain: error on rank %d: %s\n", mpi.world_rank(), e.what());
-    std::fflush(stderr);
-    abort_job(dynamic_cast<const UserError*>(&e) ? kExitUserError : 1);
-  }
+  // Initial parameters, or the checkpoint of --resume (its errors, a corrupt
+  // file given by PATH or a model that does not match, are agreed on by the
+  // checkpointer), then the run.
+  if (auto code = collective_phase(mpi.world_rank(), [&] {
+        trainer->start(args.resume);
+        trainer->run();
+      }))
+    return *code;
   return 0;
 }

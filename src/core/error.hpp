@@ -64,11 +64,24 @@ std::string concat(const Args&... args) {
 
 }  // namespace zt
 
-// An error that every rank raises identically at the same point (for example a
-// diverged run): main prints it once from rank 0 and exits without MPI_Abort.
+namespace zt {
+// Exit codes of ztrain's programs: 0 success, 2 bad input (config, data,
+// command line, checkpoint), 1 anything else.
+constexpr int kExitBadInput = 2;
+}  // namespace zt
+
+// An error that every rank raises identically at the same point, after the
+// ranks agreed on it (a diverged run, a checkpoint that cannot be read): main
+// prints it once from rank 0 and every rank exits with `exit_code` (2 for bad
+// input, as a UserError) without MPI_Abort.
 class CollectiveError : public std::runtime_error {
  public:
-  explicit CollectiveError(const std::string& msg) : std::runtime_error(msg) {}
+  explicit CollectiveError(const std::string& msg, int exit_code = 1)
+      : std::runtime_error(msg), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
 };
 
 #define ZT_THROW(...) throw ::zt::Error(::zt::detail::concat(__VA_ARGS__), __FILE__, __LINE__)

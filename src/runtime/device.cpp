@@ -53,6 +53,31 @@ void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::
 
 std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
 
+namespace {
+
+// Host memory for the slots, copies through the device's copy_from_host
+// (immediate on the CPU).
+class DirectStaging final : public UploadStaging {
+ public:
+  DirectStaging(Device& dev, size_t slot_bytes) : dev_(dev), slot_(slot_bytes) {}
+  void* next() override { return slot_.data(); }
+  void upload(void* dst, size_t offset, size_t bytes) override {
+    ZT_CHECK(offset + bytes <= slot_.size(), "upload of ", bytes, " bytes at ", offset, " from a slot of ",
+             slot_.size());
+    dev_.copy_from_host(dst, slot_.data() + offset, bytes);
+  }
+
+ private:
+  Device& dev_;
+  std::vector<unsigned char> slot_;
+};
+
+}  // namespace
+
+std::unique_ptr<UploadStaging> Device::make_upload_staging(size_t slot_bytes, int) {
+  return std::make_unique<DirectStaging>(*this, slot_bytes);
+}
+
 Buffer::Buffer(Device& dev, size_t bytes, MemTag tag)
     : dev_(&dev), data_(dev.allocate(bytes, tag)), bytes_(bytes), tag_(tag), dtype_(DType::f32),
       shape_{static_cast<int64_t>(bytes / 4)} {}

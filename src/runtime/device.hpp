@@ -25,6 +25,8 @@ struct MemoryStats {
   size_t peak_total = 0;
 };
 
+class UploadStaging;
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -39,6 +41,9 @@ class Device {
   virtual void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
   virtual void copy_from_host(void* dev_dst, const void* host_src, size_t bytes) = 0;
   virtual void synchronize() {}
+  // Host-to-device uploads that do not wait for the device
+  // ([Note: upload staging]): `slots` host buffers of `slot_bytes` each.
+  virtual std::unique_ptr<UploadStaging> make_upload_staging(size_t slot_bytes, int slots);
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;
@@ -122,6 +127,24 @@ class Arena {
   std::vector<Buffer> chunks_;
   size_t cur_ = 0;   // index of the chunk being filled
   size_t used_ = 0;  // bytes used in chunks_[cur_]
+};
+
+// [Note: upload staging] A micro-batch's tokens go to the device without the
+// host waiting for the device: the host writes them into a staging slot and
+// queues the copy; a slot is written again only once the device has run the
+// copy that last read it (an event per slot on the GPU). With more slots
+// than uploads between two host synchronisations of the step (one per
+// micro-batch, plus one), the host never waits on a slot in practice. On
+// the CPU the copy is done at once and a slot is free again immediately.
+class UploadStaging {
+ public:
+  virtual ~UploadStaging() = default;
+  // The next slot: slot_bytes of host memory to fill. Waits only while the
+  // copy that last read this slot is still queued.
+  virtual void* next() = 0;
+  // Queues copies out of the slot next() returned: `bytes` from `offset` of
+  // the slot to device memory `dst`. Returns at once.
+  virtual void upload(void* dst, size_t offset, size_t bytes) = 0;
 };
 
 std::unique_ptr<Device> make_cpu_device();

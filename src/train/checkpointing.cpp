@@ -227,7 +227,7 @@ std::string Checkpointer::resolve(const std::string& resume) const {
     }
   }
   answer = broadcast_string(topo_.world(), answer);
-  if (answer.rfind("error:", 0) == 0) ZT_USER_ERROR(answer.substr(6));
+  if (answer.rfind("error:", 0) == 0) throw CollectiveError(answer.substr(6), kExitBadInput);
   return answer.substr(3);
 }
 
@@ -258,8 +258,9 @@ nlohmann::json Checkpointer::load(const std::string& step_dir) {
     log_warn(error);
   }
   if (all_reduce_scalar(topo_.world(), error.empty() ? 0.0 : 1.0, ReduceOp::max) != 0)
-    ZT_USER_ERROR(error.empty() ? "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)"
-                                : error);
+    throw CollectiveError(error.empty() ? "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)"
+                                        : error,
+                          kExitBadInput);
   zero_.publish_params();
   const double bytes = all_reduce_scalar(topo_.world(), static_cast<double>(reader->bytes_read()));
   const double secs = now_s() - start;

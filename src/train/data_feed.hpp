@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -20,8 +21,11 @@ namespace zt {
 
 class DataFeed {
  public:
-  // B, T: micro-batch and sequence length; global_batch: sequences per step.
-  DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch, int dp_rank, int dp_size, Device& dev);
+  // B, T: micro-batch and sequence length; global_batch: sequences per step;
+  // micro_batches: per step (the upload staging keeps one slot more,
+  // [Note: upload staging] in runtime/device.hpp).
+  DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch, int64_t micro_batches, int dp_rank,
+           int dp_size, Device& dev);
   bool has_val() const { return val_sampler_ != nullptr; }
   // Micro-batch `mb` of training step `step` (0-based): (B, T) i32 tokens
   // and next-token targets, copied to `dev`.
@@ -31,6 +35,8 @@ class DataFeed {
 
  private:
   int64_t global_index(int mb, int64_t b) const { return (mb * dp_size_ + dp_rank_) * B_ + b; }
+  // The host (B, T) tokens and targets of the next staging slot.
+  std::pair<int32_t*, int32_t*> next_slot();
   void upload(const Tensor& tokens, const Tensor& targets);
 
   int64_t B_, T_, global_batch_;
@@ -39,7 +45,7 @@ class DataFeed {
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<ValidationSampler> val_sampler_;
-  std::vector<int32_t> host_tokens_, host_targets_;  // (B, T)
+  std::unique_ptr<UploadStaging> staging_;  // slots of (B, T) tokens then (B, T) targets, i32
 };
 
 }  // namespace zt

@@ -59,7 +59,7 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   Impl& s = *impl_;
   const RunOptions& o = s.opts;
   Topology& topo = s.topo;
-  s.data = std::make_unique<DataFeed>(cfg, o.B, o.T, o.global_batch, topo.dp_rank(), topo.dp_size(), dev);
+  s.data = std::make_unique<DataFeed>(cfg, o.B, o.T, o.global_batch, o.accum, topo.dp_rank(), topo.dp_size(), dev);
 
   s.units_owned = build_gpt(GptConfig{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len,
                                       cfg.model.vocab_size});
@@ -77,7 +77,6 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
 
   s.zero = std::make_unique<ZeroEngine>(s.units, o.zero, dev, kernels, *comms.data().tensors, *comms.data().host,
                                         s.plan.local);
-  s.zero->init_params(cfg.train.seed);
   s.placement = make_device_adamw(dev, o.adamw);
   s.schedule = make_lr_schedule(o.lr);
   s.runner = std::make_unique<UnitRunner>(s.units, kernels, dev, o.param_dtype, o.act_dtype,
@@ -106,10 +105,12 @@ nlohmann::json Trainer::state_json() const {
   return zt::state_json(s.state, s.cfg, s.layout(), *s.schedule, s.finalizer->scaler());
 }
 
-bool Trainer::resume(const std::string& where) {
+bool Trainer::start(const std::string& resume) {
   Impl& s = *impl_;
-  if (!s.ckpt) ZT_USER_ERROR("--resume needs checkpoint.dir in the config");
-  const std::string dir = s.ckpt->resolve(where);
+  s.zero->init_params(s.cfg.train.seed);
+  if (resume.empty()) return false;
+  if (!s.ckpt) throw CollectiveError("--resume needs checkpoint.dir in the config", kExitBadInput);
+  const std::string dir = s.ckpt->resolve(resume);
   if (dir.empty()) {
     log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
     return false;

@@ -21,12 +21,19 @@ namespace zt {
 class Trainer {
  public:
   // `kernels` run on `dev`; `comms` moves `dev`'s tensors and host scalars
-  // over each axis of the rank grid.
+  // over each axis of the rank grid. Runs no collective: errors here (bad
+  // data, a layout the model cannot take) can be agreed on by the caller.
   Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& kernels);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // Collective: the initial parameters (from train.seed), then, when
+  // `resume` is not empty, the checkpoint it names: "auto" (the newest
+  // complete one under checkpoint.dir, if any) or a step directory. Returns
+  // whether a checkpoint was loaded. Errors that every rank agreed on are
+  // CollectiveErrors.
+  bool start(const std::string& resume = "");
   // Runs cfg.train.steps steps with printing, validation, checkpoints and
   // metrics.
   void run();
@@ -37,9 +44,6 @@ class Trainer {
   // split (NaN when there is none).
   double evaluate();
   int64_t step() const;
-  // Loads a checkpoint before run(): "auto" (the newest complete one under
-  // checkpoint.dir, if any) or a step directory. Returns whether one loaded.
-  bool resume(const std::string& where);
   // The training state saved in a checkpoint's manifest.
   nlohmann::json state_json() const;
   int64_t num_params() const;

@@ -27,6 +27,7 @@ TEST(StepWalk, ReadingTheLossOrEvaluatingChangesNothing) {
   const Config cfg = test::small_config(test::log_dir());
   test::CpuRank a, b, c;
   Trainer ta(cfg, a.comms, a.dev, a.kernels), tb(cfg, b.comms, b.dev, b.kernels), tc(cfg, c.comms, c.dev, c.kernels);
+  for (Trainer* t : {&ta, &tb, &tc}) EXPECT_FALSE(t->start());
   const std::vector<double> every = losses(ta, 4, true);
   const std::vector<double> last = losses(tb, 4, false);
   const std::vector<double> evaluated = losses(tc, 4, true, true);
@@ -51,6 +52,7 @@ TEST(StepWalk, PipelineWalksMatchOneStage) {
   test::CpuRank r1, r2(2), r3(2);
   Trainer t1(one, r1.comms, r1.dev, r1.kernels), t2(two, r2.comms, r2.dev, r2.kernels),
       t3(inter, r3.comms, r3.dev, r3.kernels);
+  for (Trainer* t : {&t1, &t2, &t3}) t->start();
   const std::vector<double> a = losses(t1, 3, true), b = losses(t2, 3, true), c = losses(t3, 3, true);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i + 1;
@@ -65,6 +67,7 @@ TEST(StepWalk, SkippedFp16StepIsNotAnUpdate) {
   test::CpuRank r;
   Trainer t(cfg, r.comms, r.dev, r.kernels);
   unsetenv("ZT_INJECT_FAULT");
+  t.start();
   const StepStats s1 = t.train_step();
   const StepStats s2 = t.train_step();
   EXPECT_FALSE(s1.skipped);

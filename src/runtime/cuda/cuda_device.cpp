@@ -156,6 +156,50 @@ void CudaDevice::copy_from_host(void* dev_dst, const void* host_src, size_t byte
 
 void CudaDevice::synchronize() { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
+namespace {
+
+// [Note: upload staging] on the GPU: pinned slots (so the copy is truly
+// asynchronous), each with the event of the last copy that read it.
+class PinnedStaging final : public UploadStaging {
+ public:
+  PinnedStaging(CudaDevice& dev, size_t slot_bytes, int slots) : dev_(dev), slot_bytes_(slot_bytes) {
+    ZT_CHECK(slots >= 1, "upload staging needs at least one slot");
+    for (int i = 0; i < slots; ++i) {
+      buffers_.emplace_back(pinned_, slot_bytes, MemTag::activations);
+      events_.push_back(CudaEvent::create());
+      used_.push_back(false);
+    }
+  }
+  void* next() override {
+    cur_ = (cur_ + 1) % buffers_.size();
+    if (used_[cur_]) events_[cur_].synchronize();  // the copy that last read it has run
+    used_[cur_] = false;
+    return buffers_[cur_].data();
+  }
+  void upload(void* dst, size_t offset, size_t bytes) override {
+    ZT_CHECK(offset + bytes <= slot_bytes_, "upload of ", bytes, " bytes at ", offset, " from a slot of ", slot_bytes_);
+    if (bytes == 0) return;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, buffers_[cur_].as<char>() + offset, bytes, cudaMemcpyHostToDevice, dev_.stream()));
+    events_[cur_].record(dev_.stream());
+    used_[cur_] = true;
+  }
+
+ private:
+  CudaDevice& dev_;
+  size_t slot_bytes_;
+  PinnedHostDevice pinned_;  // declared before the buffers it allocates
+  std::vector<Buffer> buffers_;
+  std::vector<CudaEvent> events_;
+  std::vector<bool> used_;
+  size_t cur_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<UploadStaging> CudaDevice::make_upload_staging(size_t slot_bytes, int slots) {
+  return std::make_unique<PinnedStaging>(*this, slot_bytes, slots);
+}
+
 // ---- PinnedHostDevice ----------------------------------------------------------
 
 void* PinnedHostDevice::raw_allocate(size_t bytes) {

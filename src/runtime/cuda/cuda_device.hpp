@@ -64,6 +64,8 @@ class CudaDevice final : public Device {
   void copy_from_host(void* dev_dst, const void* host_src, size_t bytes) override;
   // Waits for the compute stream.
   void synchronize() override;
+  // Pinned slots, copies queued on the compute stream ([Note: upload staging]).
+  std::unique_ptr<UploadStaging> make_upload_staging(size_t slot_bytes, int slots) override;
 
   // Bytes taken from the GPU: held by callers plus cached for reuse.
   size_t reserved_bytes() const { return reserved_; }
