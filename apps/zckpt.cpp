@@ -1,4 +1,5 @@
-// zckpt: inspects and verifies ztrain's sharded checkpoints (src/io/checkpoint.hpp).
+// zckpt: inspects, verifies, exports and reshards ztrain's sharded checkpoints
+// (src/io/checkpoint.hpp), and computes their model's logits.
 //
 //   zckpt inspect STEP_DIR   step, topology and config summary, files, units, total bytes
 //   zckpt verify STEP_DIR    manifest, SHA-256 of every file, every dataset readable
@@ -32,7 +33,8 @@ using zckpt::UsageError;
 const char* kUsage =
     "usage: zckpt COMMAND STEP_DIR [OPTIONS]\n"
     "\n"
-    "Inspects, verifies, exports and reshards ztrain checkpoints (DIR/step_<N>/: manifest.json + rank_*.h5).\n"
+    "Inspects, verifies, exports and reshards ztrain checkpoints (DIR/step_<N>/: manifest.json + rank_*.h5),\n"
+    "and computes the logits of their model.\n"
     "\n"
     "commands:\n"
     "  inspect STEP_DIR   step, topology and config summary, files with sizes,\n"
@@ -159,7 +161,7 @@ int run(int argc, char** argv) {
   if (command == "export") return zckpt::cmd_export(argc, argv);
   if (command == "reshard") return zckpt::cmd_reshard(argc, argv);
   if (command == "logits") return zckpt::cmd_logits(argc, argv);
-  throw UsageError("unknown command '" + command + "' (expected inspect, verify, export or reshard)");
+  throw UsageError("unknown command '" + command + "' (expected inspect, verify, export, reshard or logits)");
 }
 
 }  // namespace

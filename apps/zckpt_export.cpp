@@ -1,6 +1,7 @@
 // zckpt export: the fp32 master weights of a GPT-2 checkpoint as a Hugging
 // Face GPT2LMHeadModel (model.safetensors or model.h5 + config.json); the
-// names and transposes come from zckpt_gpt.hpp.
+// names and layouts come from the checkpoint's model description
+// (zckpt_model.hpp), the config.json from hf_config below.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@
 #include "io/h5.hpp"
 #include "io/safetensors.hpp"
 #include "zckpt_commands.hpp"
-#include "zckpt_gpt.hpp"
+#include "zckpt_model.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -28,11 +29,17 @@ namespace fs = std::filesystem;
 namespace zckpt {
 namespace {
 
-nlohmann::json hf_config(const GptLayout& md, const std::string& dtype) {
+constexpr double kLayerNormEps = 1e-5;  // modules/cpu_kernels_norm.cpp and the CUDA LayerNorm
+
+// Hugging Face's config.json of the model. GPT-2 only: describe_model
+// describes no other architecture from a config yet.
+nlohmann::json hf_config(const zt::ModelDesc& md, const std::string& dtype) {
+  ZT_CHECK(md.arch() == "gpt2", "no Hugging Face config for architecture ", md.arch());
+  const zt::ModelShape& s = md.shape;
   return {{"model_type", "gpt2"},        {"architectures", {"GPT2LMHeadModel"}},
-          {"vocab_size", md.V},          {"n_positions", md.T},
-          {"n_ctx", md.T},               {"n_embd", md.C},
-          {"n_layer", md.L},             {"n_head", md.NH},
+          {"vocab_size", s.vocab},       {"n_positions", s.seq_len},
+          {"n_ctx", s.seq_len},          {"n_embd", s.d_model},
+          {"n_layer", s.n_layer},        {"n_head", s.n_head},
           {"n_inner", nullptr},          {"activation_function", "gelu_new"},
           {"layer_norm_epsilon", kLayerNormEps}, {"resid_pdrop", 0.0},
           {"embd_pdrop", 0.0},           {"attn_pdrop", 0.0},
@@ -41,11 +48,19 @@ nlohmann::json hf_config(const GptLayout& md, const std::string& dtype) {
           {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"}};
 }
 
-// A parameter's values in HF layout as bytes of the export dtype.
-std::vector<uint8_t> hf_bytes(const HfParam& p, const float* src, bool bf16) {
-  std::vector<float> v(src, src + p.numel());
-  if (p.transpose) {
-    const int64_t R = p.shape[0], Cc = p.shape[1];
+// The tensor's dimensions as Hugging Face stores it.
+std::vector<int64_t> hf_dims(const zt::TensorDesc& t) {
+  const zt::Shape s = t.hf_shape();
+  std::vector<int64_t> dims;
+  for (int i = 0; i < s.rank(); ++i) dims.push_back(s[i]);
+  return dims;
+}
+
+// A tensor's values in HF layout as bytes of the export dtype.
+std::vector<uint8_t> hf_bytes(const zt::TensorDesc& t, const float* src, bool bf16) {
+  std::vector<float> v(src, src + t.shape.numel());
+  if (t.hf_layout == zt::HfLayout::transposed) {
+    const int64_t R = t.shape[0], Cc = t.shape[1];
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < Cc; ++c) v[c * R + r] = src[r * Cc + c];
   }
@@ -70,19 +85,19 @@ void h5_check(bool ok, const std::string& what, const std::string& path) {
 
 // One dataset per HF name; bf16 is stored as uint16 bit patterns with the
 // attribute dtype = "bfloat16" (HDF5 has no bfloat16 type).
-void write_h5_dataset(hid_t file, const std::string& path, const HfParam& p, const std::vector<uint8_t>& bytes,
-                      bool bf16) {
-  const std::vector<int64_t> shape = p.hf_shape();
+void write_h5_dataset(hid_t file, const std::string& path, const zt::TensorDesc& t,
+                      const std::vector<uint8_t>& bytes, bool bf16) {
+  const std::vector<int64_t> shape = hf_dims(t);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   zt::h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   h5_check(space.valid(), "H5Screate_simple", path);
   const hid_t ftype = bf16 ? H5T_STD_U16LE : H5T_IEEE_F32LE;
   const hid_t mtype = bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
-  zt::h5::Id ds(H5Dcreate2(file, p.hf_name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  zt::h5::Id ds(H5Dcreate2(file, t.hf_name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                 H5Dclose);
-  h5_check(ds.valid(), "creating dataset " + p.hf_name, path);
+  h5_check(ds.valid(), "creating dataset " + t.hf_name, path);
   h5_check(H5Dwrite(ds.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
-           "writing dataset " + p.hf_name, path);
+           "writing dataset " + t.hf_name, path);
   const std::string dt = bf16 ? "bfloat16" : "float32";
   zt::h5::Id aspace(H5Screate(H5S_SCALAR), H5Sclose);
   zt::h5::Id atype(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -117,13 +132,13 @@ int cmd_export(int argc, char** argv) {
   const std::vector<std::string> states = reader.states();
   if (std::find(states.begin(), states.end(), "master") == states.end())
     throw zt::UserError(step_dir + ": checkpoint has no master state");
-  const GptLayout md = gpt_layout(reader);
+  const zt::ModelDesc md = checkpoint_model(reader);
   fs::create_directories(out_dir);
 
   const std::string path = out_dir + (format == "safetensors" ? "/model.safetensors" : "/model.h5");
   std::vector<zt::SafeTensorsWriter::Spec> specs;
-  for (const auto& unit : md.units)
-    for (const HfParam& p : unit) specs.push_back({p.hf_name, bf16 ? "BF16" : "F32", p.hf_shape()});
+  for (const zt::UnitDesc& unit : md.units)
+    for (const zt::TensorDesc& t : unit.tensors) specs.push_back({t.hf_name, bf16 ? "BF16" : "F32", hf_dims(t)});
   std::unique_ptr<zt::SafeTensorsWriter> st;
   zt::h5::Id file;
   zt::h5::Quiet quiet;
@@ -139,14 +154,14 @@ int cmd_export(int argc, char** argv) {
     std::vector<float> buf(static_cast<size_t>(n));
     reader.read_range("master", static_cast<int>(u), 0, n, buf.data());
     int64_t off = 0;
-    for (const HfParam& p : md.units[u]) {
-      const std::vector<uint8_t> bytes = hf_bytes(p, buf.data() + off, bf16);
+    for (const zt::TensorDesc& t : md.units[u].tensors) {
+      const std::vector<uint8_t> bytes = hf_bytes(t, buf.data() + off, bf16);
       if (st) {
         st->write(bytes.data(), bytes.size());
       } else {
-        write_h5_dataset(file.get(), path, p, bytes, bf16);
+        write_h5_dataset(file.get(), path, t, bytes, bf16);
       }
-      off += p.numel();
+      off += t.shape.numel();
     }
     total += n;
   }

@@ -25,7 +25,7 @@
 #include "modules/runner.hpp"
 #include "runtime/device.hpp"
 #include "zckpt_commands.hpp"
-#include "zckpt_gpt.hpp"
+#include "zckpt_model.hpp"
 
 namespace po = boost::program_options;
 
@@ -148,7 +148,8 @@ int cmd_logits(int argc, char** argv) {
   if (tokens_arg.empty() == tokens_file.empty()) throw UsageError("logits: give exactly one of --tokens and --tokens-file");
 
   zt::CheckpointReader reader(step_dir);
-  const GptLayout md = gpt_layout(reader);
+  const zt::Model model = zt::build_model(checkpoint_model(reader));
+  const zt::ModelShape& shape = model.desc().shape;
   std::string text = tokens_arg, where = "--tokens";
   if (!tokens_file.empty()) {
     std::ifstream in(tokens_file);
@@ -158,18 +159,9 @@ int cmd_logits(int argc, char** argv) {
     text = ss.str();
     where = tokens_file;
   }
-  const std::vector<std::vector<int32_t>> seqs = parse_sequences(text, where, md.V, md.T);
+  const std::vector<std::vector<int32_t>> seqs = parse_sequences(text, where, shape.vocab, shape.seq_len);
   const int64_t B = static_cast<int64_t>(seqs.size()), T = static_cast<int64_t>(seqs[0].size());
-  const int64_t C = md.C, V = md.V, N = B * T;
-
-  zt::GptConfig cfg;
-  cfg.n_layer = static_cast<int>(md.L);
-  cfg.n_head = static_cast<int>(md.NH);
-  cfg.d_model = static_cast<int>(C);
-  cfg.seq_len = static_cast<int>(md.T);
-  cfg.vocab_size = static_cast<int>(V);
-  cfg.validate();
-  const zt::Model model = zt::make_gpt_model(cfg);
+  const int64_t C = shape.d_model, V = shape.vocab, N = B * T;
 
   zt::CpuDevice dev;
   zt::CpuKernels kernels;

@@ -2,6 +2,7 @@
 //   res = x + c_proj(attn(c_attn(ln_1(x))))
 //   out = res + mlp.c_proj(gelu(mlp.c_fc(ln_2(res))))
 #include <cmath>
+#include <string>
 
 #include "modules/gpt.hpp"
 #include "modules/gpt_init.hpp"
@@ -30,19 +31,48 @@ enum BlockStash {
 
 }  // namespace
 
-std::vector<ParamSpec> BlockUnit::params() const {
-  const int64_t C = cfg_.d_model;
-  return {
-      {"ln_1.weight", Shape{C}, false},          {"ln_1.bias", Shape{C}, false},
-      {"attn.c_attn.weight", Shape{3 * C, C}, true}, {"attn.c_attn.bias", Shape{3 * C}, false},
-      {"attn.c_proj.weight", Shape{C, C}, true}, {"attn.c_proj.bias", Shape{C}, false},
-      {"ln_2.weight", Shape{C}, false},          {"ln_2.bias", Shape{C}, false},
-      {"mlp.c_fc.weight", Shape{4 * C, C}, true}, {"mlp.c_fc.bias", Shape{4 * C}, false},
-      {"mlp.c_proj.weight", Shape{C, 4 * C}, true}, {"mlp.c_proj.bias", Shape{C}, false},
+UnitDesc BlockUnit::describe(const ModelShape& s, int layer) {
+  const int64_t C = s.d_model;
+  UnitDesc d;
+  d.name = "h." + std::to_string(layer);
+  d.kind = UnitKind::block;
+  d.checkpointable = true;
+  // In BlockParam order. HF's Conv1D keeps the linear weights (in, out).
+  const std::string hf = d.name + ".";
+  const HfLayout conv1d = HfLayout::transposed;
+  d.tensors = {
+      {"ln_1.weight", Shape{C}, false, hf + "ln_1.weight"},
+      {"ln_1.bias", Shape{C}, false, hf + "ln_1.bias"},
+      {"attn.c_attn.weight", Shape{3 * C, C}, true, hf + "attn.c_attn.weight", conv1d},
+      {"attn.c_attn.bias", Shape{3 * C}, false, hf + "attn.c_attn.bias"},
+      {"attn.c_proj.weight", Shape{C, C}, true, hf + "attn.c_proj.weight", conv1d},
+      {"attn.c_proj.bias", Shape{C}, false, hf + "attn.c_proj.bias"},
+      {"ln_2.weight", Shape{C}, false, hf + "ln_2.weight"},
+      {"ln_2.bias", Shape{C}, false, hf + "ln_2.bias"},
+      {"mlp.c_fc.weight", Shape{4 * C, C}, true, hf + "mlp.c_fc.weight", conv1d},
+      {"mlp.c_fc.bias", Shape{4 * C}, false, hf + "mlp.c_fc.bias"},
+      {"mlp.c_proj.weight", Shape{C, 4 * C}, true, hf + "mlp.c_proj.weight", conv1d},
+      {"mlp.c_proj.bias", Shape{C}, false, hf + "mlp.c_proj.bias"},
   };
+  // BlockStash per token: ln1, atty, res, ln2 C each, qkv 3C, fch 4C (11C);
+  // fp32: two LayerNorms' mean and rstd, the attention's log-sum-exp per
+  // head. Backward temporaries: the recomputed GELU output 4C, and in fp32
+  // dfc 4C, dln C and dqkv 3C.
+  d.act.output = {C, 0};
+  d.act.stash = {11 * C, 4 + s.n_head};
+  d.act.backward = {4 * C, 8 * C};
+  return d;
 }
 
-Shape BlockUnit::input_shape(int64_t B, int64_t T) const { return Shape{B, T, cfg_.d_model}; }
+BlockUnit::BlockUnit(const ModelShape& s, UnitDesc desc)
+    : DescribedUnit(std::move(desc)),
+      C_(s.d_model),
+      n_head_(static_cast<int>(s.n_head)),
+      n_layer_(static_cast<int>(s.n_layer)) {
+  ZT_CHECK(this->desc().kind == UnitKind::block &&
+               this->desc().tensors.size() == static_cast<size_t>(kNumBlockParams),
+           "unit ", this->desc().name, " is not a GPT-2 block");
+}
 
 void BlockUnit::init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                            int unit_index) const {
@@ -58,7 +88,7 @@ void BlockUnit::init_param(int param, int64_t begin, int64_t count, float* out, 
     case kFcProjW: {
       // GPT-2 scales the projections into the residual stream by 1/sqrt(2 L):
       // each block adds two of them.
-      const double std = gpt_init::kWeightStd / std::sqrt(2.0 * cfg_.n_layer);
+      const double std = gpt_init::kWeightStd / std::sqrt(2.0 * n_layer_);
       gpt_init::normal(out, begin, count, std, seed, unit_index, param);
       return;
     }
@@ -69,7 +99,7 @@ void BlockUnit::init_param(int param, int64_t begin, int64_t count, float* out, 
 void BlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p, const Tensor& in,
                         const Tensor& out, Stash& stash) const {
   ZT_CHECK(p.size() == kNumBlockParams, name(), " expects ", kNumBlockParams, " parameter views, got ", p.size());
-  const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model, N = B * T;
+  const int64_t B = ctx.B, T = ctx.T, C = C_, N = B * T;
   const DType act = ctx.act_dtype, md = math_dtype(act);
   Kernels& k = *ctx.kernels;
   Arena& saved = *ctx.saved;
@@ -85,8 +115,8 @@ void BlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p, co
   s[kQkv] = saved.alloc(act, Shape{B, T, 3 * C});
   k.matmul(ws, s[kQkv], s[kLn1], false, p[kAttnW], true, false, p[kAttnB]);  // (B, T, 3C)
   s[kAtty] = saved.alloc(act, Shape{B, T, C});
-  s[kLse] = saved.alloc(md, Shape{B, cfg_.n_head, T});
-  k.attention_fwd(ws, s[kAtty], s[kLse], s[kQkv], cfg_.n_head);
+  s[kLse] = saved.alloc(md, Shape{B, n_head_, T});
+  k.attention_fwd(ws, s[kAtty], s[kLse], s[kQkv], n_head_);
   // res = x + atty W^T + b: the projection accumulates onto a copy of x, so
   // 16-bit storage rounds once rather than twice.
   s[kRes] = saved.alloc(act, Shape{B, T, C});
@@ -111,7 +141,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
                          const Tensor& din, Stash& stash) const {
   ZT_CHECK(g.size() == kNumBlockParams && stash.t.size() == kNumBlockStash, name(),
            " backward: bad gradients or stash");
-  const int64_t B = ctx.B, T = ctx.T, C = cfg_.d_model;
+  const int64_t B = ctx.B, T = ctx.T, C = C_;
   const DType act = ctx.act_dtype, md = math_dtype(act);
   Kernels& k = *ctx.kernels;
   Arena& ws = *ctx.scratch;
@@ -140,7 +170,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   const Tensor& datty = dln;  // (B, T, C), reused
   k.matmul(ws, datty, din, false, p[kAttnProjW], false, false);
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
-  k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], cfg_.n_head);
+  k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_);
   k.matmul(ws, g[kAttnW], dqkv, true, s[kLn1], false, true);  // (3C, C) += dqkv^T ln1
   k.bias_grad(g[kAttnB], dqkv);
   const Tensor& dln1 = dln;

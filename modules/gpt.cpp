@@ -1,10 +1,9 @@
-// GPT-2: configuration, model assembly, parameter counts, and the embedding
-// and head units (the block is in block.cpp).
+// GPT-2: configuration, description, units, parameter counts, and the
+// embedding and head units (the block is in block.cpp).
 #include "modules/gpt.hpp"
 
 #include "modules/gpt_init.hpp"
 #include "modules/kernels.hpp"
-#include "modules/model.hpp"
 
 namespace zt {
 
@@ -18,13 +17,50 @@ void GptConfig::validate() const {
   if (vocab_size < 1) ZT_USER_ERROR("model.vocab_size must be >= 1, got ", vocab_size);
 }
 
+ModelShape gpt2_shape(const GptConfig& cfg, std::string name) {
+  ModelShape s;
+  s.arch = "gpt2";
+  s.name = std::move(name);
+  s.n_layer = cfg.n_layer;
+  s.d_model = cfg.d_model;
+  s.n_head = s.n_kv_head = cfg.n_head;
+  s.ffn_hidden = 4 * s.d_model;
+  s.vocab = cfg.vocab_size;
+  s.seq_len = cfg.seq_len;
+  return s;
+}
+
+ModelDesc describe_gpt2(const ModelShape& s) {
+  s.validate();
+  ZT_CHECK(s.arch == "gpt2" && s.ffn_hidden == 4 * s.d_model && s.n_kv_head == s.n_head, "model shape ", s.name,
+           " is not a GPT-2 (arch ", s.arch, ", ffn_hidden ", s.ffn_hidden, ", n_kv_head ", s.n_kv_head, ")");
+  ModelDesc d;
+  d.shape = s;
+  d.units.push_back(EmbeddingUnit::describe(s));
+  for (int l = 0; l < s.n_layer; ++l) d.units.push_back(BlockUnit::describe(s, l));
+  d.units.push_back(HeadUnit::describe(s));
+  // gpt_flops_per_token's estimate: wpe is a lookup and does no matrix work.
+  const double n = static_cast<double>(d.num_params()) - static_cast<double>(s.seq_len * s.d_model);
+  d.flops_per_token = 6.0 * n + 12.0 * static_cast<double>(s.n_layer * s.d_model * s.seq_len);
+  return d;
+}
+
+std::vector<std::unique_ptr<Unit>> gpt2_units(const ModelDesc& desc) {
+  ZT_CHECK(desc.arch() == "gpt2", "gpt2_units of a ", desc.arch(), " description");
+  std::vector<std::unique_ptr<Unit>> units;
+  for (const UnitDesc& u : desc.units) {
+    switch (u.kind) {
+      case UnitKind::embedding: units.push_back(std::make_unique<EmbeddingUnit>(desc.shape, u)); break;
+      case UnitKind::block: units.push_back(std::make_unique<BlockUnit>(desc.shape, u)); break;
+      case UnitKind::head: units.push_back(std::make_unique<HeadUnit>(desc.shape, u)); break;
+    }
+  }
+  return units;
+}
+
 std::vector<std::unique_ptr<Unit>> build_gpt(const GptConfig& cfg) {
   cfg.validate();
-  std::vector<std::unique_ptr<Unit>> units;
-  units.push_back(std::make_unique<EmbeddingUnit>(cfg));
-  for (int l = 0; l < cfg.n_layer; ++l) units.push_back(std::make_unique<BlockUnit>(cfg, l));
-  units.push_back(std::make_unique<HeadUnit>(cfg));
-  return units;
+  return gpt2_units(describe_gpt2(gpt2_shape(cfg)));
 }
 
 int64_t count_params(const std::vector<const Unit*>& units) {
@@ -36,31 +72,27 @@ int64_t count_params(const std::vector<const Unit*>& units) {
 }
 
 double gpt_flops_per_token(const GptConfig& cfg) {
-  const auto units = build_gpt(cfg);
-  std::vector<const Unit*> views;
-  for (const auto& u : units) views.push_back(u.get());
-  const double n = static_cast<double>(count_params(views)) -
-                   static_cast<double>(cfg.seq_len) * cfg.d_model;  // minus wpe
-  return 6.0 * n + 12.0 * cfg.n_layer * static_cast<double>(cfg.d_model) * cfg.seq_len;
-}
-
-Model::Model(std::string name, std::vector<std::unique_ptr<Unit>> units, double flops_per_token)
-    : name_(std::move(name)), units_(std::move(units)), flops_per_token_(flops_per_token) {
-  for (const auto& u : units_) views_.push_back(u.get());
-}
-
-Model make_gpt_model(const GptConfig& cfg) {
-  return Model("gpt2", build_gpt(cfg), gpt_flops_per_token(cfg));
+  cfg.validate();
+  return describe_gpt2(gpt2_shape(cfg)).flops_per_token;
 }
 
 // ---- EmbeddingUnit ------------------------------------------------------------
 
-std::vector<ParamSpec> EmbeddingUnit::params() const {
-  const int64_t V = cfg_.vocab_size, T = cfg_.seq_len, C = cfg_.d_model;
-  return {{"wte.weight", Shape{V, C}, true}, {"wpe.weight", Shape{T, C}, true}};
+UnitDesc EmbeddingUnit::describe(const ModelShape& s) {
+  const int64_t V = s.vocab, T = s.seq_len, C = s.d_model;
+  UnitDesc d;
+  d.name = "embedding";
+  d.kind = UnitKind::embedding;
+  d.tensors = {{"wte.weight", Shape{V, C}, true, "wte.weight"}, {"wpe.weight", Shape{T, C}, true, "wpe.weight"}};
+  d.act.output = {C, 0};  // (B, T, C)
+  return d;
 }
 
-Shape EmbeddingUnit::output_shape(int64_t B, int64_t T) const { return Shape{B, T, cfg_.d_model}; }
+EmbeddingUnit::EmbeddingUnit(const ModelShape& s, UnitDesc desc)
+    : DescribedUnit(std::move(desc)), C_(s.d_model), T_max_(s.seq_len) {
+  ZT_CHECK(this->desc().kind == UnitKind::embedding && this->desc().tensors.size() == 2, "unit ",
+           this->desc().name, " is not a GPT-2 embedding");
+}
 
 void EmbeddingUnit::init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                                int unit_index) const {
@@ -72,7 +104,7 @@ void EmbeddingUnit::init_param(int param, int64_t begin, int64_t count, float* o
 void EmbeddingUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
                             const Tensor& out, Stash&) const {
   ZT_CHECK(params.size() == 2, "embedding expects 2 parameter views, got ", params.size());
-  ZT_CHECK(ctx.T <= cfg_.seq_len, "sequence length ", ctx.T, " exceeds the model's ", cfg_.seq_len);
+  ZT_CHECK(ctx.T <= T_max_, "sequence length ", ctx.T, " exceeds the model's ", T_max_);
   ctx.kernels->embedding_fwd(out, in, params[0], params[1]);  // (B, T, C)
 }
 
@@ -89,12 +121,27 @@ namespace {
 enum HeadStash { kLnf, kLnfMean, kLnfRstd, kLse, kHeadStashSize };
 }
 
-std::vector<ParamSpec> HeadUnit::params() const {
-  const int64_t C = cfg_.d_model;
-  return {{"ln_f.weight", Shape{C}, false}, {"ln_f.bias", Shape{C}, false}};
+UnitDesc HeadUnit::describe(const ModelShape& s) {
+  const int64_t C = s.d_model;
+  UnitDesc d;
+  d.name = "head";
+  d.kind = UnitKind::head;
+  d.tensors = {{"ln_f.weight", Shape{C}, false, "ln_f.weight"}, {"ln_f.bias", Shape{C}, false, "ln_f.bias"}};
+  d.tied = {TiedParam{0, 0}};
+  // Kept: the per-token loss; ln_f's output, mean and rstd, and the
+  // log-sum-exp of the logits (HeadStash). Backward: dlnf (B, T, C) and one
+  // chunk of logits rows at a time (the (B, T, V) logits never exist).
+  d.act.output = {0, 1};
+  d.act.stash = {C, 3};
+  d.act.backward = {0, C};
+  d.act.logits_width = s.vocab;
+  return d;
 }
 
-Shape HeadUnit::input_shape(int64_t B, int64_t T) const { return Shape{B, T, cfg_.d_model}; }
+HeadUnit::HeadUnit(const ModelShape& s, UnitDesc desc) : DescribedUnit(std::move(desc)), C_(s.d_model) {
+  ZT_CHECK(this->desc().kind == UnitKind::head && this->desc().tensors.size() == 2 && this->desc().tied.size() == 1,
+           "unit ", this->desc().name, " is not a GPT-2 head");
+}
 
 void HeadUnit::init_param(int param, int64_t, int64_t count, float* out, uint64_t, int) const {
   ZT_CHECK(param == 0 || param == 1, "head has 2 own parameters, asked for ", param);
@@ -105,7 +152,7 @@ void HeadUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& params
                        const Tensor& out, Stash& stash) const {
   ZT_CHECK(params.size() == 3, "head expects ln_f.weight, ln_f.bias and the tied wte, got ", params.size());
   ZT_CHECK(ctx.targets.numel() == ctx.B * ctx.T, "head needs targets (B, T)");
-  const int64_t N = ctx.B * ctx.T, C = cfg_.d_model;
+  const int64_t N = ctx.B * ctx.T, C = C_;
   const DType md = math_dtype(ctx.act_dtype);
   Arena& saved = *ctx.saved;
   stash.t.resize(kHeadStashSize);
@@ -124,7 +171,7 @@ void HeadUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& param
                         const Tensor& din, Stash& stash) const {
   ZT_CHECK(grads.size() == 3 && stash.t.size() == kHeadStashSize, "head backward: bad grads or stash");
   Kernels& k = *ctx.kernels;
-  const Tensor dlnf = ctx.scratch->alloc(math_dtype(ctx.act_dtype), Shape{ctx.B, ctx.T, cfg_.d_model});
+  const Tensor dlnf = ctx.scratch->alloc(math_dtype(ctx.act_dtype), Shape{ctx.B, ctx.T, C_});
   // dlnf (B, T, C) written; the tied wte's gradient (V, C) accumulates.
   k.classifier_bwd(*ctx.scratch, dlnf, grads[2], dout, stash.t[kLnf], params[2], ctx.targets, stash.t[kLse]);
   k.layernorm_bwd(din, false, grads[0], grads[1], dlnf, in, params[0], stash.t[kLnfMean], stash.t[kLnfRstd]);

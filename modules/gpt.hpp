@@ -3,18 +3,21 @@
 // wte, fused with the cross-entropy loss). Unit order in a model: 0 =
 // embedding, 1..n_layer = blocks, n_layer + 1 = head.
 //
-// Names follow GPT-2's state dict: the full name of a parameter is
-//   embedding:  "transformer." + param  (wte.weight, wpe.weight)
-//   block i:    "transformer.h.<i>." + param (ln_1.weight, attn.c_attn.weight, ...)
-//   head:       "transformer." + param  (ln_f.weight, ln_f.bias)
-// Linear weights are stored (out, in) like torch.nn.Linear (HF's GPT-2 Conv1D
-// stores the transpose; an exporter transposes c_attn, c_proj, c_fc).
+// Each unit class's static describe() is the one list of its tensors
+// (model_desc.hpp): names within the unit as GPT-2's state dict has them
+// (wte.weight; ln_1.weight, attn.c_attn.weight, ...; ln_f.weight), the
+// Hugging Face names (h.<i>.attn.c_attn.weight, ...), and what its forward
+// keeps for backward. Linear weights are stored (out, in) like
+// torch.nn.Linear; HF's Conv1D stores the transpose, so c_attn, c_proj and
+// c_fc are described as transposed there.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "modules/model_desc.hpp"
 #include "modules/unit.hpp"
 
 namespace zt {
@@ -28,14 +31,22 @@ struct GptConfig {
   void validate() const;  // throws UserError naming the bad field
 };
 
-class EmbeddingUnit final : public Unit {
+// The shape of a GPT-2 of these sizes (F = 4C, n_kv_head = n_head).
+ModelShape gpt2_shape(const GptConfig& cfg, std::string name = "gpt2");
+// Embedding, n_layer blocks and head, each unit's describe(); flops per token
+// as gpt_flops_per_token says.
+ModelDesc describe_gpt2(const ModelShape& s);
+// The units of a GPT-2 description, in its order, each holding its unit's
+// description.
+std::vector<std::unique_ptr<Unit>> gpt2_units(const ModelDesc& desc);
+
+class EmbeddingUnit final : public DescribedUnit {
  public:
-  explicit EmbeddingUnit(const GptConfig& cfg) : cfg_(cfg) {}
-  std::string name() const override { return "embedding"; }
-  std::vector<ParamSpec> params() const override;  // wte.weight (V, C), wpe.weight (T_max, C)
+  static UnitDesc describe(const ModelShape& s);  // wte.weight (V, C), wpe.weight (T_max, C)
+  EmbeddingUnit(const ModelShape& s, UnitDesc desc);
   Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
   DType input_dtype(DType) const override { return DType::i32; }
-  Shape output_shape(int64_t B, int64_t T) const override;
+  Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
   DType output_dtype(DType act) const override { return act; }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
@@ -46,16 +57,14 @@ class EmbeddingUnit final : public Unit {
                 const Tensor& din, Stash& stash) const override;
 
  private:
-  GptConfig cfg_;
+  int64_t C_, T_max_;
 };
 
-class BlockUnit final : public Unit {
+class BlockUnit final : public DescribedUnit {
  public:
-  BlockUnit(const GptConfig& cfg, int layer) : cfg_(cfg), layer_(layer) {}
-  std::string name() const override { return "h." + std::to_string(layer_); }
-  std::vector<ParamSpec> params() const override;
-  bool checkpointable() const override { return true; }
-  Shape input_shape(int64_t B, int64_t T) const override;
+  static UnitDesc describe(const ModelShape& s, int layer);  // "h.<layer>": ln_1, attn, ln_2, mlp
+  BlockUnit(const ModelShape& s, UnitDesc desc);
+  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
   DType input_dtype(DType act) const override { return act; }
   Shape output_shape(int64_t B, int64_t T) const override { return input_shape(B, T); }
   DType output_dtype(DType act) const override { return act; }
@@ -66,21 +75,18 @@ class BlockUnit final : public Unit {
   void backward(const UnitContext& ctx, const std::vector<Tensor>& params,
                 const std::vector<Tensor>& grads, const Tensor& in, const Tensor& dout,
                 const Tensor& din, Stash& stash) const override;
-  int layer() const { return layer_; }
 
  private:
-  GptConfig cfg_;
-  int layer_;
+  int64_t C_;
+  int n_head_, n_layer_;
 };
 
-class HeadUnit final : public Unit {
+class HeadUnit final : public DescribedUnit {
  public:
-  explicit HeadUnit(const GptConfig& cfg) : cfg_(cfg) {}
-  std::string name() const override { return "head"; }
-  std::vector<ParamSpec> params() const override;  // ln_f.weight, ln_f.bias
-  // The LM head is the embedding's wte (unit 0, param 0).
-  std::vector<TiedParam> tied() const override { return {TiedParam{0, 0}}; }
-  Shape input_shape(int64_t B, int64_t T) const override;
+  // ln_f.weight, ln_f.bias; the LM head is the embedding's wte (unit 0, param 0).
+  static UnitDesc describe(const ModelShape& s);
+  HeadUnit(const ModelShape& s, UnitDesc desc);
+  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
   DType input_dtype(DType act) const override { return act; }
   // Per-token loss (B, T) in math_dtype(act).
   Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
@@ -96,10 +102,11 @@ class HeadUnit final : public Unit {
                 const Tensor& din, Stash& stash) const override;
 
  private:
-  GptConfig cfg_;
+  int64_t C_;
 };
 
-// The units of a GPT-2: embedding, n_layer blocks, head.
+// The units of a GPT-2 of these sizes (cfg validated first): embedding,
+// n_layer blocks, head.
 std::vector<std::unique_ptr<Unit>> build_gpt(const GptConfig& cfg);
 
 // Parameters held by the units (own parameters only: a tied one counts once).

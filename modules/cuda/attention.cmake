@@ -12,7 +12,7 @@ add_library(zt_cuda_attention STATIC
   ${CMAKE_CURRENT_LIST_DIR}/attention_simt.cu
   ${CMAKE_CURRENT_LIST_DIR}/classifier.cu
 )
-target_include_directories(zt_cuda_attention PUBLIC ${PROJECT_SOURCE_DIR})
+zt_layer(zt_cuda_attention modules)
 target_link_libraries(zt_cuda_attention PUBLIC zt_cuda_runtime zt_runtime CUDA::cudart CUDA::cublasLt)
 set_target_properties(zt_cuda_attention PROPERTIES
   CUDA_STANDARD 17

@@ -17,7 +17,12 @@
 
 namespace zt {
 
+// Architectures that model.arch accepts (modules/model_desc.hpp describes each).
+const std::vector<std::string>& model_architectures();
+
 struct ModelConfig {
+  // One of model_architectures(); every preset is a "gpt2".
+  std::string arch = "gpt2";
   // "tiny", "gpt2-124m", "gpt2-350m", "gpt2-1.3b"; "" when sizes were given
   // without a preset (missing sizes then come from tiny).
   std::string preset = "tiny";

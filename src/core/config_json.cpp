@@ -45,7 +45,8 @@ json scheduler_json(const SchedulerConfig& s) {
 }
 
 json model_json(const ModelConfig& m) {
-  json j = {{"n_layer", m.n_layer},   {"n_head", m.n_head},         {"d_model", m.d_model},
+  json j = {{"arch", m.arch},
+            {"n_layer", m.n_layer},   {"n_head", m.n_head},         {"d_model", m.d_model},
             {"seq_len", m.seq_len},   {"vocab_size", m.vocab_size}, {"activation_checkpointing", m.activation_checkpointing}};
   if (!m.preset.empty()) j["preset"] = m.preset;  // "" (custom sizes) has no key
   return j;

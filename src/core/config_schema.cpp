@@ -143,7 +143,7 @@ std::vector<SectionSchema> build_schemas() {
                 {"use_reentrant", true, ""}}});
 
   s.push_back({"model", "model",
-               {"preset", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "activation_checkpointing"},
+               {"arch", "preset", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "activation_checkpointing"},
                {}});
   s.push_back({"data", "data", {"train", "val", "embedded"}, {}});
   s.push_back({"train", "train", {"steps", "seed", "eval_interval", "eval_steps"}, {}});

@@ -1,4 +1,4 @@
-// ztrain's own sections: model (presets), data (files must exist), train,
+// ztrain's own sections: model (architecture, presets), data (files must exist), train,
 // checkpoint and log.
 #include <filesystem>
 #include <fstream>
@@ -12,15 +12,16 @@ namespace {
 
 struct ModelPreset {
   const char* name;
+  const char* arch;
   int n_layer, n_head, d_model, seq_len, vocab_size;
 };
 
 // GPT-2 shapes as in the GPT-2 and GPT-3 papers; "tiny" is the test model.
 const ModelPreset kModelPresets[] = {
-    {"tiny", 2, 4, 64, 64, 256},
-    {"gpt2-124m", 12, 12, 768, 1024, 50257},
-    {"gpt2-350m", 24, 16, 1024, 1024, 50257},
-    {"gpt2-1.3b", 24, 32, 2048, 1024, 50257},
+    {"tiny", "gpt2", 2, 4, 64, 64, 256},
+    {"gpt2-124m", "gpt2", 12, 12, 768, 1024, 50257},
+    {"gpt2-350m", "gpt2", 24, 16, 1024, 1024, 50257},
+    {"gpt2-1.3b", "gpt2", 24, 32, 2048, 1024, 50257},
 };
 
 // Tokens are stored as uint16, so ids must fit in 0..65535.
@@ -36,6 +37,9 @@ void parse_model(const SectionReader& top, Config& cfg) {
   ModelPreset base = kModelPresets[0];
   for (const ModelPreset& p : kModelPresets)
     if (preset_name == p.name) base = p;
+
+  // The architecture: the preset's (tiny's without one) unless given.
+  m.arch = r.choice("arch", base.arch, model_architectures());
 
   bool any_size = false;
   auto size = [&](const std::string& key, int def, int64_t lo, int64_t hi) {
@@ -147,3 +151,12 @@ void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
 }
 
 }  // namespace zt::config_detail
+
+namespace zt {
+
+const std::vector<std::string>& model_architectures() {
+  static const std::vector<std::string> names = {"gpt2"};
+  return names;
+}
+
+}  // namespace zt

@@ -4,8 +4,51 @@
 #include <sstream>
 
 #include "io/token_dataset.hpp"
+#include "pipeline/partition.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace zt {
+namespace {
+
+// Each pipeline stage as the trainer runs it: the units of its chunks and the
+// tie mirror from plan_stage, the pairs in flight from the schedule. One
+// stage (P = 1) holds the whole model and one micro-batch at a time.
+std::vector<StageContents> pipeline_stages(const ModelDesc& m, const PipelineConfig& p, int P, int M) {
+  if (P == 1) return {whole_model(m)};
+  const ScheduleKind schedule = schedule_kind_from_name(p.pipe_schedule_name);
+  const PartitionKind partition = partition_kind_from_name(p.partition);
+  const int V = p.num_chunks;
+  const std::vector<int64_t> numels = m.unit_numels();
+  const std::vector<std::vector<int>> ties = m.unit_ties();
+  std::vector<StageContents> stages;
+  for (int s = 0; s < P; ++s) {
+    const StagePlan plan = plan_stage(numels, ties, P, V, partition, s);
+    StageContents sc;
+    for (int c = 0; c < V; ++c) {
+      const UnitRange r = plan.chunks[static_cast<size_t>(c * P + s)];
+      sc.chunks.emplace_back();
+      for (int u = r.first; u < r.last; ++u) sc.chunks.back().push_back(u);
+    }
+    sc.mirror = plan.mirror;
+    sc.in_flight = max_in_flight(schedule, P, V, M, s);
+    stages.push_back(std::move(sc));
+  }
+  return stages;
+}
+
+// "0-6 12-17 (+ tie copy of 0)": a stage's chunks as unit ranges.
+std::string stage_units(const StageContents& sc) {
+  std::ostringstream os;
+  for (const std::vector<int>& chunk : sc.chunks) {
+    if (os.tellp() > 0) os << " ";
+    os << chunk.front();
+    if (chunk.size() > 1) os << "-" << chunk.back();
+  }
+  if (sc.mirror >= 0) os << " (+ tie copy of " << sc.mirror << ")";
+  return os.str();
+}
+
+}  // namespace
 
 EstimateInput estimate_input(const Config& cfg, int world) {
   const int pp = cfg.pipeline.parallel_size;
@@ -16,8 +59,8 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   const ModelConfig& m = c.model;
   const ZeroConfig& z = c.zero;
   EstimateInput in;
-  in.shape = gpt_shape(GptConfig{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size});
-  in.shape.name = m.preset.empty() ? "gpt2 (custom sizes)" : m.preset.rfind("gpt2", 0) == 0 ? m.preset : "gpt2 " + m.preset;
+  in.model = describe_model(m);
+  in.stages = pipeline_stages(in.model, c.pipeline, pp, static_cast<int>(c.batch.grad_accum));
   in.world = world;
   in.pp = pp;
   in.dp = world / pp;
@@ -49,6 +92,7 @@ EstimateInput estimate_input(const Config& cfg, int world) {
 MemoryEstimate estimate_memory(const Config& cfg, int dp_size) {
   MemoryEstimate e;
   e.input = estimate_input(cfg, dp_size * cfg.pipeline.parallel_size);
+  e.stages = estimate_stages(e.input);
   e.row = estimate(e.input);
   return e;
 }
@@ -77,6 +121,15 @@ std::string format_memory_estimate(const MemoryEstimate& e) {
   line("device total", r.total());
   if (r.host > 0) line("host memory (offload)", r.host);
   if (r.nvme > 0) line("NVMe (offload)", r.nvme);
+  if (e.input.pp > 1) {
+    os << "  per pipeline stage (units; micro-batch x chunk pairs in flight; device total):\n";
+    for (size_t st = 0; st < e.stages.size(); ++st) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "; %d in flight; %.2f MiB\n", e.input.stages[st].in_flight,
+                    static_cast<double>(e.stages[st].total()) / 1048576.0);
+      os << "    stage " << st << ": units " << stage_units(e.input.stages[st]) << buf;
+    }
+  }
   os << "  (ztrain --estimate-memory CONFIG prints every stage and offload; see docs/memory.md)\n";
   return os.str();
 }

@@ -1,9 +1,12 @@
-// Memory estimate per rank from the config alone (no allocation): a thin
-// adapter from Config to the ZeRO memory estimator (zero/estimator.hpp,
-// docs/memory.md), for ztrain --dry-run and --estimate-memory.
+// Memory estimate per rank from the config alone (no allocation): the
+// config's model description, each pipeline stage's units and micro-batches
+// in flight as the trainer's partitioner and schedule make them, handed to
+// the ZeRO memory estimator (zero/estimator.hpp, docs/memory.md), for ztrain
+// --dry-run and --estimate-memory.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "zero/estimator.hpp"
@@ -11,18 +14,25 @@
 namespace zt {
 
 // The estimator's input for the config's model, dtype, micro-batch, ZeRO
-// stage, buckets and offload on `world` ranks (dp = world / pipeline size).
-// The batch triplet is resolved again for that dp on a copy (UserError when
-// it cannot be, or when the pipeline size does not divide `world`).
+// stage, buckets and offload on `world` ranks (dp = world / pipeline size),
+// with one StageContents per pipeline stage (plan_stage of
+// pipeline.num_chunks and pipeline.partition; max_in_flight of
+// pipeline.pipe_schedule_name with the resolved gradient accumulation steps
+// as micro-batches). The batch triplet is resolved again for that dp on a
+// copy (UserError when it cannot be, when the pipeline size does not divide
+// `world`, or when the schedule refuses the micro-batches).
 EstimateInput estimate_input(const Config& cfg, int world);
 
 struct MemoryEstimate {
   EstimateInput input;
-  MemoryEstimateRow row;  // the config's own stage and offload
+  MemoryEstimateRow row;                  // the config's own stage and offload, on the stage needing most
+  std::vector<MemoryEstimateRow> stages;  // the same, per pipeline stage
 };
 
 // The config as it will run with `dp_size` data-parallel ranks per stage.
 MemoryEstimate estimate_memory(const Config& cfg, int dp_size);
+// The row's figures; with a pipeline also each stage's units, pairs in
+// flight and device total.
 std::string format_memory_estimate(const MemoryEstimate& e);
 
 // ztrain --estimate-memory: the table for ZeRO stages 0-3 x offload

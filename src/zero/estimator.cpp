@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "modules/llama_desc.hpp"
 
 // [Note: memory estimate] Bytes per rank; Ψ = parameters, N = dp size.
 // The ZeRO paper counts 2Ψ (16-bit parameters) + 2Ψ (16-bit gradients) + KΨ
@@ -41,63 +42,48 @@
 // does. offload_param (stage 3): the parameter shard goes to host memory or
 // NVMe; nvme stages it through buffer_count buffers of max(buffer_size,
 // largest unit) elements.
-// Activations: see the comment of block_saved_bytes_per_token.
+// Pipeline: a stage counts every unit it holds, the tie mirror included (the
+// last stage's copy of the tied embedding is a whole unit with its own
+// gradient and optimizer state, as the trainer keeps it).
+// Activations: each unit's output and stash per token come from its
+// description (UnitActivations, modules/model_desc.hpp); a stage keeps its
+// micro-batch and chunk pairs in flight, each counted as its largest chunk.
 
 namespace zt {
 namespace {
 
+// Trainer buffers per token of a micro-batch in flight: tokens and targets
+// (i32) and the loss weights (f32).
+constexpr int64_t kBatchBytesPerToken = 12;
+
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-int64_t norm_params(const TransformerShape& s) { return s.norm == "layernorm" ? 2 * s.d_model : s.d_model; }
-// fp32 statistics per token a norm keeps: mean and rstd, or rstd alone.
-int64_t norm_stats(const TransformerShape& s) { return s.norm == "layernorm" ? 2 : 1; }
-// Pre-activation width of the MLP: fch (F), or gate and up (2F).
-int64_t mlp_pre_width(const TransformerShape& s) { return s.gated_mlp ? 2 * s.ffn_hidden : s.ffn_hidden; }
 bool offloaded(const std::string& device) { return device != "none"; }
 bool valid_device(const std::string& d) { return d == "none" || d == "cpu" || d == "nvme"; }
 
-// A unit as placed on one pipeline stage; `runs` is false for the copy of a
-// tied parameter that the last stage holds for its head.
-struct StageUnit {
-  UnitParams p;
-  bool runs = true;
-  bool block = false;
-};
-
-// The units of pipeline stage `stage` of `pp`: blocks split as evenly as
-// possible (earlier stages take the remainder), the embedding on the first
-// stage, the head on the last. A tied head on another stage than the
-// embedding keeps its own copy of the tied parameter (as Megatron does).
-std::vector<StageUnit> stage_units(const TransformerShape& s, int pp, int stage) {
-  const std::vector<UnitParams> all = unit_params(s);
-  const int64_t L = s.n_layer, q = L / pp, r = L % pp;
-  const int64_t b0 = stage * q + std::min<int64_t>(stage, r), b1 = b0 + q + (stage < r ? 1 : 0);
-  std::vector<StageUnit> out;
-  if (stage == 0) out.push_back({all.front(), true, false});
-  for (int64_t b = b0; b < b1; ++b) out.push_back({all[static_cast<size_t>(1 + b)], true, true});
-  if (stage == pp - 1) {
-    UnitParams head = all.back();
-    if (head.tied_unit >= 0 && stage != 0) {
-      out.push_back({UnitParams{"tied copy", head.tied_numel, -1, 0}, false, false});
-      head.tied_unit = static_cast<int>(out.size()) - 1;
-    }
-    out.push_back({head, true, false});
-  }
+// The units a unit reads besides its own: its tied parameters' owners.
+std::vector<int> tied_units(const UnitDesc& u) {
+  std::vector<int> out;
+  for (const TiedParam& t : u.tied) out.push_back(t.unit);
   return out;
 }
 
 // [Note: stage-3 live parameters] Replays ZeroEngine's gather policy over
-// one step from the unit sizes alone: acquire gathers the unit and the units
-// it ties to, then prefetches the next partitioned units in the direction of
-// travel while they fit whole in stage3_prefetch_bucket_size and keep the
-// live total within stage3_max_live_parameters; release keeps a unit gathered
-// when its next use comes within stage3_max_reuse_distance elements (forward:
-// twice the parameters of the later units; a recomputation: at once; a tied
+// one micro-batch of one stage from the unit sizes alone: acquire gathers the
+// unit and the units it ties to, then prefetches the next partitioned units
+// of the stage in the direction of travel while they fit whole in
+// stage3_prefetch_bucket_size and keep the live total within
+// stage3_max_live_parameters; release keeps a unit gathered when its next
+// use comes within stage3_max_reuse_distance elements (forward: twice the
+// parameters of the model's later units; a recomputation: at once; a tied
 // unit released by a later one in backward: the units between them) and the
-// live total allows, and frees it otherwise. Returns the peak live elements.
-int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in, bool checkpointing) {
-  const int n = static_cast<int>(u.size());
-  auto partitioned = [&](int v) { return u[v].p.numel >= in.stage3_param_persistence_threshold; };
-  auto size = [&](int v) { return round_up(u[v].p.numel, in.dp); };
+// live total allows, and frees it otherwise. `held`: the stage's units;
+// `runs`: those it runs (not the tie mirror). Returns the peak live elements.
+int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const std::vector<bool>& runs,
+                        const EstimateInput& in) {
+  const int n = m.num_units();
+  auto numel = [&](int v) { return m.units[static_cast<size_t>(v)].numel(); };
+  auto partitioned = [&](int v) { return numel(v) >= in.stage3_param_persistence_threshold; };
+  auto size = [&](int v) { return round_up(numel(v), in.dp); };
   std::vector<bool> gathered(static_cast<size_t>(n), false);
   int64_t live = 0, peak = 0;
   auto gather = [&](int v) {
@@ -108,7 +94,7 @@ int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in
   };
   auto needed = [&](int v) {
     std::vector<int> list{v};
-    if (u[v].p.tied_unit >= 0) list.push_back(u[v].p.tied_unit);
+    for (int t : tied_units(m.units[static_cast<size_t>(v)])) list.push_back(t);
     return list;
   };
   enum class Pass { forward, backward, recompute };
@@ -119,7 +105,8 @@ int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in
     const int step = pass == Pass::forward ? 1 : -1;
     int64_t budget = in.stage3_prefetch_bucket_size;
     for (int w = v + step; w >= 0 && w < n && budget > 0; w += step) {
-      if (!partitioned(w) || gathered[w] || !u[w].runs) continue;
+      if (!held[w]) break;  // the next units run on another stage
+      if (!partitioned(w) || gathered[w]) continue;
       if (size(w) > budget || live + size(w) > in.stage3_max_live_parameters) break;
       gather(w);
       budget -= size(w);
@@ -128,15 +115,15 @@ int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in
   auto release = [&](int v, Pass pass) {
     for (int w : needed(v)) {
       if (!partitioned(w) || !gathered[w]) continue;
-      int64_t distance = -1;  // not used again this step
+      int64_t distance = -1;  // not used again this micro-batch
       if (pass == Pass::recompute) {
         distance = 0;
       } else if (pass == Pass::forward) {
         distance = 0;
-        for (int x = v + 1; x < n; ++x) distance += 2 * u[x].p.numel;
+        for (int x = v + 1; x < n; ++x) distance += 2 * numel(x);
       } else if (w != v) {
         distance = 0;
-        for (int x = w + 1; x < v; ++x) distance += u[x].p.numel;
+        for (int x = w + 1; x < v; ++x) distance += numel(x);
       }
       if (distance < 0 || distance > in.stage3_max_reuse_distance || live > in.stage3_max_live_parameters) {
         gathered[w] = false;
@@ -145,13 +132,13 @@ int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in
     }
   };
   for (int v = 0; v < n; ++v) {
-    if (!u[v].runs) continue;
+    if (!runs[v]) continue;
     acquire(v, Pass::forward);
     release(v, Pass::forward);
   }
   for (int v = n - 1; v >= 0; --v) {
-    if (!u[v].runs) continue;
-    if (checkpointing && u[v].block) {
+    if (!runs[v]) continue;
+    if (in.activation_checkpointing && m.units[static_cast<size_t>(v)].checkpointable) {
       acquire(v, Pass::recompute);
       release(v, Pass::recompute);
     }
@@ -161,32 +148,50 @@ int64_t live_parameters(const std::vector<StageUnit>& u, const EstimateInput& in
   return peak;
 }
 
-MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
-  const TransformerShape& s = in.shape;
-  const std::vector<StageUnit> units = stage_units(s, in.pp, pp_stage);
-  const bool last = pp_stage == in.pp - 1;
+// Activation bytes per token that one micro-batch keeps in one chunk: its
+// input when another stage sends it (the output of the unit before), and
+// each unit's output and, unless checkpointing drops it, its stash.
+int64_t chunk_saved_per_token(const ModelDesc& m, const std::vector<int>& chunk, bool checkpointing, int64_t a) {
+  int64_t bytes = chunk.front() > 0 ? m.units[static_cast<size_t>(chunk.front() - 1)].act.output.bytes(a) : 0;
+  for (int u : chunk) {
+    const UnitDesc& d = m.units[static_cast<size_t>(u)];
+    bytes += d.act.output.bytes(a) + (checkpointing && d.checkpointable ? 0 : d.act.stash.bytes(a));
+  }
+  return bytes;
+}
+
+MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& sc, int pp_stage) {
+  const ModelDesc& m = in.model;
+  const int n = m.num_units();
   const int stage = in.zero_stage;
   const bool f32 = in.param_dtype == DType::f32;
   const int64_t pb = static_cast<int64_t>(dtype_size(in.param_dtype)), a = pb;
   const int64_t n_layout = stage == 0 ? 1 : in.dp;
 
+  std::vector<bool> held(static_cast<size_t>(n), false), runs(static_cast<size_t>(n), false),
+      owner(static_cast<size_t>(n), false);
+  for (int u : sc.units()) held[static_cast<size_t>(u)] = true;
+  for (const std::vector<int>& chunk : sc.chunks)
+    for (int u : chunk) {
+      runs[static_cast<size_t>(u)] = true;
+      for (int t : tied_units(m.units[static_cast<size_t>(u)])) owner[static_cast<size_t>(t)] = true;
+    }
+
   MemoryEstimateRow r;
   r.pp_stage = pp_stage;
-  // padded: all units; persistent: stage-3 units kept whole; unit_max: the
-  // largest unit; held: a tied parameter's owner, whose gradient buffer
-  // (stages 2-3) lives from the tying unit's backward to its own.
-  int64_t padded = 0, persistent = 0, unit_max = 0, held = 0, other_max = 0;
-  std::vector<bool> owner(units.size(), false);
-  for (const StageUnit& u : units)
-    if (u.p.tied_unit >= 0) owner[static_cast<size_t>(u.p.tied_unit)] = true;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const int64_t numel = units[i].p.numel, p = round_up(numel, n_layout);
+  // padded: all units held; persistent: stage-3 units kept whole; unit_max:
+  // the largest unit; held_owner: a tied parameter's owner, whose gradient
+  // buffer (stages 2-3) lives from the tying unit's backward to its own.
+  int64_t padded = 0, persistent = 0, unit_max = 0, held_owner = 0, other_max = 0;
+  for (int u = 0; u < n; ++u) {
+    if (!held[static_cast<size_t>(u)]) continue;
+    const int64_t numel = m.units[static_cast<size_t>(u)].numel(), p = round_up(numel, n_layout);
     r.stage_params += numel;
     padded += p;
     unit_max = std::max(unit_max, p);
     if (numel < in.stage3_param_persistence_threshold) persistent += p;
-    if (owner[i])
-      held += p;
+    if (owner[static_cast<size_t>(u)])
+      held_owner += p;
     else
       other_max = std::max(other_max, p);
   }
@@ -199,7 +204,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
   if (stage < 3) {
     r.params = padded * pb;
   } else {
-    r.params = (persistent + live_parameters(units, in, in.activation_checkpointing)) * pb;
+    r.params = (persistent + live_parameters(m, held, runs, in)) * pb;
     const int64_t working_shard = f32 ? 0 : shard * pb;
     if (in.offload_param == "none") r.params += working_shard;
     if (in.offload_param == "cpu") r.host += shard * pb;
@@ -213,7 +218,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
   // shard + the full-size buffers of the units in backward (the held tied
   // owner, the current unit, and with overlap_comm the previous one still
   // being reduce-scattered).
-  int64_t device_grads = stage <= 1 ? padded : held + nbuf * other_max;
+  int64_t device_grads = stage <= 1 ? padded : held_owner + nbuf * other_max;
   const int64_t grad_shard = stage == 0 ? 0 : shard;
   // Optimizer: stage 0 keeps a master only for 16-bit parameters; stages >= 1
   // keep an fp32 master shard whatever the dtype.
@@ -238,136 +243,73 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, int pp_stage) {
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
 
-  // Activations of one micro-batch per token, times the micro-batches in
-  // flight on this stage (1F1B: pp - stage).
-  const int64_t C = s.d_model, tokens = in.micro_batch * s.seq_len;
-  int64_t blocks = 0;
-  for (const StageUnit& u : units) blocks += u.block ? 1 : 0;
-  const int64_t block_saved = block_saved_bytes_per_token(s, a);
-  int64_t per_token = 12;  // tokens, targets (i32), loss weights (f32)
-  per_token += C * a;      // the embedding's output, or the input received from the previous stage
-  per_token += blocks * (in.activation_checkpointing ? C * a : block_saved);
-  if (last) per_token += 4 + C * a + (norm_stats(s) + 1) * 4;  // loss, final norm + stats, lse
-  r.activations = (in.pp - pp_stage) * tokens * per_token;
-
-  // Workspace: two fp32 activation-gradient buffers (B, T, C) for the whole
-  // backward, plus the larger of one block's backward (with its recomputed
-  // stash under checkpointing) and the head's (dlnf + one logits chunk).
-  int64_t ws_block = 0, ws_head = 0;
-  if (blocks > 0)
-    ws_block = tokens * (block_backward_bytes_per_token(s, a) + (in.activation_checkpointing ? block_saved : 0));
-  if (last) {
-    const int64_t rows = std::clamp<int64_t>(in.classifier_chunk_bytes / (s.vocab * 4), 1, tokens);
-    ws_head = tokens * C * 4 + rows * s.vocab * 4;
+  // Activations: the pairs in flight, each counted as the stage's largest
+  // chunk (exact with one chunk per stage) plus its micro-batch's buffers.
+  const int64_t tokens = in.micro_batch * m.shape.seq_len;
+  int64_t chunk_max = 0, chunk_sum = 0;
+  for (const std::vector<int>& chunk : sc.chunks) {
+    const int64_t bytes = chunk_saved_per_token(m, chunk, in.activation_checkpointing, a);
+    chunk_max = std::max(chunk_max, bytes);
+    chunk_sum += bytes;
   }
-  r.workspace = tokens * 2 * C * 4 + std::max(ws_block, ws_head);
+  r.activations = sc.in_flight * tokens * (kBatchBytesPerToken + chunk_max);
+  r.micro_batch_activations = tokens * chunk_sum;
+
+  // Workspace: the runner's two math-dtype activation-gradient buffers, as
+  // wide as the widest unit input of the stage, for the whole backward, plus
+  // the largest unit backward: its temporaries, its recomputed output and
+  // stash under checkpointing, and a head's chunk of logits rows.
+  int64_t input_width = 0, unit_ws = 0;
+  for (int u = 1; u < n; ++u) {
+    if (!runs[static_cast<size_t>(u)]) continue;
+    const UnitActivations& prev = m.units[static_cast<size_t>(u - 1)].act;
+    input_width = std::max(input_width, prev.output.act + prev.output.f32);
+  }
+  for (int u = 0; u < n; ++u) {
+    if (!runs[static_cast<size_t>(u)]) continue;
+    const UnitDesc& d = m.units[static_cast<size_t>(u)];
+    int64_t ws = tokens * d.act.backward.bytes(a);
+    if (in.activation_checkpointing && d.checkpointable) ws += tokens * (d.act.output + d.act.stash).bytes(a);
+    if (d.act.logits_width > 0) {
+      const int64_t row = d.act.logits_width * 4;
+      ws += std::clamp<int64_t>(in.classifier_chunk_bytes / row, 1, tokens) * row;
+    }
+    unit_ws = std::max(unit_ws, ws);
+  }
+  r.workspace = tokens * 2 * input_width * 4 + unit_ws;
   return r;
 }
 
 }  // namespace
 
-void TransformerShape::validate() const {
-  auto need = [&](bool ok, const char* what, int64_t v) {
-    if (!ok) ZT_USER_ERROR("model shape ", name, ": ", what, ", got ", v);
-  };
-  need(n_layer >= 1, "n_layer must be >= 1", n_layer);
-  need(n_head >= 1 && d_model >= 1 && d_model % n_head == 0, "d_model must be a positive multiple of n_head",
-       d_model);
-  need(n_kv_head >= 1 && n_head % n_kv_head == 0, "n_kv_head must divide n_head", n_kv_head);
-  need(ffn_hidden >= 1, "ffn_hidden must be >= 1", ffn_hidden);
-  need(vocab >= 1, "vocab must be >= 1", vocab);
-  need(seq_len >= 1, "seq_len must be >= 1", seq_len);
-  if (norm != "layernorm" && norm != "rmsnorm")
-    ZT_USER_ERROR("model shape ", name, ": norm must be layernorm or rmsnorm, got '", norm, "'");
+std::vector<int> StageContents::units() const {
+  std::vector<int> out;
+  for (const std::vector<int>& chunk : chunks) out.insert(out.end(), chunk.begin(), chunk.end());
+  if (mirror >= 0) out.push_back(mirror);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
-TransformerShape gpt_shape(const GptConfig& cfg) {
-  TransformerShape s;
-  s.name = "gpt2";
-  s.n_layer = cfg.n_layer;
-  s.d_model = cfg.d_model;
-  s.n_head = s.n_kv_head = cfg.n_head;
-  s.ffn_hidden = 4 * s.d_model;
-  s.vocab = cfg.vocab_size;
-  s.seq_len = cfg.seq_len;
-  return s;  // the remaining defaults are GPT-2's
-}
-
-TransformerShape llama2_70b_shape() {
-  TransformerShape s;
-  s.name = "llama2-70b";
-  s.n_layer = 80;
-  s.d_model = 8192;
-  s.n_head = 64;
-  s.n_kv_head = 8;
-  s.ffn_hidden = 28672;
-  s.vocab = 32000;
-  s.seq_len = 4096;
-  s.tied_embeddings = false;
-  s.gated_mlp = true;
-  s.learned_positions = false;
-  s.biases = false;
-  s.norm = "rmsnorm";
-  return s;
-}
-
-int64_t block_parameters(const TransformerShape& s) {
-  const int64_t C = s.d_model, F = s.ffn_hidden, Q = s.qkv_width(), bias = s.biases ? 1 : 0;
-  int64_t n = 2 * norm_params(s);  // ln_1, ln_2
-  n += Q * C + bias * Q;           // c_attn (fused q, k, v)
-  n += C * C + bias * C;           // attention output projection
-  if (s.gated_mlp)
-    n += 3 * C * F + bias * (2 * F + C);  // gate, up, down
-  else
-    n += 2 * C * F + bias * (F + C);  // c_fc, c_proj
-  return n;
-}
-
-std::vector<UnitParams> unit_params(const TransformerShape& s) {
-  s.validate();
-  const int64_t C = s.d_model, V = s.vocab;
-  std::vector<UnitParams> u;
-  u.push_back({"embedding", V * C + (s.learned_positions ? s.seq_len * C : 0), -1, 0});
-  for (int64_t l = 0; l < s.n_layer; ++l) u.push_back({"h." + std::to_string(l), block_parameters(s), -1, 0});
-  if (s.tied_embeddings)
-    u.push_back({"head", norm_params(s), 0, V * C});
-  else
-    u.push_back({"head", norm_params(s) + V * C, -1, 0});
-  return u;
-}
-
-int64_t count_parameters(const TransformerShape& s) {
-  int64_t n = 0;
-  for (const UnitParams& u : unit_params(s)) n += u.numel;
-  return n;
-}
-
-// What a block keeps per token (modules/block.cpp), in the activation dtype:
-// ln_1 out C, qkv (C + 2 C kv/heads), attention out C, residual C, ln_2 out
-// C, MLP pre-activation (F, or gate and up 2F: the activation itself is
-// recomputed in backward, as block.cpp does with GELU), and the block output
-// C (kept by the runner; the next unit's input). GPT-2: 12C. In fp32: the
-// norms' statistics (mean + rstd per LayerNorm, rstd per RMSNorm) and the
-// attention's log-sum-exp per head (flash-style: no T x T probabilities).
-int64_t block_saved_bytes_per_token(const TransformerShape& s, int64_t act) {
-  const int64_t C = s.d_model;
-  const int64_t values = C + s.qkv_width() + C + C + C + mlp_pre_width(s) + C;
-  return values * act + (2 * norm_stats(s) + s.n_head) * 4;
-}
-
-// Backward temporaries of one block (block.cpp; the arena frees them only at
-// the unit's end): the recomputed activation output F (activation dtype), the
-// MLP pre-activation gradient, the norm-input gradient C and dqkv, in fp32.
-// The CPU reference kernels also stage 16-bit operands, weights included,
-// into fp32 copies; the GPU path does not, and neither is counted.
-int64_t block_backward_bytes_per_token(const TransformerShape& s, int64_t act) {
-  return s.ffn_hidden * act + (mlp_pre_width(s) + s.d_model + s.qkv_width()) * 4;
+StageContents whole_model(const ModelDesc& m) {
+  StageContents sc;
+  sc.chunks.emplace_back();
+  for (int u = 0; u < m.num_units(); ++u) sc.chunks.back().push_back(u);
+  return sc;
 }
 
 void EstimateInput::validate() const {
-  shape.validate();
+  model.shape.validate();
   ZT_CHECK(dp >= 1 && pp >= 1 && world == dp * pp, "world ", world, " must be dp ", dp, " x pp ", pp);
-  if (pp > shape.n_layer) ZT_USER_ERROR("pipeline size ", pp, " exceeds the ", shape.n_layer, " layers");
+  if (pp > model.shape.n_layer)
+    ZT_USER_ERROR("pipeline size ", pp, " exceeds the ", model.shape.n_layer, " layers");
+  ZT_CHECK(stages.empty() ? pp == 1 : static_cast<int>(stages.size()) == pp, stages.size(), " stage contents for pp ",
+           pp);
+  for (const StageContents& sc : stages) {
+    ZT_CHECK(!sc.chunks.empty() && sc.in_flight >= 1, "a pipeline stage without chunks or micro-batches");
+    for (const std::vector<int>& chunk : sc.chunks)
+      ZT_CHECK(!chunk.empty() && chunk.front() >= 0 && chunk.back() < model.num_units(),
+               "a chunk of units outside the ", model.num_units(), " units of ", model.shape.name);
+  }
   ZT_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage);
   ZT_CHECK(valid_device(offload_optimizer) && valid_device(offload_param), "offload devices '",
            offload_optimizer, "', '", offload_param, "'");
@@ -377,26 +319,38 @@ void EstimateInput::validate() const {
   ZT_CHECK(reduce_bucket_size > 0 && allgather_bucket_size > 0 && sub_group_size > 0, "bucket sizes must be > 0");
 }
 
-MemoryEstimateRow estimate(const EstimateInput& in) {
+std::vector<MemoryEstimateRow> estimate_stages(const EstimateInput& in) {
   in.validate();
-  MemoryEstimateRow best;
-  if (in.zero_stage == 0 && (offloaded(in.offload_optimizer) || offloaded(in.offload_param))) {
-    best.supported = false;
-    best.note = "offload needs ZeRO stage >= 1";
-  } else if (in.zero_stage != 3 && offloaded(in.offload_param)) {
-    best.supported = false;
-    best.note = "offload_param needs ZeRO stage 3";
-  } else {
-    for (int st = 0; st < in.pp; ++st) {
-      MemoryEstimateRow r = estimate_stage(in, st);
-      if (st == 0 || r.total() > best.total()) best = r;
+  std::string unsupported;
+  if (in.zero_stage == 0 && (offloaded(in.offload_optimizer) || offloaded(in.offload_param)))
+    unsupported = "offload needs ZeRO stage >= 1";
+  else if (in.zero_stage != 3 && offloaded(in.offload_param))
+    unsupported = "offload_param needs ZeRO stage 3";
+  std::vector<MemoryEstimateRow> rows;
+  for (int st = 0; st < in.pp; ++st) {
+    MemoryEstimateRow r;
+    if (unsupported.empty()) {
+      r = estimate_stage(in, in.stages.empty() ? whole_model(in.model) : in.stages[static_cast<size_t>(st)], st);
+    } else {
+      r.supported = false;
+      r.note = unsupported;
+      r.pp_stage = st;
     }
+    r.zero_stage = in.zero_stage;
+    r.offload_optimizer = in.offload_optimizer;
+    r.offload_param = in.offload_param;
+    r.num_params = in.model.num_params();
+    rows.push_back(r);
   }
-  best.zero_stage = in.zero_stage;
-  best.offload_optimizer = in.offload_optimizer;
-  best.offload_param = in.offload_param;
-  best.num_params = count_parameters(in.shape);
-  return best;
+  return rows;
+}
+
+MemoryEstimateRow estimate(const EstimateInput& in) {
+  const std::vector<MemoryEstimateRow> rows = estimate_stages(in);
+  size_t best = 0;
+  for (size_t st = 1; st < rows.size(); ++st)
+    if (rows[st].total() > rows[best].total()) best = st;
+  return rows[best];
 }
 
 std::vector<MemoryEstimateRow> estimate_table(const EstimateInput& base) {
@@ -440,8 +394,8 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
   for (const MemoryEstimateRow& r : rows) largest = std::max(largest, r.total());
   const bool gib = largest >= (int64_t{1} << 30);
   const double unit = gib ? double(int64_t{1} << 30) : double(1 << 20);
-  const TransformerShape& s = base.shape;
-  const int64_t n = count_parameters(s);
+  const ModelShape& s = base.model.shape;
+  const int64_t n = base.model.num_params();
   std::ostringstream os;
   char buf[256];
   if (n >= 1000000000)
@@ -484,14 +438,15 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
                 base.overlap_comm ? (*base.overlap_comm ? "on" : "off") : "stage 3 only (DeepSpeed's default)");
   os << buf;
   if (base.pp > 1)
-    os << "  pipeline: the stage needing most is shown; 1F1B keeps pp - s micro-batches in flight on stage s\n";
+    os << "  pipeline: the stage needing most is shown; its units and micro-batches in flight are the "
+          "partitioner's and the schedule's\n";
   return os.str();
 }
 
 std::string llama2_70b_table(int world) {
   ZT_CHECK(world >= 1, "world ", world);
   EstimateInput in;
-  in.shape = llama2_70b_shape();
+  in.model = describe_llama(llama2_70b_shape());
   in.world = in.dp = world;
   in.param_dtype = DType::bf16;
   in.micro_batch = 1;

@@ -1,10 +1,13 @@
 // Memory estimator: the bytes one rank needs, on the device, in host memory
-// and on NVMe, to train a transformer under ZeRO stages 0-3 with optional
-// offload, from shapes alone (nothing is allocated). It knows the units and
-// the flat-buffer padding of FlatLayout, the buffers a ZeroEngine keeps per
-// stage, and what ztrain's units save per micro-batch (modules/block.cpp,
-// modules/runner.hpp). The rules and their reasons are [Note: memory
-// estimate] in estimator.cpp and docs/memory.md.
+// and on NVMe, to train a model under ZeRO stages 0-3 with optional offload,
+// from its description alone (nothing is allocated). The units, their
+// tensors and what they keep per token come from the model description
+// (modules/model_desc.hpp); a pipeline stage's units and micro-batches in
+// flight come from the caller (train/memory_estimate.cpp takes them from the
+// partitioner and the schedule). It knows the flat-buffer padding of
+// FlatLayout and the buffers a ZeroEngine keeps per stage. The rules and
+// their reasons are [Note: memory estimate] in estimator.cpp and
+// docs/memory.md.
 #pragma once
 
 #include <cstdint>
@@ -13,61 +16,27 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "modules/gpt.hpp"
+#include "modules/model_desc.hpp"
 
 namespace zt {
 
-// A decoder-only transformer, independent of the trainer's model classes.
-struct TransformerShape {
-  std::string name;
-  int64_t n_layer = 0;
-  int64_t d_model = 0;     // C
-  int64_t n_head = 0;
-  int64_t n_kv_head = 0;   // grouped-query attention; = n_head for multi-head
-  int64_t ffn_hidden = 0;  // F: MLP width (GPT-2: 4C)
-  int64_t vocab = 0;       // V
-  int64_t seq_len = 0;     // T: training sequence (and rows of wpe when learned)
-  bool tied_embeddings = true;    // LM head = wte
-  bool gated_mlp = false;         // SwiGLU: gate, up (C -> F) and down (F -> C)
-  bool learned_positions = true;  // wpe (T, C); false: rotary, no parameters
-  bool biases = true;             // biases of the linear layers
-  std::string norm = "layernorm";  // layernorm (weight + bias) | rmsnorm (weight)
-
-  int64_t head_dim() const { return d_model / n_head; }
-  int64_t qkv_width() const { return d_model + 2 * n_kv_head * head_dim(); }  // C + 2 C kv/heads
-  void validate() const;  // throws UserError naming the bad field
+// What one pipeline stage holds and runs, as the partitioner placed it.
+struct StageContents {
+  std::vector<std::vector<int>> chunks;  // per local chunk, in order: its units (model indices, ascending)
+  int mirror = -1;                       // a unit held only as a tie copy, never run (the tied embedding), or -1
+  int in_flight = 1;                     // (micro-batch, chunk) pairs past forward and before backward, at most
+  std::vector<int> units() const;        // every unit held, chunks' and mirror, ascending
 };
 
-// GPT-2 as ztrain builds it: LayerNorm, biases, learned positions (seq_len
-// rows), LM head tied to wte, F = 4C.
-TransformerShape gpt_shape(const GptConfig& cfg);
-// Llama-2 70B: 80 layers, C 8192, 64 heads, 8 KV heads, F 28672, V 32000,
-// T 4096, RMSNorm, no biases, untied head, SwiGLU, rotary positions.
-TransformerShape llama2_70b_shape();
-
-// One unit (DESIGN.md: embedding, each block, head) as ZeRO sees it.
-struct UnitParams {
-  std::string name;
-  int64_t numel = 0;        // own parameters
-  int tied_unit = -1;       // unit whose parameter this one also reads (tied head), or -1
-  int64_t tied_numel = 0;   // elements of that parameter
-};
-
-std::vector<UnitParams> unit_params(const TransformerShape& s);
-int64_t block_parameters(const TransformerShape& s);
-int64_t count_parameters(const TransformerShape& s);  // a tied parameter counts once
-
-// Bytes per token that one block keeps from its forward to its backward
-// (stash plus its output; its input is the previous unit's output), and that
-// its backward needs as temporaries. act: bytes of the activation dtype.
-int64_t block_saved_bytes_per_token(const TransformerShape& s, int64_t act);
-int64_t block_backward_bytes_per_token(const TransformerShape& s, int64_t act);
+// The whole model as one stage: no pipeline.
+StageContents whole_model(const ModelDesc& m);
 
 struct EstimateInput {
-  TransformerShape shape;
+  ModelDesc model;
+  std::vector<StageContents> stages;  // one per pipeline stage; empty: whole_model (pp 1)
   int world = 1;  // ranks = dp * pp
   int dp = 1;
-  int pp = 1;
+  int pp = 1;  // = stages.size() when stages are given
   int zero_stage = 0;
   std::string offload_optimizer = "none";  // none|cpu|nvme (stage >= 1)
   std::string offload_param = "none";      // none|cpu|nvme (stage 3)
@@ -108,6 +77,10 @@ struct MemoryEstimateRow {
   int64_t grads = 0;        // fp32: full, shard, and full-size buffers of the units in backward
   int64_t optimizer = 0;    // fp32 master (not at stage 0 in fp32) + Adam m + v
   int64_t activations = 0;  // saved for backward, all in-flight micro-batches
+  // What one micro-batch keeps in its saved-activations arena on the stage
+  // (every chunk of the stage, trainer buffers excluded): the size to give
+  // each micro-batch's arena.
+  int64_t micro_batch_activations = 0;
   int64_t comm = 0;         // reduce / all-gather staging buckets
   int64_t workspace = 0;    // backward temporaries, recomputation, logits chunk
   int64_t host = 0;         // host memory for offload (pinned)
@@ -116,6 +89,8 @@ struct MemoryEstimateRow {
   int64_t model_states() const { return params + grads + optimizer; }
 };
 
+// One row per pipeline stage, and the stage needing most.
+std::vector<MemoryEstimateRow> estimate_stages(const EstimateInput& in);
 MemoryEstimateRow estimate(const EstimateInput& in);
 
 // Stage 0 (offload none, cpu, nvme: the last two unsupported), stages 1 and 2

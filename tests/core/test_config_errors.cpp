@@ -102,6 +102,15 @@ TEST(ConfigErrors, EnumValueSuggestsNearest) {
             "\"interleave\"; did you mean \"interleaved\"?");
 }
 
+TEST(ConfigErrors, UnknownModelArchitectureListsTheKnownOnes) {
+  EXPECT_EQ(parse_error(R"({"model": {"arch": "llama"}})"),
+            "config.json: model.arch: expected one of \"gpt2\", found \"llama\"");
+  EXPECT_EQ(parse_error(R"({"model": {"arch": "gpt-2", "preset": "gpt2-124m"}})"),
+            "config.json: model.arch: expected one of \"gpt2\", found \"gpt-2\"; did you mean \"gpt2\"?");
+  EXPECT_EQ(parse_error(R"({"model": {"arch": 2}})"), "config.json: model.arch: expected one of \"gpt2\", found 2");
+  EXPECT_CONTAINS(parse_error("{}", {"model.arch=bert"}), "model.arch: expected one of \"gpt2\", found \"bert\"");
+}
+
 TEST(ConfigErrors, InconsistentBatchTripletShowsArithmetic) {
   Config cfg = parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
                          "gradient_accumulation_steps": 2})");

@@ -11,7 +11,8 @@ namespace {
 // Field-by-field equality, so that the round trip catches a field that
 // resolved_json forgets to write.
 auto fields(const ModelConfig& m) {
-  return std::tie(m.preset, m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, m.activation_checkpointing);
+  return std::tie(m.arch, m.preset, m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size,
+                  m.activation_checkpointing);
 }
 auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded); }
 auto fields(const TrainConfig& t) { return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps); }
@@ -204,6 +205,7 @@ TEST(ConfigParse, ModelPresets) {
                             Expected{"gpt2-1.3b", 24, 32, 2048, 1024, 50257}}) {
     const Config cfg = parse(R"({"model": {"preset": ")" + std::string(e.preset) + R"("}})");
     EXPECT_EQ(cfg.model.preset, e.preset);
+    EXPECT_EQ(cfg.model.arch, "gpt2") << e.preset;
     EXPECT_EQ(cfg.model.n_layer, e.n_layer) << e.preset;
     EXPECT_EQ(cfg.model.n_head, e.n_head) << e.preset;
     EXPECT_EQ(cfg.model.d_model, e.d_model) << e.preset;
@@ -223,6 +225,20 @@ TEST(ConfigParse, ModelPresets) {
   EXPECT_EQ(cfg.model.d_model, 64);
   EXPECT_TRUE(cfg.model.activation_checkpointing);
   EXPECT_EQ(parse(R"({"model": {}})").model.preset, "tiny");
+}
+
+TEST(ConfigParse, ModelArchitecture) {
+  // Without the key, the preset's architecture (every preset is a GPT-2),
+  // or tiny's when there is no preset.
+  EXPECT_EQ(parse("{}").model.arch, "gpt2");
+  EXPECT_EQ(parse(R"({"model": {"preset": "gpt2-350m"}})").model.arch, "gpt2");
+  EXPECT_EQ(parse(R"({"model": {"n_layer": 3}})").model.arch, "gpt2");
+  const Config cfg = parse(R"({"model": {"arch": "GPT2", "preset": "gpt2-124m"}})");
+  EXPECT_EQ(cfg.model.arch, "gpt2");
+  EXPECT_EQ(cfg.model.n_layer, 12);
+  EXPECT_EQ(parse("{}", {"model.arch=gpt2"}).model.arch, "gpt2");
+  // It goes into checkpoint manifests.
+  EXPECT_EQ(resolved_json(cfg)["model"]["arch"], "gpt2");
 }
 
 TEST(ConfigParse, Schedulers) {
@@ -398,6 +414,7 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   EXPECT_EQ(j["train_batch_size"], "auto");  // not resolved yet
   EXPECT_EQ(j["zero_optimization"]["offload_param"]["max_in_cpu"], 1000000000);
   EXPECT_EQ(j["model"]["preset"], "tiny");
+  EXPECT_EQ(j["model"]["arch"], "gpt2");
   EXPECT_EQ(j["data"]["embedded"], true);
   EXPECT_TRUE(j["scheduler"].is_null());
   // Unresolved, it still parses back.

@@ -59,8 +59,14 @@ float value(int s, int unit, int64_t i) {
   return from_bits(0x3C000000u + static_cast<uint32_t>(h % 0x04000000u)) * ((h >> 40) & 1 ? -1.0f : 1.0f);
 }
 
+// The manifest's config.model of the checkpoints below (no arch: written
+// before the key existed, which means gpt2).
+nlohmann::json gpt_model() {
+  return {{"n_layer", L}, {"n_head", NH}, {"d_model", C}, {"seq_len", T}, {"vocab_size", V}};
+}
+
 // A committed dp-way (ZeRO 1) checkpoint at DIR/step_7.
-void write_gpt_checkpoint(const std::string& dir, int dp, int pp = 1) {
+void write_gpt_checkpoint(const std::string& dir, int dp, int pp = 1, const nlohmann::json& model = gpt_model()) {
   const std::string tmp = zt::checkpoint_tmp_dir(dir, 7);
   fs::create_directories(tmp);
   std::map<std::string, std::string> sha;
@@ -78,7 +84,7 @@ void write_gpt_checkpoint(const std::string& dir, int dp, int pp = 1) {
     sha[zt::rank_file_name(r)] = zt::write_shard_file(tmp + "/" + zt::rank_file_name(r), shards);
   }
   nlohmann::json manifest = {
-      {"config", {{"model", {{"n_layer", L}, {"n_head", NH}, {"d_model", C}, {"seq_len", T}, {"vocab_size", V}}}}},
+      {"config", {{"model", model}}},
       {"topology", {{"world", dp * pp}, {"pp", pp}, {"num_chunks", 1}, {"dp", dp}, {"zero_stage", 1}}},
       {"applied_steps", 7}};
   zt::commit_checkpoint(dir, 7, manifest, sha, 0);
@@ -217,6 +223,43 @@ TEST(ZckptExport, SafetensorsF32AndBf16) {
   for (int64_t i = 0; i < C; ++i)
     for (int64_t j = 0; j < 3 * C; ++j)
       ASSERT_EQ(bf_at("h.0.attn.c_attn.weight", i * 3 * C + j), zt::f32_to_bf16(value(0, 1, kAttnW + j * C + i)).bits);
+}
+
+// The model comes from the manifest's config.model: its architecture (gpt2
+// when absent) and sizes, checked against the checkpoint's units.
+TEST(ZckptExport, ModelFromTheManifest) {
+  TempDir dir;
+  nlohmann::json model = gpt_model();
+  model["arch"] = "gpt2";
+  write_gpt_checkpoint(dir / "arch", 1, 1, model);
+  Result r = zckpt(dir, "export " + (dir / "arch/step_7") + " --out " + (dir / "hf"));
+  EXPECT_EQ(r.code, 0) << r.out;
+
+  model["arch"] = "llama";
+  write_gpt_checkpoint(dir / "llama", 1, 1, model);
+  r = zckpt(dir, "export " + (dir / "llama/step_7") + " --out " + (dir / "x"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("config.model.arch: unknown architecture \"llama\"; known architectures: \"gpt2\""),
+            std::string::npos)
+      << r.out;
+
+  model = gpt_model();
+  model["n_layer"] = L + 1;
+  write_gpt_checkpoint(dir / "layers", 1, 1, model);
+  r = zckpt(dir, "logits " + (dir / "layers/step_7") + " --tokens 1,2 --out " + (dir / "l.npy"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("checkpoint has 4 units, a gpt2 with n_layer 3 has 5"), std::string::npos) << r.out;
+
+  model = gpt_model();
+  model["d_model"] = 2 * C;
+  write_gpt_checkpoint(dir / "width", 1, 1, model);
+  r = zckpt(dir, "export " + (dir / "width/step_7") + " --out " + (dir / "y"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  const std::string expect = "checkpoint unit 0 (embedding) has " + std::to_string(unit_numel(0)) +
+                             " elements, a gpt2 with n_layer 2 has unit 0 (embedding) of " +
+                             std::to_string(2 * unit_numel(0));
+  EXPECT_NE(r.out.find(expect), std::string::npos)
+      << r.out;
 }
 
 TEST(ZckptExport, Hdf5) {

@@ -228,7 +228,7 @@ TEST(GptModel, InitIsShardableAndGpt2Scaled) {
 
 TEST(GptModel, Gpt2SmallParameterCountAndFlops) {
   const GptConfig cfg{12, 12, 768, 1024, 50257};
-  const Model m = make_gpt_model(cfg);
+  const Model m = build_model(describe_gpt2(gpt2_shape(cfg)));
   EXPECT_EQ(m.num_units(), 14);
   EXPECT_EQ(m.num_params(), 124439808);  // GPT-2 small with tied wte
   EXPECT_EQ(m.unit(13).tied().size(), 1u);
@@ -236,6 +236,7 @@ TEST(GptModel, Gpt2SmallParameterCountAndFlops) {
   EXPECT_FALSE(m.unit(0).checkpointable());
   const double expect = 6.0 * (124439808.0 - 1024 * 768) + 12.0 * 12 * 768 * 1024;
   EXPECT_DOUBLE_EQ(m.flops_per_token(), expect);
+  EXPECT_DOUBLE_EQ(gpt_flops_per_token(cfg), expect);
 }
 
 }  // namespace

@@ -2,13 +2,15 @@
 // per-stage relations of ZeRO, offload moving bytes off the device, and the
 // two places where the estimate must equal what ztrain really allocates: the
 // model states of the flat layout (what ZeroEngine allocates) and the
-// activations the unit runner saves for backward.
+// activations the unit runner saves for backward. Pipeline stages as the
+// partitioner makes them are tested in test_estimator_stages.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
 
 #include "../modules/module_test_support.hpp"
+#include "modules/llama_desc.hpp"
 #include "zero/estimator.hpp"
 #include "zero/flat_layout.hpp"
 
@@ -25,9 +27,12 @@ std::vector<const Unit*> unit_views(const std::vector<std::unique_ptr<Unit>>& un
   return v;
 }
 
-EstimateInput input_for(const TransformerShape& s, int dp, int stage, DType dt = DType::bf16) {
+ModelDesc gpt(const GptConfig& c) { return describe_gpt2(gpt2_shape(c)); }
+ModelDesc llama() { return describe_llama(llama2_70b_shape()); }
+
+EstimateInput input_for(const ModelDesc& m, int dp, int stage, DType dt = DType::bf16) {
   EstimateInput in;
-  in.shape = s;
+  in.model = m;
   in.world = in.dp = dp;
   in.zero_stage = stage;
   in.param_dtype = dt;
@@ -36,21 +41,22 @@ EstimateInput input_for(const TransformerShape& s, int dp, int stage, DType dt =
 }
 
 TEST(Estimator, ParameterCounts) {
-  EXPECT_EQ(count_parameters(gpt_shape(kGpt2)), 124439808);
-  const int64_t llama = count_parameters(llama2_70b_shape());
-  EXPECT_NEAR(static_cast<double>(llama), 68.98e9, 68.98e9 * 1e-3);
-  EXPECT_EQ(llama, 68976648192);  // 80 x 855,654,400 + 2 x 32000 x 8192 + 8192
-  // The shape agrees with the model ztrain builds, unit by unit.
+  EXPECT_EQ(gpt(kGpt2).num_params(), 124439808);
+  const int64_t n = llama().num_params();
+  EXPECT_NEAR(static_cast<double>(n), 68.98e9, 68.98e9 * 1e-3);
+  EXPECT_EQ(n, 68976648192);  // 80 x 855,654,400 + 2 x 32000 x 8192 + 8192
+  EXPECT_EQ(llama().units[1].numel(), 855654400);
+  // The description is the model ztrain builds, unit by unit.
   for (const GptConfig& c : {kGpt2, kTiny, kOdd}) {
     const auto units = build_gpt(c);
-    const std::vector<UnitParams> est = unit_params(gpt_shape(c));
-    ASSERT_EQ(est.size(), units.size());
+    const ModelDesc d = gpt(c);
+    ASSERT_EQ(static_cast<size_t>(d.num_units()), units.size());
     for (size_t u = 0; u < units.size(); ++u) {
       int64_t n = 0;
       for (const ParamSpec& p : units[u]->params()) n += p.shape.numel();
-      EXPECT_EQ(est[u].numel, n) << units[u]->name();
+      EXPECT_EQ(d.units[u].numel(), n) << units[u]->name();
     }
-    EXPECT_EQ(count_parameters(gpt_shape(c)), count_params(unit_views(units)));
+    EXPECT_EQ(d.num_params(), count_params(unit_views(units)));
   }
 }
 
@@ -67,7 +73,7 @@ TEST(Estimator, ModelStatesMatchFlatLayout) {
     for (DType dt : {DType::f32, DType::bf16}) {
       const int64_t pb = static_cast<int64_t>(dtype_size(dt));
       const FlatLayout whole(views, 1);
-      const MemoryEstimateRow s0 = estimate(input_for(gpt_shape(c), 4, 0, dt));
+      const MemoryEstimateRow s0 = estimate(input_for(gpt(c), 4, 0, dt));
       EXPECT_EQ(s0.params, whole.total_padded() * pb);
       EXPECT_EQ(s0.grads, whole.total_padded() * 4);
       EXPECT_EQ(s0.optimizer, whole.total_padded() * ((dt == DType::f32 ? 0 : 4) + 8));
@@ -79,8 +85,8 @@ TEST(Estimator, ModelStatesMatchFlatLayout) {
           if (u > 0) others = std::max(others, layout.unit(u).padded);
         }
         const int64_t wte_owner = layout.unit(0).padded;
-        const MemoryEstimateRow s1 = estimate(input_for(gpt_shape(c), dp, 1, dt));
-        const MemoryEstimateRow s2 = estimate(input_for(gpt_shape(c), dp, 2, dt));
+        const MemoryEstimateRow s1 = estimate(input_for(gpt(c), dp, 1, dt));
+        const MemoryEstimateRow s2 = estimate(input_for(gpt(c), dp, 2, dt));
         EXPECT_EQ(s1.params, layout.total_padded() * pb);
         EXPECT_EQ(s1.grads, (layout.total_padded() + shard) * 4);
         EXPECT_EQ(s1.optimizer, shard * 12);
@@ -89,7 +95,7 @@ TEST(Estimator, ModelStatesMatchFlatLayout) {
         EXPECT_EQ(s2.optimizer, shard * 12);
         // Stage 3 with every unit partitioned, no prefetch and no reuse: the
         // live units are the head and the embedding it ties to, or a block.
-        EstimateInput in = input_for(gpt_shape(c), dp, 3, dt);
+        EstimateInput in = input_for(gpt(c), dp, 3, dt);
         in.stage3_param_persistence_threshold = 1;
         in.stage3_prefetch_bucket_size = 0;
         in.stage3_max_reuse_distance = -1;
@@ -104,13 +110,14 @@ TEST(Estimator, ModelStatesMatchFlatLayout) {
 }
 
 TEST(Estimator, StagesPartitionByDp) {
-  const TransformerShape s = llama2_70b_shape();
+  const ModelDesc s = llama();
   const int dp = 8;
   const MemoryEstimateRow r0 = estimate(input_for(s, dp, 0)), r1 = estimate(input_for(s, dp, 1)),
                           r2 = estimate(input_for(s, dp, 2)), r3 = estimate(input_for(s, dp, 3));
-  const int64_t psi = count_parameters(s);
-  const int64_t block = block_parameters(s) + (dp - block_parameters(s) % dp) % dp;  // padded
-  const int64_t head = psi - 80 * block_parameters(s) - 32000 * 8192;                 // untied: norm + lm_head
+  const int64_t psi = s.num_params();
+  const int64_t block_params = s.units[1].numel();
+  const int64_t block = block_params + (dp - block_params % dp) % dp;  // padded
+  const int64_t head = psi - 80 * block_params - 32000 * 8192;           // untied: norm + lm_head
   // Replicated: 2 + 4 + 12 = 18 bytes per parameter (fp32 gradients).
   EXPECT_EQ(r0.model_states(), 18 * psi);
   // Padding adds fewer than dp elements per unit (82 units).
@@ -136,9 +143,9 @@ TEST(Estimator, StagesPartitionByDp) {
 
 TEST(Estimator, Stage3PrefetchReuseAndPersistence) {
   // Blocks of 49,856 parameters, larger than the embedding and the head.
-  EstimateInput in = input_for(gpt_shape(GptConfig{4, 4, 64, 64, 256}), 2, 3);
-  const int64_t block = block_parameters(in.shape);
-  const int64_t padded = count_parameters(in.shape);  // every unit is even: no padding at dp 2
+  EstimateInput in = input_for(gpt(GptConfig{4, 4, 64, 64, 256}), 2, 3);
+  const int64_t block = in.model.units[1].numel();
+  const int64_t padded = in.model.num_params();  // every unit is even: no padding at dp 2
   in.stage3_param_persistence_threshold = 1;          // nothing persists
   in.stage3_max_reuse_distance = -1;                  // nothing is kept after its use
   in.stage3_prefetch_bucket_size = 0;
@@ -154,13 +161,13 @@ TEST(Estimator, Stage3PrefetchReuseAndPersistence) {
   in.stage3_max_reuse_distance = 1000000000;
   EXPECT_EQ(estimate(in).params, (padded + padded / 2) * 2);
   // Persistence: every unit under 1e5 stays whole; the working shard remains.
-  in = input_for(in.shape, 2, 3);
+  in = input_for(in.model, 2, 3);
   in.stage3_max_reuse_distance = -1;
   EXPECT_EQ(estimate(in).params, (padded + padded / 2) * 2);
 }
 
 TEST(Estimator, OffloadMovesBytesOffTheDevice) {
-  const TransformerShape s = llama2_70b_shape();
+  const ModelDesc s = llama();
   for (int stage = 1; stage <= 3; ++stage) {
     EstimateInput in = input_for(s, 8, stage);
     const MemoryEstimateRow dev = estimate(in);
@@ -195,18 +202,21 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
 }
 
 TEST(Estimator, CheckpointingReducesActivations) {
-  for (const TransformerShape& s : {gpt_shape(kGpt2), llama2_70b_shape()}) {
+  for (const ModelDesc& s : {gpt(kGpt2), llama()}) {
     EstimateInput in = input_for(s, 8, 3);
     const MemoryEstimateRow off = estimate(in);
     in.activation_checkpointing = true;
     const MemoryEstimateRow on = estimate(in);
-    EXPECT_LT(on.activations * 5, off.activations) << s.name;
+    EXPECT_LT(on.activations * 5, off.activations) << s.shape.name;
     EXPECT_GT(on.workspace, off.workspace) << "one block's stash is recomputed";
     EXPECT_LT(on.total(), off.total());
   }
   // GPT-2: 12C values in the activation dtype + (4 + n_head) fp32 per token.
-  const TransformerShape g = gpt_shape(kGpt2);
-  EXPECT_EQ(block_saved_bytes_per_token(g, 2), 12 * 768 * 2 + (4 + 12) * 4);
+  const UnitActivations& g = gpt(kGpt2).units[1].act;
+  EXPECT_EQ((g.output + g.stash).bytes(2), 12 * 768 * 2 + (4 + 12) * 4);
+  // Llama-2 70B: 6.25C + 2F values (qkv C + 2C kv/heads) + (2 + n_head) fp32.
+  const UnitActivations& l = llama().units[1].act;
+  EXPECT_EQ((l.output + l.stash).bytes(2), 217088 + 264);
 }
 
 // The activations the runner really saves: the saved arena's high-water mark
@@ -235,13 +245,14 @@ TEST(Estimator, ActivationsMatchTheRunner) {
       const size_t saved = mb.saved.capacity();
       runner.backward(0, L, mb, store, store, w.tensor());
 
-      EstimateInput in = input_for(gpt_shape(c), 1, 0, dt);
+      EstimateInput in = input_for(gpt(c), 1, 0, dt);
       in.micro_batch = B;
       in.activation_checkpointing = ckpt;
       const MemoryEstimateRow r = estimate(in);
       const int64_t trainer_buffers = 12 * B * c.seq_len;  // tokens, targets, loss weights
       EXPECT_EQ(r.activations - trainer_buffers, static_cast<int64_t>(saved))
           << dtype_name(dt) << (ckpt ? " checkpointed" : "");
+      EXPECT_EQ(r.micro_batch_activations, static_cast<int64_t>(saved));
       // The CPU kernels' scratch also holds staging copies and per-thread
       // attention buffers that the estimate leaves out; it stays the same order.
       const double scratch = static_cast<double>(mb.scratch.capacity());
@@ -253,22 +264,41 @@ TEST(Estimator, ActivationsMatchTheRunner) {
   }
 }
 
+// Stages given by hand (test_estimator_stages.cpp takes them from the
+// partitioner): four stages of 20 Llama blocks, 1F1B's pp - s in flight.
 TEST(Estimator, PipelineStagesShareTheModel) {
-  const TransformerShape s = llama2_70b_shape();
+  const ModelDesc s = llama();
   EstimateInput in = input_for(s, 8, 1);
   const MemoryEstimateRow flat = estimate(in);
   in.pp = 4;
   in.dp = 2;
+  for (int st = 0; st < 4; ++st) {
+    StageContents sc;
+    sc.chunks.emplace_back();
+    for (int u = (st == 0 ? 0 : 1 + 20 * st); u < 1 + 20 * (st + 1) + (st == 3 ? 1 : 0); ++u)
+      sc.chunks.back().push_back(u);
+    sc.in_flight = 4 - st;
+    in.stages.push_back(sc);
+  }
+  const std::vector<MemoryEstimateRow> rows = estimate_stages(in);
+  ASSERT_EQ(rows.size(), 4u);
+  int64_t params = 0;
+  for (const MemoryEstimateRow& r : rows) params += r.stage_params;
+  EXPECT_EQ(params, flat.num_params);
   const MemoryEstimateRow piped = estimate(in);
   EXPECT_LT(piped.stage_params, flat.num_params / 3);
   EXPECT_GT(piped.stage_params, flat.num_params / 5);
   // Stage 0 keeps pp micro-batches of its quarter of the layers in flight.
   EXPECT_NEAR(static_cast<double>(piped.activations), static_cast<double>(flat.activations), 0.05 * flat.activations);
   EXPECT_EQ(piped.pp_stage, 0);
+  // The last stage keeps one micro-batch (its 20 blocks and the head).
+  EXPECT_LT(rows[3].activations, rows[0].activations / 3);
+  EXPECT_EQ(rows[3].activations, in.micro_batch * 4096 * 12 + rows[3].micro_batch_activations);
+  EXPECT_LT(rows[0].micro_batch_activations * 3, rows[0].activations);
 }
 
 TEST(Estimator, Tables) {
-  const std::vector<MemoryEstimateRow> rows = estimate_table(input_for(gpt_shape(kTiny), 2, 0));
+  const std::vector<MemoryEstimateRow> rows = estimate_table(input_for(gpt(kTiny), 2, 0));
   ASSERT_EQ(rows.size(), 13u);
   int unsupported = 0;
   for (const MemoryEstimateRow& r : rows) unsupported += r.supported ? 0 : 1;

@@ -1,0 +1,93 @@
+#include "modules/model_desc.hpp"
+
+#include "core/error.hpp"
+#include "modules/gpt.hpp"
+
+namespace zt {
+
+void ModelShape::validate() const {
+  auto need = [&](bool ok, const char* what, int64_t v) {
+    if (!ok) ZT_USER_ERROR("model shape ", name, " (", arch, "): ", what, ", got ", v);
+  };
+  need(n_layer >= 1, "n_layer must be >= 1", n_layer);
+  need(n_head >= 1 && d_model >= 1 && d_model % n_head == 0, "d_model must be a positive multiple of n_head",
+       d_model);
+  need(n_kv_head >= 1 && n_head % n_kv_head == 0, "n_kv_head must divide n_head", n_kv_head);
+  need(ffn_hidden >= 1, "ffn_hidden must be >= 1", ffn_hidden);
+  need(vocab >= 1, "vocab must be >= 1", vocab);
+  need(seq_len >= 1, "seq_len must be >= 1", seq_len);
+}
+
+TokenBytes operator+(const TokenBytes& a, const TokenBytes& b) { return {a.act + b.act, a.f32 + b.f32}; }
+
+Shape TensorDesc::hf_shape() const {
+  if (hf_layout == HfLayout::as_is) return shape;
+  ZT_CHECK(shape.rank() == 2, "tensor ", name, ": a transposed layout needs a 2-D shape, got ", shape.str());
+  return Shape{shape[1], shape[0]};
+}
+
+const char* unit_kind_name(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::embedding: return "embedding";
+    case UnitKind::block: return "block";
+    case UnitKind::head: return "head";
+  }
+  return "?";
+}
+
+int64_t UnitDesc::numel() const {
+  int64_t n = 0;
+  for (const TensorDesc& t : tensors) n += t.shape.numel();
+  return n;
+}
+
+std::vector<ParamSpec> UnitDesc::params() const {
+  std::vector<ParamSpec> out;
+  out.reserve(tensors.size());
+  for (const TensorDesc& t : tensors) out.push_back({t.name, t.shape, t.weight_decay});
+  return out;
+}
+
+int64_t ModelDesc::num_params() const {
+  int64_t n = 0;
+  for (const UnitDesc& u : units) n += u.numel();
+  return n;
+}
+
+std::vector<int64_t> ModelDesc::unit_numels() const {
+  std::vector<int64_t> out;
+  for (const UnitDesc& u : units) out.push_back(u.numel());
+  return out;
+}
+
+std::vector<std::vector<int>> ModelDesc::unit_ties() const {
+  std::vector<std::vector<int>> out;
+  for (const UnitDesc& u : units) {
+    out.emplace_back();
+    for (const TiedParam& t : u.tied) out.back().push_back(t.unit);
+  }
+  return out;
+}
+
+namespace {
+
+// "gpt2-124m"; "gpt2 tiny" for a preset that does not name its architecture;
+// "gpt2 (custom sizes)" without a preset.
+std::string report_name(const ModelConfig& cfg) {
+  if (cfg.preset.empty()) return cfg.arch + " (custom sizes)";
+  if (cfg.preset.rfind(cfg.arch, 0) == 0) return cfg.preset;
+  return cfg.arch + " " + cfg.preset;
+}
+
+}  // namespace
+
+ModelDesc describe_model(const ModelConfig& cfg) {
+  if (cfg.arch == "gpt2")
+    return describe_gpt2(
+        gpt2_shape(GptConfig{cfg.n_layer, cfg.n_head, cfg.d_model, cfg.seq_len, cfg.vocab_size}, report_name(cfg)));
+  std::string known;
+  for (const std::string& a : model_architectures()) known += (known.empty() ? "\"" : ", \"") + a + "\"";
+  ZT_USER_ERROR("model.arch: unknown architecture \"", cfg.arch, "\"; known architectures: ", known);
+}
+
+}  // namespace zt
