@@ -57,9 +57,9 @@ struct PipelineExecutor::Walk {
 
 PipelineExecutor::PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner,
                                    Device& dev, Kernels& kernels, Communicator& pp, int64_t B, int64_t T,
-                                   size_t arena_chunk_bytes)
+                                   ArenaChunks arena_chunks)
     : chunks_(std::move(chunks)), P_(P), V_(V), stage_(stage), runner_(runner), dev_(dev), kernels_(kernels), pp_(pp),
-      B_(B), T_(T), chunk_bytes_(arena_chunk_bytes), scratch_(dev, MemTag::workspace, arena_chunk_bytes) {
+      B_(B), T_(T), chunks_bytes_(arena_chunks), scratch_(dev, MemTag::workspace, arena_chunks.scratch) {
   ZT_CHECK(static_cast<int>(chunks_.size()) == P * V, "pipeline: ", chunks_.size(), " chunks for P=", P, " V=", V);
   ZT_CHECK(chunks_.front().first == 0 && chunks_.back().last == runner.num_units(), "pipeline: the chunks cover units [",
            chunks_.front().first, ", ", chunks_.back().last, "), the model has ", runner.num_units());
@@ -77,7 +77,7 @@ PipelineExecutor::InFlight& PipelineExecutor::flight(int mb) {
     f = std::move(pool_.back());
     pool_.pop_back();
   } else {
-    f = std::make_unique<InFlight>(dev_, runner_.num_units(), V_, chunk_bytes_, scratch_, B_, T_);
+    f = std::make_unique<InFlight>(dev_, runner_.num_units(), V_, chunks_bytes_.saved, scratch_, B_, T_);
   }
   f->state.reset();
   return *flights_.emplace(mb, std::move(f)).first->second;

@@ -60,13 +60,20 @@ struct WalkArgs {
   bool train = true;
 };
 
+// Growth steps of the arenas ([Note: micro-batch memory] in runner.hpp): each
+// micro-batch's saved activations, and the scratch they all share.
+struct ArenaChunks {
+  size_t saved = size_t{64} << 20;
+  size_t scratch = size_t{64} << 20;
+};
+
 class PipelineExecutor {
  public:
   // chunks: the P*V global chunks' unit ranges; stage: this rank's index in
   // `pp` (the pipeline group, ranks ordered by stage; a group of one rank
-  // when P == 1). arena_chunk_bytes: growth step of the micro-batch arenas.
+  // when P == 1).
   PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner, Device& dev,
-                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, size_t arena_chunk_bytes);
+                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, ArenaChunks arena_chunks);
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
@@ -104,8 +111,8 @@ class PipelineExecutor {
   Kernels& kernels_;
   Communicator& pp_;
   int64_t B_, T_;
-  size_t chunk_bytes_;  // growth step of each micro-batch's arenas
-  Arena scratch_;       // the workspace every micro-batch in flight shares
+  ArenaChunks chunks_bytes_;
+  Arena scratch_;  // the workspace every micro-batch in flight shares
   std::map<int, std::unique_ptr<InFlight>> flights_;  // by micro-batch
   std::vector<std::unique_ptr<InFlight>> pool_;       // finished, kept for reuse
 };

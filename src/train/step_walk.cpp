@@ -12,12 +12,12 @@ double now_s() {
 StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
                    Kernels& kernels, CommBundle& comms, ZeroEngine& zero, OptimizerPlacement& placement,
                    GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data,
-                   size_t arena_chunk_bytes)
+                   ArenaChunks arena_chunks)
     : opts_(opts), dev_(dev), kernels_(kernels), comms_(comms), zero_(zero), placement_(placement),
       finalizer_(finalizer), schedule_(schedule), data_(data) {
   const int M = static_cast<int>(opts.accum);
   executor_ = std::make_unique<PipelineExecutor>(plan.chunks, opts.P, opts.V, stage, runner, dev, kernels,
-                                                 *comms.pipeline().tensors, opts.B, opts.T, arena_chunk_bytes);
+                                                 *comms.pipeline().tensors, opts.B, opts.T, arena_chunks);
   train_program_ = make_schedule(opts.schedule, opts.P, opts.V, M, stage);
   eval_program_ = make_forward_schedule(opts.P, opts.V, M, stage);
   dloss_ = Buffer(dev, math_dtype(opts.act_dtype), Shape{opts.B, opts.T}, MemTag::activations);

@@ -31,7 +31,7 @@ class StepWalk final : private StepHooks {
  public:
   StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
            Kernels& kernels, CommBundle& comms, ZeroEngine& zero, OptimizerPlacement& placement,
-           GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data, size_t arena_chunk_bytes);
+           GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data, ArenaChunks arena_chunks);
   ~StepWalk() override;
 
   // Takes step state.step + 1: walks the schedule, reduces, updates; advances

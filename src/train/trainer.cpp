@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/log.hpp"
-#include "modules/gpt.hpp"
+#include "modules/model.hpp"
 #include "modules/runner.hpp"
 #include "optim/device_adamw.hpp"
 #include "train/checkpointing.hpp"
@@ -33,8 +33,7 @@ struct Trainer::Impl {
   RunOptions opts;
   InjectedFault fault = injected_fault();  // fault tests (train/fault_injection.hpp)
   std::unique_ptr<DataFeed> data;
-  std::vector<std::unique_ptr<Unit>> units_owned;
-  std::vector<const Unit*> units;
+  std::unique_ptr<Model> model;
   StagePlan plan;  // this rank's pipeline stage
   std::unique_ptr<ZeroEngine> zero;
   std::unique_ptr<OptimizerPlacement> placement;
@@ -61,38 +60,34 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   Topology& topo = s.topo;
   s.data = std::make_unique<DataFeed>(cfg, o.B, o.T, o.global_batch, o.accum, topo.dp_rank(), topo.dp_size(), dev);
 
-  s.units_owned = build_gpt(GptConfig{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len,
-                                      cfg.model.vocab_size});
-  for (const auto& u : s.units_owned) s.units.push_back(u.get());
-  std::vector<int64_t> unit_params;
-  std::vector<std::vector<int>> ties;
-  for (const Unit* u : s.units) {
-    int64_t n = 0;
-    for (const ParamSpec& p : u->params()) n += p.shape.numel();
-    unit_params.push_back(n);
-    ties.emplace_back();
-    for (const TiedParam& t : u->tied()) ties.back().push_back(t.unit);
-  }
-  s.plan = plan_stage(unit_params, ties, o.P, o.V, o.partition, topo.pp_rank());
+  // The model from its description; this rank's stage of it.
+  s.model = std::make_unique<Model>(build_model(describe_model(cfg.model)));
+  const ModelDesc& desc = s.model->desc();
+  const std::vector<const Unit*>& units = s.model->units();
+  s.plan = plan_stage(desc.unit_numels(), desc.unit_ties(), o.P, o.V, o.partition, topo.pp_rank());
 
-  s.zero = std::make_unique<ZeroEngine>(s.units, o.zero, dev, kernels, *comms.data().tensors, *comms.data().host,
+  s.zero = std::make_unique<ZeroEngine>(units, o.zero, dev, kernels, *comms.data().tensors, *comms.data().host,
                                         s.plan.local);
   s.placement = make_device_adamw(dev, o.adamw);
   s.schedule = make_lr_schedule(o.lr);
-  s.runner = std::make_unique<UnitRunner>(s.units, kernels, dev, o.param_dtype, o.act_dtype,
+  s.runner = std::make_unique<UnitRunner>(units, kernels, dev, o.param_dtype, o.act_dtype,
                                           cfg.model.activation_checkpointing);
-  s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, s.units, s.plan.mirror, o, s.fault);
-  // The activation arenas start with one chunk of the estimator's figure for
-  // a micro-batch (plus 5%), so one chunk usually holds it all and the peak
-  // bytes reported are what a micro-batch really keeps; they grow by such
-  // chunks if the estimate was short.
-  const double estimate = estimate_memory(cfg, topo.dp_size()).row.activations;
-  const size_t chunk = std::max<size_t>(size_t{1} << 16, static_cast<size_t>(estimate * 1.05));
+  s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, units, s.plan.mirror, o, s.fault);
+  // Each micro-batch's saved-activation arena starts with one chunk of the
+  // estimator's figure for one micro-batch on this stage, and the shared
+  // scratch arena with its workspace figure (each plus 5%), so one chunk
+  // usually holds it all and the peak bytes reported are what the step
+  // really keeps; an arena grows by such chunks if the estimate was short.
+  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).row;
+  const auto chunk = [](int64_t bytes) {
+    return std::max<size_t>(size_t{1} << 16, static_cast<size_t>(static_cast<double>(bytes) * 1.05));
+  };
   s.walk = std::make_unique<StepWalk>(o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero,
-                                      *s.placement, *s.finalizer, *s.schedule, *s.data, chunk);
+                                      *s.placement, *s.finalizer, *s.schedule, *s.data,
+                                      ArenaChunks{chunk(row.micro_batch_activations), chunk(row.workspace)});
   s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params());
   if (!cfg.checkpoint.dir.empty())
-    s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, s.units, s.plan.mirror);
+    s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, units, s.plan.mirror);
 }
 
 Trainer::~Trainer() = default;
@@ -150,8 +145,9 @@ double Trainer::evaluate() {
 void Trainer::run() {
   Impl& s = *impl_;
   const Config& cfg = s.cfg;
-  log_info("model: GPT ", cfg.model.n_layer, " layers, d_model ", cfg.model.d_model, ", ", cfg.model.n_head,
-           " heads, seq ", s.opts.T, ", vocab ", cfg.model.vocab_size, ": ", num_params(), " parameters");
+  log_info("model: ", s.model->arch(), ", ", cfg.model.n_layer, " layers, d_model ", cfg.model.d_model, ", ",
+           cfg.model.n_head, " heads, seq ", s.opts.T, ", vocab ", cfg.model.vocab_size, ": ", num_params(),
+           " parameters");
   log_info("batch: ", s.opts.global_batch, " sequences (", s.opts.tokens_per_step(), " tokens) = micro ", s.opts.B,
            " x accum ", s.opts.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
            dtype_name(s.opts.param_dtype), " parameters; activation checkpointing ",
