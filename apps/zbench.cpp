@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "comm/device_comm.hpp"
+#include "runtime/cuda/cuda_device.hpp"
 #include "comm/topology.hpp"
 
 namespace po = boost::program_options;
@@ -84,18 +85,14 @@ double bus_factor(CommOp op, int n) {
   return op == CommOp::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
 }
 
-void cuda_ok(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) ZT_THROW(what, ": ", cudaGetErrorString(rc));
-}
-
 class Bench {
  public:
   Bench(DeviceCommunicator& comm, cudaStream_t stream, DType dtype, size_t max_bytes)
       : comm_(comm), stream_(stream), dtype_(dtype), es_(dtype_size(dtype)) {
-    cuda_ok(cudaMalloc(&in_, max_bytes), "cudaMalloc");
-    cuda_ok(cudaMalloc(&out_, max_bytes), "cudaMalloc");
-    cuda_ok(cudaEventCreate(&start_), "cudaEventCreate");
-    cuda_ok(cudaEventCreate(&stop_), "cudaEventCreate");
+    ZT_CUDA_CHECK(cudaMalloc(&in_, max_bytes));
+    ZT_CUDA_CHECK(cudaMalloc(&out_, max_bytes));
+    ZT_CUDA_CHECK(cudaEventCreate(&start_));
+    ZT_CUDA_CHECK(cudaEventCreate(&stop_));
   }
   ~Bench() {
     cudaFree(in_);
@@ -128,17 +125,17 @@ class Bench {
       CommRequest r = issue(op, count);
       wait(r);
     }
-    cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     comm_.barrier();
-    cuda_ok(cudaEventRecord(start_, stream_), "cudaEventRecord");
+    ZT_CUDA_CHECK(cudaEventRecord(start_, stream_));
     for (int i = 0; i < iters; ++i) {
       CommRequest r = issue(op, count);
       wait(r);
     }
-    cuda_ok(cudaEventRecord(stop_, stream_), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    ZT_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    ZT_CUDA_CHECK(cudaEventSynchronize(stop_));
     float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     return all_reduce_scalar(comm_, ms * 1e-3 / iters, ReduceOp::max);
   }
 
@@ -151,12 +148,12 @@ class Bench {
     std::vector<float> v(in_count, static_cast<float>(r + 1));
     std::vector<char> host(std::max(in_count, out_count) * es_);
     convert(v.data(), DType::f32, host.data(), dtype_, in_count);
-    cuda_ok(cudaMemcpyAsync(in_, host.data(), in_count * es_, cudaMemcpyHostToDevice, stream_), "upload");
+    ZT_CUDA_CHECK(cudaMemcpyAsync(in_, host.data(), in_count * es_, cudaMemcpyHostToDevice, stream_));
     CommRequest req = issue(op, count);
     wait(req);
     void* result = op == CommOp::all_reduce ? in_ : out_;
-    cuda_ok(cudaMemcpyAsync(host.data(), result, out_count * es_, cudaMemcpyDeviceToHost, stream_), "download");
-    cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    ZT_CUDA_CHECK(cudaMemcpyAsync(host.data(), result, out_count * es_, cudaMemcpyDeviceToHost, stream_));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     v.resize(out_count);
     convert(host.data(), dtype_, v.data(), DType::f32, out_count);
     int64_t wrong = 0;
@@ -189,9 +186,9 @@ int run(const Options& o) {
 
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // before NCCL reads it
   Topology topo(1);
-  const int gpu = select_local_gpu(topo.local_rank());
+  const int gpu = select_cuda_device(topo.local_rank());
   cudaStream_t stream = nullptr;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     std::unique_ptr<DeviceCommunicator> comm = make_device_communicator(topo.world_mpi(), o.backend, stream);
     Bench bench(*comm, stream, dtype, max_bytes);

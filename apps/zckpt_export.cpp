@@ -79,10 +79,6 @@ std::vector<uint8_t> hf_bytes(const zt::TensorDesc& t, const float* src, bool bf
   return out;
 }
 
-void h5_check(bool ok, const std::string& what, const std::string& path) {
-  if (!ok) throw zt::Error(what + " failed for " + path + ": " + zt::h5::last_error(), __FILE__, __LINE__);
-}
-
 // One dataset per HF name; bf16 is stored as uint16 bit patterns with the
 // attribute dtype = "bfloat16" (HDF5 has no bfloat16 type).
 void write_h5_dataset(hid_t file, const std::string& path, const zt::TensorDesc& t,
@@ -90,20 +86,21 @@ void write_h5_dataset(hid_t file, const std::string& path, const zt::TensorDesc&
   const std::vector<int64_t> shape = hf_dims(t);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   zt::h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-  h5_check(space.valid(), "H5Screate_simple", path);
+  ZT_H5_CHECK(space.valid(), "H5Screate_simple", " failed for ", path);
   const hid_t ftype = bf16 ? H5T_STD_U16LE : H5T_IEEE_F32LE;
   const hid_t mtype = bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
   zt::h5::Id ds(H5Dcreate2(file, t.hf_name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                 H5Dclose);
-  h5_check(ds.valid(), "creating dataset " + t.hf_name, path);
-  h5_check(H5Dwrite(ds.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
-           "writing dataset " + t.hf_name, path);
+  ZT_H5_CHECK(ds.valid(), "creating dataset " + t.hf_name, " failed for ", path);
+  ZT_H5_CHECK(H5Dwrite(ds.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
+              "writing dataset " + t.hf_name, " failed for ", path);
   const std::string dt = bf16 ? "bfloat16" : "float32";
   zt::h5::Id aspace(H5Screate(H5S_SCALAR), H5Sclose);
   zt::h5::Id atype(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(atype.get(), dt.size());
   zt::h5::Id attr(H5Acreate2(ds.get(), "dtype", atype.get(), aspace.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  h5_check(attr.valid() && H5Awrite(attr.get(), atype.get(), dt.data()) >= 0, "writing attribute dtype", path);
+  ZT_H5_CHECK(attr.valid() && H5Awrite(attr.get(), atype.get(), dt.data()) >= 0, "writing attribute dtype",
+              " failed for ", path);
 }
 
 }  // namespace
@@ -146,7 +143,7 @@ int cmd_export(int argc, char** argv) {
     st = std::make_unique<zt::SafeTensorsWriter>(path, specs, nlohmann::json{{"format", "pt"}});
   } else {
     file = zt::h5::Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    h5_check(file.valid(), "H5Fcreate", path);
+    ZT_H5_CHECK(file.valid(), "H5Fcreate", " failed for ", path);
   }
   int64_t total = 0;
   for (size_t u = 0; u < md.units.size(); ++u) {  // one unit in memory at a time
@@ -166,7 +163,7 @@ int cmd_export(int argc, char** argv) {
     total += n;
   }
   if (st) st->finish();
-  if (file.valid()) h5_check(file.close(), "H5Fclose", path);
+  if (file.valid()) ZT_H5_CHECK(file.close(), "H5Fclose", " failed for ", path);
 
   std::ofstream cfg(out_dir + "/config.json", std::ios::trunc);
   cfg << hf_config(md, dtype).dump(2) << "\n";

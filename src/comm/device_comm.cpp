@@ -18,26 +18,6 @@ void wait_host(CommRequest& r) {
   r.reset();
 }
 
-namespace {
-int visible_gpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" / "no driver" error
-    return 0;
-  }
-  return n;
-}
-}  // namespace
-
-int select_local_gpu(int local_rank) {
-  const int n = visible_gpus();
-  if (n == 0) ZT_USER_ERROR("no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
-  const int dev = local_rank % n;
-  ZT_CUDA_CHECK(cudaSetDevice(dev));
-  set_process_gpu(dev);
-  return dev;
-}
-
 bool group_shares_a_gpu(MpiCommunicator& group) {
   int dev = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&dev));

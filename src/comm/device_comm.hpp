@@ -50,17 +50,13 @@ class DeviceCommunicator : public Communicator {
   cudaStream_t compute_ = nullptr;
 };
 
-// Makes GPU (local_rank % device count) current and returns it. Throws a
-// UserError when no GPU is visible.
-int select_local_gpu(int local_rank);
-
 // True when two members of `group` use the same GPU (compared by UUID).
 // Collective over the group. NCCL refuses such a group.
 bool group_shares_a_gpu(MpiCommunicator& group);
 
 // backend: "nccl" (NcclCommunicator), "mpi" (StagedMpiCommunicator) or "auto"
 // ("nccl" unless two members of the group share a GPU). Collective over the
-// group; call select_local_gpu first. `group` must outlive the result.
+// group; call select_cuda_device (runtime/cuda/cuda_device.hpp) first. `group` must outlive the result.
 // `staging_memory` (optional, "mpi" only) allocates the pinned staging slots,
 // so they are accounted under MemTag::comm: pass a PinnedHostDevice.
 std::unique_ptr<DeviceCommunicator> make_device_communicator(MpiCommunicator& group, const std::string& backend,

@@ -28,7 +28,7 @@ class NcclCommunicator final : public DeviceCommunicator {
  public:
   // Collective over `group`: rank 0 makes the unique id, MPI broadcasts it and
   // every member joins with ncclCommInitRank on its current GPU (see
-  // select_local_gpu). Throws a UserError when members share a GPU. `group`
+  // select_cuda_device). Throws a UserError when members share a GPU. `group`
   // must outlive this object.
   NcclCommunicator(MpiCommunicator& group, cudaStream_t compute = nullptr);
   // [Note: NCCL teardown] Drains the comm stream and destroys the NCCL

@@ -47,7 +47,9 @@ int cuda_device_count() {
 int select_cuda_device(int local_rank) {
   ZT_CHECK(local_rank >= 0, "local rank must be >= 0, got ", local_rank);
   const int n = cuda_device_count();
-  if (n == 0) ZT_THROW("no CUDA device is visible to this process (local rank ", local_rank, ")");
+  if (n == 0)
+    ZT_USER_ERROR("no CUDA device is visible to this process on ", process_host(), " (local rank ", local_rank,
+                  "): check CUDA_VISIBLE_DEVICES and the driver");
   const int dev = local_rank % n;
   ZT_CUDA_CHECK(cudaSetDevice(dev));
   set_process_gpu(dev);
