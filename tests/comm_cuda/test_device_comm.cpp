@@ -17,6 +17,7 @@
 #include "comm/nccl_communicator.hpp"
 #include "comm/staged_mpi_communicator.hpp"
 #include "comm/topology.hpp"
+#include "runtime/cuda/cuda_device.hpp"
 
 void spin_on_stream(cudaStream_t stream, long long cycles);  // spin_kernel.cu
 
@@ -110,7 +111,7 @@ class DeviceComm : public ::testing::TestWithParam<Case> {
     if (!on_every_rank(gpus > 0)) GTEST_SKIP() << "no GPU";
     if (nccl && !on_every_rank(topo_->local_size() <= gpus))
       GTEST_SKIP() << topo_->local_size() << " ranks per node but " << gpus << " GPUs: NCCL needs one GPU per rank";
-    select_local_gpu(topo_->local_rank());
+    select_cuda_device(topo_->local_rank());
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     comm_ = make_device_communicator(topo_->world_mpi(), GetParam().backend, stream_);
     ASSERT_STREQ(comm_->backend(), GetParam().backend);
@@ -331,7 +332,7 @@ TEST(DeviceCommFactory, AutoPicksMpiWhenRanksShareAGpuAndNcclRefusesThem) {
   Topology topo(1);
   const int gpus = visible_gpus();
   if (!on_every_rank(gpus > 0)) GTEST_SKIP() << "no GPU";
-  select_local_gpu(topo.local_rank());
+  select_cuda_device(topo.local_rank());
   const bool shared = !on_every_rank(topo.local_size() <= gpus);
   EXPECT_EQ(group_shares_a_gpu(topo.world_mpi()), shared);
   std::unique_ptr<DeviceCommunicator> c = make_device_communicator(topo.world_mpi(), "auto", nullptr);
@@ -346,7 +347,7 @@ TEST(DeviceCommFactory, AutoPicksMpiWhenRanksShareAGpuAndNcclRefusesThem) {
 TEST(StagedMpiCommunicator, StagingSlotsAreKeptAndAccountedUnderComm) {
   Topology topo(1);
   if (!on_every_rank(visible_gpus() > 0)) GTEST_SKIP() << "no GPU";
-  select_local_gpu(topo.local_rank());
+  select_cuda_device(topo.local_rank());
   PinnedTestDevice pinned;
   const int64_t n = 300000;
   DeviceBuffer buf(n * 4);
@@ -364,7 +365,7 @@ TEST(NcclCommunicator, WaitingInsideAnOpenGroupIsAnError) {
   Topology topo(1);
   const int gpus = visible_gpus();
   if (!on_every_rank(gpus > 0 && topo.local_size() <= gpus)) GTEST_SKIP() << "needs one GPU per rank";
-  select_local_gpu(topo.local_rank());
+  select_cuda_device(topo.local_rank());
   NcclCommunicator comm(topo.world_mpi());
   const int64_t n = 64;
   DeviceBuffer buf(n * 4);

@@ -25,7 +25,7 @@
 
 #include "modules/cpu_kernels.hpp"
 #include "modules/cuda/attention.cuh"
-#include "tests/cuda_attn/cuda_test_util.hpp"
+#include "cuda_test_util.hpp"
 
 namespace zt {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "modules/cuda/attention.cuh"
 #include "modules/cuda/classifier.cuh"
-#include "tests/cuda_attn/cuda_test_util.hpp"
+#include "cuda_test_util.hpp"
 
 namespace zt {
 namespace {

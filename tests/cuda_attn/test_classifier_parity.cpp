@@ -22,7 +22,7 @@
 
 #include "modules/cpu_kernels.hpp"
 #include "modules/cuda/classifier.cuh"
-#include "tests/cuda_attn/cuda_test_util.hpp"
+#include "cuda_test_util.hpp"
 
 namespace zt {
 namespace {
