@@ -1,7 +1,7 @@
 // DeviceAdamW: the optimizer placement that updates each owned shard where
 // ZeRO keeps it, on the run's device: the fused CUDA AdamW on the GPU's
 // compute stream, or the vectorised CPU AdamW on the CPU. Both follow
-// [Note: AdamW formula] (adamw.hpp) and give the same fp32 bits.
+// [Note: AdamW formula] (adamw_math.hpp) and give the same fp32 bits.
 #pragma once
 
 #include <memory>
