@@ -74,11 +74,11 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
                                           cfg.model.activation_checkpointing);
   s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, units, s.plan.mirror, o, s.fault);
   // Each micro-batch's saved-activation arena starts with one chunk of the
-  // estimator's figure for one micro-batch on this stage, and the shared
-  // scratch arena with its workspace figure (each plus 5%), so one chunk
-  // usually holds it all and the peak bytes reported are what the step
-  // really keeps; an arena grows by such chunks if the estimate was short.
-  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).row;
+  // estimator's figure for one micro-batch on this rank's stage, and the
+  // shared scratch arena with the stage's workspace figure (each plus 5%), so
+  // one chunk usually holds it all and the peak bytes reported are what the
+  // step really keeps; an arena grows by such chunks if the estimate was short.
+  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).stages.at(static_cast<size_t>(topo.pp_rank()));
   const auto chunk = [](int64_t bytes) {
     return std::max<size_t>(size_t{1} << 16, static_cast<size_t>(static_cast<double>(bytes) * 1.05));
   };
