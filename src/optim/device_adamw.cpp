@@ -1,5 +1,7 @@
 #include "optim/device_adamw.hpp"
 
+#include <vector>
+
 #if ZT_HAVE_CUDA
 #include "optim/cuda/adamw.cuh"
 #include "runtime/cuda/cuda_device.hpp"
@@ -16,27 +18,28 @@ class DeviceAdamW final : public OptimizerPlacement {
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
     AdamWParams hp = hp_;
     hp.lr = s.lr;
-    for (const DecaySpan& span : sh.spans) {
-      const int64_t off = span.begin - sh.begin, n = span.end - span.begin;
-      float* p = sh.master + off;
-      const float* g = sh.grad + off;
-      float* m = sh.exp_avg + off;
-      float* v = sh.exp_avg_sq + off;
 #if ZT_HAVE_CUDA
-      if (dev_.kind() == DeviceKind::cuda) {
-        adamw_update_cuda(p, g, m, v, n, hp, s.step, s.grad_scale, span.decay, nullptr, DType::f32,
+    if (dev_.kind() == DeviceKind::cuda) {
+      for (const DecaySpan& span : sh.spans) {
+        const int64_t off = span.begin - sh.begin;
+        adamw_update_cuda(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off,
+                          span.end - span.begin, hp, s.step, s.grad_scale, span.decay, nullptr, DType::f32,
                           static_cast<CudaDevice&>(dev_).stream());
-        continue;
       }
-#endif
-      ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
-      adamw_update(p, g, m, v, n, hp, s.step, s.grad_scale, span.decay);
+      return;
     }
+#endif
+    ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
+    // The whole shard in one parallel region, its spans in shard-local offsets.
+    ranges_.clear();
+    for (const DecaySpan& span : sh.spans) ranges_.push_back({span.begin - sh.begin, span.end - sh.begin, span.decay});
+    adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale);
   }
 
  private:
   Device& dev_;
   AdamWParams hp_;
+  std::vector<DecayRange> ranges_;  // reused from shard to shard
 };
 
 }  // namespace
