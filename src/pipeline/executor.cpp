@@ -38,9 +38,7 @@ struct PipelineExecutor::Walk {
       last_of[static_cast<size_t>(ins.mb)] = i;
     }
   }
-  bool executed(const PipeInstr& ins) const {
-    return args.train || !(is_grad_op(ins.op) || ins.op == PipeOp::reduce_grads || ins.op == PipeOp::optimizer_step);
-  }
+  bool executed(const PipeInstr& ins) const { return runs_in_walk(ins.op, args.train); }
   // Whether instruction i is the last one micro-batch ins.mb runs on this stage.
   bool leaves_after(size_t i) const {
     const PipeInstr& ins = program[i];

@@ -30,9 +30,8 @@ void validate_program(const std::vector<PipeInstr>& program, int P, int V, int s
   int M = 0;
   for (long i = 0; i < static_cast<long>(program.size()); ++i) {
     const PipeInstr& ins = program[static_cast<size_t>(i)];
-    const bool step_op = ins.op == PipeOp::reduce_grads || ins.op == PipeOp::optimizer_step;
-    if (!train && (is_grad_op(ins.op) || step_op)) continue;  // skipped by an evaluation
-    if (step_op) {
+    if (!runs_in_walk(ins.op, train)) continue;
+    if (ins.op == PipeOp::reduce_grads || ins.op == PipeOp::optimizer_step) {
       if (ins.mb != -1 || ins.chunk != -1) refuse(stage, i, ins, "names a micro-batch or chunk");
       long& at = ins.op == PipeOp::reduce_grads ? reduce : optimizer;
       if (at >= 0) refuse(stage, i, ins, "appears twice");

@@ -237,7 +237,7 @@ std::vector<P2pGroup> p2p_groups(const std::vector<PipeInstr>& stage_schedule, b
   bool open = false;  // the last group still takes ops
   for (size_t i = 0; i < stage_schedule.size(); ++i) {
     const PipeOp op = stage_schedule[i].op;
-    if (!train && is_grad_op(op)) continue;  // skipped: neither joins nor splits
+    if (!runs_in_walk(op, train)) continue;  // skipped: neither joins nor splits
     if (!is_p2p(op)) {
       open = false;  // executed compute (or ReduceGrads / OptimizerStep) closes the group
       continue;

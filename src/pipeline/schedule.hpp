@@ -107,9 +107,15 @@ inline bool is_p2p(PipeOp op) {
          op == PipeOp::recv_grad;
 }
 inline bool is_send(PipeOp op) { return op == PipeOp::send_act || op == PipeOp::send_grad; }
-// Backward and the gradient messages: what evaluation (train false) skips.
+// Backward and the gradient messages.
 inline bool is_grad_op(PipeOp op) {
   return op == PipeOp::backward || op == PipeOp::send_grad || op == PipeOp::recv_grad;
+}
+// Whether a walk runs `op`: an evaluation (train false) skips the gradient
+// ops, ReduceGrads and OptimizerStep; they neither run nor join or split a
+// p2p group, and validate_program does not check them.
+inline bool runs_in_walk(PipeOp op, bool train) {
+  return train || !(is_grad_op(op) || op == PipeOp::reduce_grads || op == PipeOp::optimizer_step);
 }
 
 // The pipeline rank a p2p instruction of `stage` talks to: (stage+1)%P for
@@ -134,8 +140,8 @@ int p2p_tag(const P2pMessage& m, int P, int V);
 
 // [Note: p2p groups] A stage's list is cut into groups of p2p instructions:
 // a group is a maximal run of SendX/RecvX with no executed compute between
-// (with train false, Backward, SendGrad and RecvGrad are skipped, so they
-// neither join nor split a group). Each group is issued as one NCCL group
+// (what runs_in_walk skips with train false neither joins nor splits a
+// group). Each group is issued as one NCCL group
 // (ncclGroupStart/End): every op of the group is posted, in list order, before
 // any is waited, so a send and a receive that need their peers' mirrored pair
 // (1F1B's SendAct(k+1)+RecvGrad(k) against SendGrad(k)+RecvAct(k+1)) proceed
