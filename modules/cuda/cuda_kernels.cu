@@ -159,26 +159,29 @@ void CudaKernels::scale(const Tensor& x, double alpha) {
   cuda::scale(x.data, x.dtype, alpha, x.numel(), stream_);
 }
 
+namespace {
+// acc (1) f64 += the sum of x (or of its squares): the checks both share.
+void check_sum(const Tensor& x, const Tensor& acc, const char* what) {
+  ZT_CHECK(acc.numel() == 1, what, ": acc must have one element");
+  check_dtype(acc, DType::f64, what);
+  check_on_device(acc, what);
+  check_on_device(x, what);
+}
+}  // namespace
+
 void CudaKernels::sum_squares(const Tensor& x, const Tensor& acc) {
-  ZT_CHECK(acc.numel() == 1, "sum_squares: acc must have one element");
-  check_dtype(acc, DType::f64, "sum_squares acc");
-  check_on_device(acc, "sum_squares acc");
-  check_on_device(x, "sum_squares x");
+  check_sum(x, acc, "sum_squares");
   const int64_t n = x.numel();
   cuda::sum_squares(x.data, x.dtype, n, static_cast<double*>(acc.data), scratch(cuda::sum_workspace_bytes(n)),
                     stream_);
 }
 
 void CudaKernels::sum_into(const Tensor& x, const Tensor& acc) {
-  ZT_CHECK(acc.numel() == 1, "sum_into: acc must have one element");
-  check_dtype(acc, DType::f64, "sum_into acc");
-  check_on_device(acc, "sum_into acc");
-  check_on_device(x, "sum_into x");
+  check_sum(x, acc, "sum_into");
   ZT_CHECK(x.dtype == DType::f32 || x.dtype == DType::f64, "sum_into: x must be f32 or f64, got ",
            dtype_name(x.dtype));
   const int64_t n = x.numel();
-  cuda::sum_into(x.data, x.dtype, n, static_cast<double*>(acc.data), scratch(cuda::sum_workspace_bytes(n)),
-                 stream_);
+  cuda::sum_into(x.data, x.dtype, n, static_cast<double*>(acc.data), scratch(cuda::sum_workspace_bytes(n)), stream_);
 }
 
 void CudaKernels::check_overflow(const Tensor& x, const Tensor& flag) {
