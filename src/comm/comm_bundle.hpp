@@ -24,6 +24,7 @@ struct CommAxis {
 };
 
 enum class Axis { data, pipeline, tie };
+constexpr int kNumAxes = 3;
 
 class CommBundle {
  public:
@@ -33,10 +34,10 @@ class CommBundle {
   CommBundle(const CommBundle&) = delete;
   CommBundle& operator=(const CommBundle&) = delete;
 
-  const CommAxis& data() const { return data_; }
-  const CommAxis& pipeline() const { return pipeline_; }
-  const CommAxis& tie() const { return tie_; }
-  const CommAxis& axis(Axis a) const;
+  const CommAxis& axis(Axis a) const { return axes_[static_cast<int>(a)]; }
+  const CommAxis& data() const { return axis(Axis::data); }
+  const CommAxis& pipeline() const { return axis(Axis::pipeline); }
+  const CommAxis& tie() const { return axis(Axis::tie); }
   // All ranks, host memory only (agreements, logging).
   Communicator& world() { return topo_.world(); }
   Topology& topology() { return topo_; }
@@ -46,9 +47,8 @@ class CommBundle {
   void set_tensors(Axis a, std::unique_ptr<Communicator> c);
 
  private:
-  CommAxis& mutable_axis(Axis a);
   Topology& topo_;
-  CommAxis data_, pipeline_, tie_;
+  CommAxis axes_[kNumAxes];  // by Axis
   std::vector<std::unique_ptr<Communicator>> owned_;
 };
 
