@@ -1,6 +1,5 @@
 #include "zckpt_model.hpp"
 
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -10,44 +9,20 @@
 namespace zckpt {
 namespace {
 
-int model_int(const nlohmann::json& model, const char* key) {
-  if (!model.contains(key) || !model[key].is_number_integer() || model[key].get<int64_t>() <= 0 ||
-      model[key].get<int64_t>() > std::numeric_limits<int>::max())
-    throw zt::UserError(std::string("checkpoint manifest: config.model.") + key + " missing or not a positive integer");
-  return static_cast<int>(model[key].get<int64_t>());
-}
-
-// The manifest's config.model as the config layer would read it; the sizes
-// are always written there (resolved_json), the preset only names the model.
-zt::ModelConfig manifest_model(const nlohmann::json& m) {
-  if (!m.contains("config") || !m["config"].contains("model"))
+// The manifest's config.model read by the config layer itself (a document
+// with only a model section: presets, arch and sizes checked as in a config
+// file). A manifest written before model.arch existed has none: gpt2.
+zt::ModelConfig manifest_model(const nlohmann::json& m, const std::string& source) {
+  if (!m.contains("config") || !m["config"].is_object() || !m["config"].contains("model"))
     throw zt::UserError("checkpoint manifest has no config.model: not a ztrain checkpoint");
-  const nlohmann::json& cm = m["config"]["model"];
-  zt::ModelConfig mc;
-  mc.arch = "gpt2";
-  if (cm.contains("arch")) {
-    if (!cm["arch"].is_string()) throw zt::UserError("checkpoint manifest: config.model.arch is not a string");
-    mc.arch = cm["arch"].get<std::string>();
-  }
-  mc.preset = cm.contains("preset") && cm["preset"].is_string() ? cm["preset"].get<std::string>() : "";
-  mc.n_layer = model_int(cm, "n_layer");
-  mc.n_head = model_int(cm, "n_head");
-  mc.d_model = model_int(cm, "d_model");
-  mc.seq_len = model_int(cm, "seq_len");
-  mc.vocab_size = model_int(cm, "vocab_size");
-  return mc;
+  return zt::parse_config(nlohmann::json{{"model", m["config"]["model"]}}, source).model;
 }
 
 }  // namespace
 
 zt::ModelDesc checkpoint_model(const zt::CheckpointReader& reader) {
-  const zt::ModelConfig mc = manifest_model(reader.manifest());
-  zt::ModelDesc desc;
-  try {
-    desc = zt::describe_model(mc);
-  } catch (const zt::UserError& e) {
-    throw zt::UserError(std::string("checkpoint manifest: config.") + e.what());
-  }
+  const zt::ModelConfig mc = manifest_model(reader.manifest(), "checkpoint manifest's config");
+  const zt::ModelDesc desc = zt::describe_model(mc);
   const std::vector<int> have = reader.units();
   const std::string model = "a " + desc.arch() + " with n_layer " + std::to_string(mc.n_layer);
   if (static_cast<int>(have.size()) != desc.num_units())
