@@ -109,7 +109,6 @@ bool cuda_available() {
 // The GPU backend: the GPU of this rank's node-local index and its kernels.
 void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels) {
 #if ZT_HAVE_CUDA && ZT_HAVE_NCCL
-  if (cuda_device_count() == 0) ZT_USER_ERROR("--device cuda: no CUDA device is visible on ", process_host());
   const int ordinal = select_cuda_device(topo.local_rank());
   auto cuda = std::make_unique<CudaDevice>(ordinal);
   kernels = std::make_unique<CudaKernels>(*cuda);

@@ -17,6 +17,11 @@ run_np 1 --version
 [ "$RC" = 0 ] && grep -q "ztrain [0-9]" "$WORK/out" && echo "ok: version" || fail "version"
 run_np 2 c.json --bogus-flag
 [ "$RC" = 2 ] && grep -q "bogus-flag" "$WORK/out" && echo "ok: unknown flag" || fail "unknown flag"
+# --device cuda where no GPU is visible (or in a build without CUDA): a clear
+# error on every rank's behalf, printed once, exit 2.
+if [ ! -e /dev/nvidia0 ]; then
+  expect_error device-cuda-without-gpu 2 "no CUDA device is visible|has no CUDA backend" c.json --device cuda --steps 1
+fi
 
 run_np 2 c.json --dry-run
 if [ "$RC" = 0 ] && grep -q '"zero_optimization"' "$WORK/out" && grep -q "memory estimate" "$WORK/out" \

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/error.hpp"
 #include "runtime/cuda/cuda_device.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
+
+// tests/comm_cuda/spin_kernel.cu: keeps a stream busy for `cycles` clocks.
+void spin_on_stream(cudaStream_t stream, long long cycles);
 
 #define ZT_REQUIRE_GPU()                                                  \
   do {                                                                    \
@@ -125,6 +129,36 @@ TEST(CudaRuntime, PinnedHostMemory) {
   dev.copy_to_host(back.data(), d.data(), h.bytes());
   for (size_t i = 0; i < back.size(); i += 4099) ASSERT_EQ(back[i], 0x5a) << i;
   EXPECT_EQ(static_cast<unsigned char*>(h.data())[7], 0);
+}
+
+// [Note: upload staging]: with the stream held busy, more uploads than slots
+// queue behind it. The first `slots` return without waiting for the device
+// (the stream is still busy after them), and a slot is refilled only once the
+// copy that last read it has run, so every destination holds its own values.
+TEST(CudaRuntime, UploadStagingQueuesCopiesAndRefillsASlotOnlyAfterItsCopy) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  constexpr int kSlots = 3, kUploads = 10;
+  constexpr int64_t n = 1 << 16;
+  std::unique_ptr<UploadStaging> staging = dev.make_upload_staging(2 * n * sizeof(int32_t), kSlots);
+  std::vector<Buffer> dst;  // allocated first: an allocation may synchronise
+  for (int k = 0; k < kUploads; ++k) dst.emplace_back(dev, DType::i32, Shape{n}, MemTag::activations);
+  dev.synchronize();
+  spin_on_stream(dev.stream(), 400000000LL);  // about 0.2 s
+  for (int k = 0; k < kUploads; ++k) {
+    int32_t* slot = static_cast<int32_t*>(staging->next());
+    for (int64_t i = 0; i < 2 * n; ++i) slot[i] = static_cast<int32_t>(k * 1000003 + i);
+    staging->upload(dst[static_cast<size_t>(k)].data(), n * sizeof(int32_t), n * sizeof(int32_t));  // the second half
+    if (k == kSlots - 1) {
+      EXPECT_EQ(cudaStreamQuery(dev.stream()), cudaErrorNotReady) << "an upload waited for the device";
+    }
+  }
+  dev.synchronize();
+  std::vector<int32_t> back(static_cast<size_t>(n));
+  for (int k = 0; k < kUploads; ++k) {
+    dev.copy_to_host(back.data(), dst[static_cast<size_t>(k)].data(), n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(back[static_cast<size_t>(i)], k * 1000003 + n + i) << "upload " << k;
+  }
 }
 
 TEST(CudaRuntime, StreamsEventsAndHandlesAreMoveOnlyOwners) {

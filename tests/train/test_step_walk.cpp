@@ -16,7 +16,9 @@ std::vector<double> losses(Trainer& t, int steps, bool read_every_step, bool eva
   std::vector<double> out;
   for (int i = 0; i < steps; ++i) {
     const StepStats st = t.train_step(read_every_step || i == steps - 1);
-    if (!(read_every_step || i == steps - 1)) EXPECT_TRUE(std::isnan(st.loss)) << "step " << st.step;
+    if (!(read_every_step || i == steps - 1)) {
+      EXPECT_TRUE(std::isnan(st.loss)) << "step " << st.step;
+    }
     out.push_back(st.loss);
     if (evaluate_between) t.evaluate();
   }
