@@ -3,7 +3,9 @@
 //          [--device cpu|cuda|auto] [--log-dir DIR] [--dry-run]
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -117,6 +119,26 @@ void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::uni
   (void)topo, (void)device, (void)kernels;
   ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
 #endif
+}
+
+// train.device_memory_cap_gib: the device refuses to hold more ([Note: memory
+// cap] in runtime/device.hpp), so a large GPU behaves like a smaller one. Its
+// out-of-memory error quotes the estimator's device figure for this rank's
+// pipeline stage, which tells a wrong estimate from a config that cannot fit.
+void apply_memory_cap(const Config& cfg, const Topology& topo, Device& device) {
+  const double gib = cfg.train.device_memory_cap_gib;
+  if (gib <= 0) return;
+  const double bytes = gib * 1073741824.0;
+  const size_t cap = bytes >= 1.8e19 ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(bytes));
+  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).stages.at(static_cast<size_t>(topo.pp_rank()));
+  const std::string estimate =
+      row.supported ? "the estimator predicts " + human_bytes(static_cast<size_t>(row.total())) +
+                          " on the device for this rank"
+                    : "the estimator has no figure for this combination (" + row.note + ")";
+  device.set_memory_cap(cap, "cap from train.device_memory_cap_gib = " + detail::concat(gib) + "; " + estimate +
+                                 " (ztrain --estimate-memory " + cfg.source + ")");
+  log_info("device memory capped at ", gib, " GiB per rank (train.device_memory_cap_gib); ", estimate,
+           topo.pp_size() > 1 ? " (rank 0, pipeline stage 0)" : "");
 }
 
 Args parse_args(int argc, char** argv, bool& exit_now) {
@@ -234,6 +256,7 @@ int main(int argc, char** argv) {
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
+        apply_memory_cap(cfg, *topo, *device);
       }))
     return *code;
   // On GPUs each axis moves the device's tensors through NCCL (or MPI staged

@@ -43,6 +43,20 @@ const char* json_kind(const json& v) {
 void check_across_sections(const ParseContext& ctx, const Config& cfg) {
   if (cfg.fp16.enabled && cfg.bf16.enabled)
     ctx.fail("fp16.enabled", "fp16 and bf16 cannot both be enabled; choose one");
+
+  // ztrain's offload section tunes the offload that zero_optimization asks
+  // for; with nothing offloaded a setting here would silently do nothing.
+  const OffloadOptions& off = cfg.offload;
+  const OffloadConfig& opt = cfg.zero.offload_optimizer;
+  if (off.delayed_update && opt.device == "none")
+    ctx.fail("offload.delayed_update",
+             "true needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\" (the delayed update "
+             "overlaps the offloaded optimizer step with the next step's forward and backward), found \"none\"");
+  if (off.aio_backend != "auto" && opt.device != "nvme" && cfg.zero.offload_param.device != "nvme")
+    ctx.fail("offload.aio_backend",
+             "\"" + off.aio_backend + "\" chooses how NVMe offload reads and writes, but neither "
+             "zero_optimization.offload_optimizer.device nor zero_optimization.offload_param.device is \"nvme\" "
+             "(found \"" + opt.device + "\" and \"" + cfg.zero.offload_param.device + "\"); leave it \"auto\"");
 }
 
 // Parser callback state: DeepSpeed rejects a key given twice in one object
@@ -143,10 +157,11 @@ void check_available_features(const Config& cfg) {
   };
   const ZeroConfig& z = cfg.zero;
   const Unavailable rows[] = {
-      {z.offload_optimizer.device != "none", "zero_optimization.offload_optimizer.device",
-       "\"" + z.offload_optimizer.device + "\"", "\"none\" works"},
+      {z.offload_optimizer.device == "nvme", "zero_optimization.offload_optimizer.device",
+       "\"" + z.offload_optimizer.device + "\"", "\"none\" and \"cpu\" work"},
       {z.offload_param.device != "none", "zero_optimization.offload_param.device",
        "\"" + z.offload_param.device + "\"", "\"none\" works"},
+      {cfg.offload.delayed_update, "offload.delayed_update", "true", "false works"},
   };
   ParseContext ctx{cfg.source, nullptr, {}};
   for (const Unavailable& row : rows)

@@ -1,7 +1,7 @@
 // The run configuration: a DeepSpeed-style JSON file validated once at start-up
 // into typed structs. DeepSpeed's keys keep DeepSpeed's meanings and defaults
 // (the member initialisers below are those defaults); ztrain's own sections are
-// model, data, train, checkpoint and log.
+// model, data, train, offload, checkpoint and log.
 //
 // Every error is a zt::UserError whose message starts with the config file and
 // the JSON path of the offending key ("config.json: zero_optimization.stage:
@@ -47,6 +47,10 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int eval_interval = 50;  // steps between evaluations; 0 = never
   int eval_steps = 10;     // micro-batches per evaluation
+  // Most device memory a rank may hold, in GiB (2^30 bytes): the device's
+  // allocator refuses to go past it (Device::set_memory_cap), so a large GPU
+  // behaves like a smaller one. 0 = no cap (the key absent).
+  double device_memory_cap_gib = 0.0;
 };
 
 struct LogConfig {
@@ -128,6 +132,21 @@ struct ZeroConfig {
   OffloadConfig offload_param = OffloadConfig{"none", "", false, 5};
 };
 
+// ztrain's "offload" section: how offloaded optimizer state is updated and
+// moved. Where it lives is DeepSpeed's zero_optimization.offload_optimizer /
+// offload_param.
+struct OffloadOptions {
+  // ZeRO-Offload's delayed parameter update: the CPU optimizer step of step N
+  // runs while step N+1's forward and backward run on the device (so step N+1
+  // uses the parameters of step N-1). Needs offload_optimizer.device cpu|nvme.
+  bool delayed_update = false;
+  // Steps run exactly (not delayed) before the delay starts.
+  int delayed_update_warmup = 10;
+  // NVMe reads and writes: "auto" (io_uring where the kernel allows it, else
+  // threads), "io_uring" or "threads"; other than auto needs a device "nvme".
+  std::string aio_backend = "auto";
+};
+
 struct AioConfig {
   int64_t block_size = 1048576;
   int queue_depth = 8;
@@ -198,6 +217,7 @@ struct Config {
   Bf16Config bf16;
   ZeroConfig zero;
   AioConfig aio;
+  OffloadOptions offload;
   ActivationCheckpointingConfig activation_checkpointing;
   PipelineConfig pipeline;
   CheckpointConfig checkpoint;

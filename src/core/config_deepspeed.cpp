@@ -183,12 +183,22 @@ void parse_zero(const SectionReader& top, Config& cfg) {
 
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3)  // as DeepSpeed asserts
     r.fail("offload_optimizer", "ratio < 1 (partial offload) needs stage 3, found stage " + std::to_string(z.stage));
-  // DeepSpeed uses offload_param in stage 3 only; say so rather than let it
-  // look as if parameters were offloaded.
-  if (z.offload_param.device != "none" && z.stage != 3) {
-    r.warn("offload_param", "used by stage 3 only; ignored with stage " + std::to_string(z.stage));
-    z.offload_param.device = "none";
-  }
+  // Offload with a stage that has nothing of that kind to offload: DeepSpeed
+  // accepts offload_param in stages 1-2 and ignores it, which reads as if the
+  // parameters were offloaded; ztrain refuses both, naming the key given.
+  const std::string stage = std::to_string(z.stage);
+  auto given = [&](const std::string& deprecated, const std::string& section) {
+    return r.has(deprecated) ? deprecated : section + ".device";
+  };
+  if (z.offload_param.device != "none" && z.stage != 3)
+    r.fail(given("cpu_offload_param", "offload_param"),
+           "\"" + z.offload_param.device + "\" needs ZeRO stage 3 (only stage 3 partitions the parameters), found "
+           "stage " + stage + "; set zero_optimization.stage to 3 or offload_param.device to \"none\"");
+  if (z.offload_optimizer.device != "none" && z.stage == 0)
+    r.fail(given("cpu_offload", "offload_optimizer"),
+           "\"" + z.offload_optimizer.device + "\" needs ZeRO stage 1, 2 or 3 (the offloaded optimizer works on "
+           "the rank's partition), found stage 0; set zero_optimization.stage or offload_optimizer.device to "
+           "\"none\"");
 }
 
 void parse_aio(const SectionReader& top, Config& cfg) {

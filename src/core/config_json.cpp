@@ -128,7 +128,13 @@ json resolved_json(const Config& cfg) {
   j["train"] = {{"steps", cfg.train.steps},
                 {"seed", cfg.train.seed},
                 {"eval_interval", cfg.train.eval_interval},
-                {"eval_steps", cfg.train.eval_steps}};
+                {"eval_steps", cfg.train.eval_steps},
+                // null: no cap (0 is not a valid value to write)
+                {"device_memory_cap_gib",
+                 cfg.train.device_memory_cap_gib > 0 ? json(cfg.train.device_memory_cap_gib) : json()}};
+  j["offload"] = {{"delayed_update", cfg.offload.delayed_update},
+                  {"delayed_update_warmup", cfg.offload.delayed_update_warmup},
+                  {"aio_backend", cfg.offload.aio_backend}};
   j["checkpoint"] = {{"dir", null_if_empty(c.dir)},
                      {"interval", c.interval},
                      {"keep_last", c.keep_last},

@@ -20,7 +20,7 @@ std::vector<SectionSchema> build_schemas() {
                {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "fp16", "bf16", "bfloat16",
                 "optimizer", "scheduler", "zero_optimization", "aio", "activation_checkpointing", "pipeline",
-                "model", "data", "train", "checkpoint", "log"},
+                "model", "data", "train", "offload", "checkpoint", "log"},
                {{"prescale_gradients", false, ""},
                 {"gradient_predivide_factor", 1.0, ""},
                 {"communication_data_type", json(), "ztrain reduces gradients in fp32"},
@@ -146,7 +146,8 @@ std::vector<SectionSchema> build_schemas() {
                {"arch", "preset", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "activation_checkpointing"},
                {}});
   s.push_back({"data", "data", {"train", "val", "embedded"}, {}});
-  s.push_back({"train", "train", {"steps", "seed", "eval_interval", "eval_steps"}, {}});
+  s.push_back({"train", "train", {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib"}, {}});
+  s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend"}, {}});
   s.push_back({"checkpoint", "checkpoint",
                {"dir", "interval", "keep_last", "async", "tag_validation"},
                {{"load_universal", false, ""},

@@ -1,5 +1,5 @@
 // ztrain's own sections: model (architecture, presets), data (files must exist), train,
-// checkpoint and log.
+// offload, checkpoint and log.
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -108,6 +108,21 @@ void parse_train(const SectionReader& top, Config& cfg) {
   t.seed = r.unsigned_integer("seed", d.seed);
   t.eval_interval = static_cast<int>(r.integer("eval_interval", d.eval_interval, 0, kIntMax));
   t.eval_steps = static_cast<int>(r.integer("eval_steps", d.eval_steps, 1, kIntMax));
+  // Absent (or null) is no cap; a cap of 0 would refuse every allocation, so
+  // a given value must be positive.
+  t.device_memory_cap_gib = r.number("device_memory_cap_gib", d.device_memory_cap_gib, above(0));
+}
+
+// Only the values here; the rules that involve zero_optimization's offload
+// devices are checked across sections (config.cpp).
+void parse_offload_options(const SectionReader& top, Config& cfg) {
+  const SectionReader r = top.section("offload", "offload");
+  const OffloadOptions d;
+  OffloadOptions& o = cfg.offload;
+  o.delayed_update = r.boolean("delayed_update", d.delayed_update);
+  o.delayed_update_warmup =
+      static_cast<int>(r.integer("delayed_update_warmup", d.delayed_update_warmup, 0, kIntMax));
+  o.aio_backend = r.choice("aio_backend", d.aio_backend, {"auto", "io_uring", "threads"});
 }
 
 void parse_checkpoint(const SectionReader& top, Config& cfg) {
@@ -146,6 +161,7 @@ void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
   parse_model(top, cfg);
   parse_data(top, cfg);
   parse_train(top, cfg);
+  parse_offload_options(top, cfg);
   parse_checkpoint(top, cfg);
   parse_log(top, cfg);
 }

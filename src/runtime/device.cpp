@@ -1,7 +1,11 @@
 #include "runtime/device.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+
+#include "runtime/transfer.hpp"
 
 namespace zt {
 
@@ -18,8 +22,58 @@ const char* mem_tag_name(MemTag tag) {
   return "?";
 }
 
+std::string human_bytes(size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(bytes);
+  int u = 0;
+  while (x >= 1024.0 && u < 4) {
+    x /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", x, units[u]);
+  return buf;
+}
+
+void Device::set_memory_cap(size_t bytes, std::string note) {
+  cap_ = bytes;
+  cap_note_ = std::move(note);
+}
+
+bool Device::fits_memory_cap(size_t, size_t) { return true; }
+
+namespace {
+
+// "21.30 GiB (22870690201 bytes)": the exact count where the unit rounds.
+std::string human_and_exact_bytes(size_t bytes) {
+  return bytes < 1024 ? human_bytes(bytes) : human_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
+}
+
+}  // namespace
+
+void Device::throw_over_cap(size_t bytes, MemTag tag) const {
+  std::string held;
+  for (int t = 0; t < kNumMemTags; ++t)
+    if (stats_.current[t] > 0)
+      held += std::string(held.empty() ? "" : ", ") + mem_tag_name(static_cast<MemTag>(t)) + " " +
+              human_bytes(stats_.current[t]);
+  if (held.empty()) held = "nothing";
+  const std::string detail = memory_cap_detail();
+  ZT_THROW("out of memory on ", name(), ": allocating ", human_and_exact_bytes(bytes), " for '", mem_tag_name(tag),
+           "' would pass the memory cap of ", human_and_exact_bytes(cap_), "; held now: ", held, " (total ",
+           human_bytes(stats_.current_total), ")", detail.empty() ? "" : "; " + detail,
+           cap_note_.empty() ? "" : "; " + cap_note_);
+}
+
 void* Device::allocate(size_t bytes, MemTag tag) {
   if (bytes == 0) bytes = 1;
+  // Held bytes first (written so that no sum overflows), then what the device
+  // takes from its memory ([Note: memory cap]).
+  if (cap_ > 0 && (bytes > cap_ || stats_.current_total > cap_ - bytes || !fits_memory_cap(bytes, cap_)))
+    throw_over_cap(bytes, tag);
   void* p = raw_allocate(bytes);
   if (p == nullptr) {
     ZT_THROW("out of memory on ", name(), ": allocating ", bytes, " bytes for '", mem_tag_name(tag),
@@ -149,6 +203,61 @@ size_t Arena::capacity() const {
   size_t n = 0;
   for (const Buffer& b : chunks_) n += b.bytes();
   return n;
+}
+
+namespace {
+
+// Host memory on the CPU backend, accounted apart from the "device" (also
+// host memory there): pinned and pageable are both plain allocations.
+class HostMemory final : public Device {
+ public:
+  explicit HostMemory(bool pinned) : pinned_(pinned) {}
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return pinned_ ? "host-pinned" : "host"; }
+  void memset_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+ protected:
+  void* raw_allocate(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
+  void raw_deallocate(void* p, size_t) noexcept override { std::free(p); }
+
+ private:
+  bool pinned_;
+};
+
+// [Note: offload transfers] without copy engines: every copy is done when
+// queued, through the device's own copies.
+class ImmediateTransfers final : public TransferQueue {
+ public:
+  explicit ImmediateTransfers(Device& dev) : dev_(dev) {}
+  TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) override {
+    dev_.copy_to_host(host_dst, dev_src, bytes);
+    return TransferTicket{++issued_};
+  }
+  TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes) override {
+    dev_.copy_from_host(dev_dst, host_src, bytes);
+    return TransferTicket{++issued_};
+  }
+  void wait(TransferTicket) override {}
+  void compute_waits(TransferTicket) override {}
+  void wait_all() override {}
+
+ private:
+  Device& dev_;
+  uint64_t issued_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TransferQueue> Device::make_transfer_queue() { return std::make_unique<ImmediateTransfers>(*this); }
+
+std::unique_ptr<Device> Device::make_pinned_host_memory() { return std::make_unique<HostMemory>(true); }
+
+Device& Device::host_memory(bool pinned) {
+  std::unique_ptr<Device>& d = host_[pinned ? 1 : 0];
+  if (!d) d = pinned ? make_pinned_host_memory() : std::make_unique<HostMemory>(false);
+  return *d;
 }
 
 }  // namespace zt

@@ -17,6 +17,9 @@ namespace zt {
 enum class MemTag : uint8_t { params, grads, optim, activations, comm, workspace, offload };
 constexpr int kNumMemTags = 7;
 const char* mem_tag_name(MemTag tag);
+// A size for memory messages in the largest binary unit that keeps a leading
+// digit: "512 bytes", "1.50 MiB", "21.30 GiB".
+std::string human_bytes(size_t bytes);
 
 struct MemoryStats {
   std::array<size_t, kNumMemTags> current{};
@@ -26,6 +29,7 @@ struct MemoryStats {
 };
 
 class UploadStaging;
+class TransferQueue;
 
 class Device {
  public:
@@ -36,6 +40,17 @@ class Device {
   void* allocate(size_t bytes, MemTag tag);
   void deallocate(void* p, size_t bytes, MemTag tag) noexcept;
   const MemoryStats& stats() const { return stats_; }
+  // [Note: memory cap] A cap of `bytes` on this device (0 = none), so that a
+  // large GPU behaves like a smaller one (train.device_memory_cap_gib). An
+  // allocation that would take what callers hold (stats().current_total)
+  // past it throws, as would an allocation that would take what the device
+  // takes from its memory past it (a caching allocator first releases its
+  // cache: CudaDevice). The error names the tag, the bytes requested, the
+  // bytes held per tag, the cap, and `note` (the caller's figure to compare
+  // with, e.g. the memory estimator's for this rank). What is held already
+  // is kept, whatever the cap.
+  void set_memory_cap(size_t bytes, std::string note);
+  size_t memory_cap() const { return cap_; }
   virtual void memset_zero(void* p, size_t bytes) = 0;
   // Copies between this device's memory and host memory (plain memcpy on CPU).
   virtual void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
@@ -44,13 +59,36 @@ class Device {
   // Host-to-device uploads that do not wait for the device
   // ([Note: upload staging]): `slots` host buffers of `slot_bytes` each.
   virtual std::unique_ptr<UploadStaging> make_upload_staging(size_t slot_bytes, int slots);
+  // Copies between this device and host memory that overlap the device's
+  // compute ([Note: offload transfers], runtime/transfer.hpp).
+  virtual std::unique_ptr<TransferQueue> make_transfer_queue();
+  // Host memory for offloaded state: page-locked when `pinned` (copies from
+  // and to it run asynchronously on a GPU), pageable otherwise. Its buffers
+  // are host memory (DeviceKind::cpu) with their own accounting (stats()).
+  // The same Device for every call with the same `pinned`; owned by this one.
+  Device& host_memory(bool pinned);
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;
   virtual void raw_deallocate(void* p, size_t bytes) noexcept = 0;
+  // With a cap set ([Note: memory cap]), asked before raw_allocate once the
+  // bytes held fit: whether raw_allocate(bytes) keeps what this device takes
+  // from its memory within `cap`, after releasing what it can. The base takes
+  // exactly what it holds, so yes.
+  virtual bool fits_memory_cap(size_t bytes, size_t cap);
+  // For the cap's error: what the device takes beyond what it holds ("" when
+  // nothing).
+  virtual std::string memory_cap_detail() const { return ""; }
+  // The pinned host memory of host_memory(true); the base gives pageable.
+  virtual std::unique_ptr<Device> make_pinned_host_memory();
 
  private:
+  [[noreturn]] void throw_over_cap(size_t bytes, MemTag tag) const;
+
   MemoryStats stats_;
+  size_t cap_ = 0;  // 0 = none
+  std::string cap_note_;
+  std::unique_ptr<Device> host_[2];  // [pinned]
 };
 
 class CpuDevice final : public Device {

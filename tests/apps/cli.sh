@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command line: --help, --version, --dry-run, --steps/--log-dir/--set
-# overrides, metrics.jsonl contents, bf16 storage and activation checkpointing.
+# overrides, metrics.jsonl contents, bf16 storage and activation checkpointing,
+# the device memory cap.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -92,6 +93,21 @@ if [ "$RC" != 0 ] && [ "$(grep -c 'error on rank 1: .*injected fault' "$WORK/out
 else
   fail "fault on rank 1: exit $RC after ${took}s"
 fi
+
+# train.device_memory_cap_gib: the device refuses to hold more than the cap;
+# the error names the allocation's tag and the estimator's figure for the
+# rank, once. A cap with room to spare changes nothing but the log line.
+run_np 2 c.json --steps 1 --log-dir capped --set train.device_memory_cap_gib=0.0001
+if [ "$RC" = 1 ] && grep -q "out of memory on cpu: allocating .* for '[a-z]*' would pass the memory cap of 104.86 KiB" "$WORK/out" \
+   && grep -q "the estimator predicts [0-9.]* [KMG]iB on the device for this rank" "$WORK/out" \
+   && [ "$(grep -c 'ztrain: error' "$WORK/out")" = 1 ]; then
+  echo "ok: memory cap refuses, naming the tag and the estimate"
+else
+  fail "memory cap of 0.0001 GiB: exit $RC"
+fi
+run_np 1 c.json --steps 2 --log-dir capped --set train.device_memory_cap_gib=1
+[ "$RC" = 0 ] && grep -q "device memory capped at 1 GiB per rank" "$WORK/out" && [ -f capped/metrics.jsonl ] \
+  && echo "ok: a cap with room trains" || fail "memory cap of 1 GiB"
 
 # An unwritable log directory is a clear error before training starts.
 run_np 2 c.json --steps 2 --log-dir /dev/null/x

@@ -28,8 +28,14 @@ printf 'not a shard' > bad.bin
 cfg '{"train_batch_size": 8, "data": {"train": "bad.bin"}}'
 expect_error malformed-data-file 2 'bad.bin' c.json
 
-cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}'
-expect_error not-available-yet 2 'zero_optimization.offload_optimizer.device.*not available yet' c.json
+cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "offload": {"delayed_update": true}}'
+expect_error not-available-yet 2 'c.json: offload.delayed_update: true is not available yet' c.json
+
+cfg '{"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}'
+expect_error offload-with-wrong-stage 2 'c.json: zero_optimization.offload_param.device: "cpu" needs ZeRO stage 3.*found stage 2' c.json
+
+cfg '{"train_batch_size": 8, "offload": {"delayed_update": true}}'
+expect_error offload-section-without-offload 2 'c.json: offload.delayed_update: true needs zero_optimization.offload_optimizer.device' c.json
 
 cfg '{"train_batch_size": 8,'
 expect_error bad-json 2 'c.json' c.json

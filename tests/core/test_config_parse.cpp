@@ -15,7 +15,10 @@ auto fields(const ModelConfig& m) {
                   m.activation_checkpointing);
 }
 auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded); }
-auto fields(const TrainConfig& t) { return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps); }
+auto fields(const TrainConfig& t) {
+  return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib);
+}
+auto fields(const OffloadOptions& o) { return std::tie(o.delayed_update, o.delayed_update_warmup, o.aio_backend); }
 auto fields(const OptimizerConfig& o) { return std::tie(o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay); }
 auto fields(const SchedulerConfig& s) {
   return std::tie(s.type, s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps, s.warmup_type, s.total_num_steps,
@@ -60,6 +63,7 @@ void expect_same_config(const Config& a, const Config& b) {
   EXPECT_TRUE(fields(a.zero.offload_optimizer) == fields(b.zero.offload_optimizer));
   EXPECT_TRUE(fields(a.zero.offload_param) == fields(b.zero.offload_param));
   EXPECT_TRUE(fields(a.aio) == fields(b.aio));
+  EXPECT_TRUE(fields(a.offload) == fields(b.offload));
   EXPECT_TRUE(fields(a.activation_checkpointing) == fields(b.activation_checkpointing));
   EXPECT_TRUE(fields(a.pipeline) == fields(b.pipeline));
   EXPECT_TRUE(fields(a.checkpoint) == fields(b.checkpoint));
@@ -186,6 +190,10 @@ TEST(ConfigParse, EmptyConfigGetsDeepSpeedDefaults) {
   EXPECT_EQ(cfg.train.seed, 1234u);
   EXPECT_EQ(cfg.train.eval_interval, 50);
   EXPECT_EQ(cfg.train.eval_steps, 10);
+  EXPECT_EQ(cfg.train.device_memory_cap_gib, 0.0);  // no cap
+  EXPECT_FALSE(cfg.offload.delayed_update);
+  EXPECT_EQ(cfg.offload.delayed_update_warmup, 10);
+  EXPECT_EQ(cfg.offload.aio_backend, "auto");
   EXPECT_EQ(cfg.log.dir, "runs/latest");
   EXPECT_EQ(cfg.checkpoint.dir, "");
   EXPECT_EQ(cfg.checkpoint.interval, 0);
@@ -364,6 +372,49 @@ TEST(ConfigParse, RealisticDeepSpeedConfig) {
   EXPECT_CONTAINS(cfg.warnings[0], "zero_optimization.cpu_offload: deprecated; use offload_optimizer.device");
 }
 
+TEST(ConfigParse, DeviceMemoryCap) {
+  EXPECT_EQ(parse(R"({"train": {"device_memory_cap_gib": 24}})").train.device_memory_cap_gib, 24.0);
+  EXPECT_EQ(parse(R"({"train": {"device_memory_cap_gib": 0.0001}})").train.device_memory_cap_gib, 0.0001);
+  EXPECT_EQ(parse("{}", {"train.device_memory_cap_gib=40"}).train.device_memory_cap_gib, 40.0);
+  // null is the default: no cap.
+  EXPECT_EQ(parse(R"({"train": {"device_memory_cap_gib": null}})").train.device_memory_cap_gib, 0.0);
+  EXPECT_EQ(parse(R"({"train": {"device_memory_cap_gib": 24}})", {"train.device_memory_cap_gib=null"})
+                .train.device_memory_cap_gib,
+            0.0);
+}
+
+// Accepted by the config's own rules; until offload and the delayed update
+// land, their rows of the features table ([Note: features not available
+// yet]) may still refuse the config, and nothing else may.
+void expect_offload_accepted(const std::string& text) {
+  SCOPED_TRACE(text);
+  try {
+    parse(text);
+  } catch (const UserError& e) {
+    EXPECT_CONTAINS(e.what(), "is not available yet");
+  }
+}
+
+TEST(ConfigParse, OffloadSection) {
+  Config cfg = parse(R"({"offload": {"delayed_update": false, "delayed_update_warmup": 0, "aio_backend": "AUTO"}})");
+  EXPECT_FALSE(cfg.offload.delayed_update);
+  EXPECT_EQ(cfg.offload.delayed_update_warmup, 0);
+  EXPECT_EQ(cfg.offload.aio_backend, "auto");  // matched case-insensitively, kept in its spelling
+  cfg = parse(R"({"offload": {"delayed_update_warmup": 1e3}})");
+  EXPECT_EQ(cfg.offload.delayed_update_warmup, 1000);
+  EXPECT_TRUE(cfg.warnings.empty());
+
+  // The combinations the cross-section rules accept.
+  expect_offload_accepted(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                              "offload": {"delayed_update": true, "delayed_update_warmup": 5}})");
+  expect_offload_accepted(R"({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme",
+                                                                                      "nvme_path": "/nvme"}},
+                              "offload": {"delayed_update": true, "aio_backend": "io_uring"}})");
+  expect_offload_accepted(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+                                                                                  "nvme_path": "/nvme"}},
+                              "offload": {"aio_backend": "threads"}})");
+}
+
 TEST(ConfigParse, DataFilesThatExist) {
   TempFile train("data_train.bin"), val("data_val.bin");
   const Config cfg = parse(R"({"data": {"train": ")" + train.path() + R"(", "val": ")" + val.path() + R"("}})");
@@ -407,6 +458,9 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
                         "pipeline": {"pipe_schedule_name": "interleaved", "num_chunks": 2},
                         "zero_optimization": {"offload_optimizer": {"device": "none", "nvme_path": "/nvme"}}})",
                     2);
+  expect_round_trip(R"({"train": {"device_memory_cap_gib": 23.5},
+                        "offload": {"delayed_update_warmup": 0}})",
+                    1);
 
   // Every section is written, with defaults filled in.
   Config cfg = parse("{}");
@@ -417,6 +471,10 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   EXPECT_EQ(j["model"]["arch"], "gpt2");
   EXPECT_EQ(j["data"]["embedded"], true);
   EXPECT_TRUE(j["scheduler"].is_null());
+  EXPECT_TRUE(j["train"].contains("device_memory_cap_gib"));
+  EXPECT_TRUE(j["train"]["device_memory_cap_gib"].is_null());  // no cap
+  EXPECT_EQ(j["offload"], (nlohmann::json{{"delayed_update", false}, {"delayed_update_warmup", 10},
+                                          {"aio_backend", "auto"}}));
   // Unresolved, it still parses back.
   Config again = parse_config(j, "resolved.json");
   EXPECT_TRUE(again.batch.train_auto);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -88,6 +89,76 @@ TEST(CudaRuntime, OutOfMemoryThrowsAndLeavesNoStickyError) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(dev.cached_bytes(), 0u) << "the cache is emptied before giving up";
   EXPECT_EQ(dev.stats().current_total, 4096u);
+}
+
+TEST(CudaRuntime, MemoryCapBoundsWhatIsTakenFromTheGpuAndReleasesTheCacheFirst) {
+  ZT_REQUIRE_GPU();
+  constexpr size_t MiB = size_t{1} << 20;
+  CudaDevice dev(0);
+  const std::string note = "the estimator predicts 6.00 MiB on the device for this rank";
+  dev.set_memory_cap(8 * MiB, note);
+  Buffer a(dev, MiB + 1, MemTag::params);           // a 2 MiB block
+  { Buffer b(dev, 4 * MiB, MemTag::workspace); }  // freed: cached
+  EXPECT_EQ(dev.reserved_bytes(), 6 * MiB);
+  EXPECT_EQ(dev.cached_bytes(), 4 * MiB);
+
+  // 6 MiB more held fits the cap, but a new 6 MiB block beside the cached one
+  // would take 12 MiB from the GPU: the cache goes back first, then it fits.
+  {
+    Buffer c(dev, 6 * MiB, MemTag::activations);
+    EXPECT_EQ(dev.cached_bytes(), 0u);
+    EXPECT_EQ(dev.reserved_bytes(), 8 * MiB);
+  }
+  // Served from the cache: nothing more taken, nothing released.
+  {
+    Buffer c(dev, 6 * MiB, MemTag::activations);
+    EXPECT_EQ(dev.reserved_bytes(), 8 * MiB);
+  }
+  EXPECT_EQ(dev.cached_bytes(), 6 * MiB);
+
+  // Past the cap in what is held: refused, naming the tag, the bytes held
+  // per tag, the cap and the note; the cache is left alone.
+  try {
+    Buffer over(dev, 7 * MiB, MemTag::optim);
+    FAIL() << "7 MiB more under an 8 MiB cap with 1 MiB held";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("out of memory on cuda:0: allocating 7.00 MiB (7340032 bytes) for 'optim' would pass the "
+                        "memory cap of 8.00 MiB (8388608 bytes); held now: params 1.00 MiB"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find(note), std::string::npos) << what;
+  }
+  EXPECT_EQ(dev.cached_bytes(), 6 * MiB);
+  EXPECT_EQ(dev.stats().current_total, MiB + 1);
+
+  // Held bytes that fit, in a size class that does not: 6 MiB + 1 is an 8 MiB
+  // block beside a's 2 MiB one. The cache is released trying, then it fails.
+  try {
+    Buffer over(dev, 6 * MiB + 1, MemTag::grads);
+    FAIL() << "an 8 MiB block beside a 2 MiB one under an 8 MiB cap";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("for 'grads' would pass the memory cap of 8.00 MiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("reserved from the GPU 2.00 MiB"), std::string::npos) << what;
+    EXPECT_NE(what.find(note), std::string::npos) << what;
+  }
+  EXPECT_EQ(dev.cached_bytes(), 0u);
+  EXPECT_EQ(dev.reserved_bytes(), 2 * MiB);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(dev.stats().current[static_cast<int>(MemTag::grads)], 0u);
+
+  // Freeing makes room again (a's block is cached, then released for the new one).
+  a.reset();
+  {
+    Buffer fits(dev, 6 * MiB + 1, MemTag::grads);
+    EXPECT_EQ(dev.reserved_bytes(), 8 * MiB);
+    EXPECT_EQ(dev.cached_bytes(), 0u);
+  }
+  // No cap: the GPU's own memory is the limit again.
+  dev.set_memory_cap(0, "");
+  { Buffer big(dev, 16 * MiB, MemTag::activations); }
+  EXPECT_GE(dev.peak_reserved_bytes(), 16 * MiB);
 }
 
 TEST(CudaRuntime, CopiesAndMemset) {

@@ -1,9 +1,10 @@
 // CpuDevice: tagged allocation with per-tag and total peaks (MemoryStats),
-// the out-of-memory error, its copies; and Buffer: one allocation owned by
-// exactly one object, whatever is moved where.
+// the out-of-memory error, the memory cap, its copies; and Buffer: one
+// allocation owned by exactly one object, whatever is moved where.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -109,6 +110,126 @@ TEST(CpuDevice, OutOfMemoryNamesTheTagAndLeavesTheBooksAlone) {
   EXPECT_EQ(peak(d, MemTag::activations), 0u);
   EXPECT_EQ(d.stats().current_total, 128u);
   d.deallocate(p, 128, MemTag::params);
+}
+
+// The text of the zt::Error that `f` throws ("" and a test failure when none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected zt::Error, nothing was thrown";
+  return "";
+}
+
+#define EXPECT_CONTAINS(message, part) \
+  EXPECT_NE(std::string(message).find(part), std::string::npos) << "expected: " << (part) << "\nin: " << (message)
+
+TEST(CpuDevice, MemoryCapRefusesAllocationsPastItAndNamesWhatIsHeld) {
+  CpuDevice d;
+  EXPECT_EQ(d.memory_cap(), 0u);  // none by default
+  const std::string note = "the estimator predicts 9.00 KiB on the device for this rank";
+  d.set_memory_cap(10000, note);
+  EXPECT_EQ(d.memory_cap(), 10000u);
+  void* p = d.allocate(4000, MemTag::params);
+  void* g = d.allocate(6000, MemTag::grads);  // exactly up to the cap
+  EXPECT_EQ(d.stats().current_total, 10000u);
+
+  const std::string what = error_of([&] { d.allocate(1, MemTag::activations); });
+  EXPECT_CONTAINS(what, "out of memory on cpu: allocating 1 bytes for 'activations'");
+  EXPECT_CONTAINS(what, "would pass the memory cap of 9.77 KiB (10000 bytes)");
+  EXPECT_CONTAINS(what, "held now: params 3.91 KiB, grads 5.86 KiB (total 9.77 KiB)");
+  EXPECT_CONTAINS(what, "; " + note);
+  // The refused request leaves the books as they were.
+  EXPECT_EQ(current(d, MemTag::activations), 0u);
+  EXPECT_EQ(peak(d, MemTag::activations), 0u);
+  EXPECT_EQ(d.stats().current_total, 10000u);
+  // A zero-byte request is one byte, against the cap too.
+  EXPECT_CONTAINS(error_of([&] { d.allocate(0, MemTag::comm); }), "for 'comm' would pass the memory cap");
+
+  // Freeing makes room again, up to the cap and no further.
+  d.deallocate(g, 6000, MemTag::grads);
+  void* a = d.allocate(5000, MemTag::activations);
+  EXPECT_CONTAINS(error_of([&] { d.allocate(1001, MemTag::workspace); }),
+                  "held now: params 3.91 KiB, activations 4.88 KiB (total 8.79 KiB)");
+  void* w = d.allocate(1000, MemTag::workspace);
+  EXPECT_EQ(d.stats().current_total, 10000u);
+  d.deallocate(w, 1000, MemTag::workspace);
+  d.deallocate(a, 5000, MemTag::activations);
+
+  // A request bigger than the cap on its own is refused (no overflowing sum
+  // lets it through), and so is everything once what is held passes a cap
+  // set later; what is held is kept.
+  EXPECT_CONTAINS(error_of([&] { d.allocate(SIZE_MAX, MemTag::optim); }), "for 'optim' would pass the memory cap");
+  d.set_memory_cap(1000, "");
+  const std::string no_note = error_of([&] { d.allocate(1, MemTag::optim); });
+  EXPECT_CONTAINS(no_note, "memory cap of 1000 bytes; held now: params 3.91 KiB (total 3.91 KiB)");
+  EXPECT_EQ(no_note.find("; the estimator"), std::string::npos) << no_note;
+  EXPECT_EQ(current(d, MemTag::params), 4000u);
+
+  // 0 lifts the cap.
+  d.set_memory_cap(0, "");
+  void* big = d.allocate(size_t{1} << 20, MemTag::activations);
+  d.deallocate(big, size_t{1} << 20, MemTag::activations);
+  d.deallocate(p, 4000, MemTag::params);
+  EXPECT_EQ(d.stats().current_total, 0u);
+
+  // Nothing held: the message says so.
+  d.set_memory_cap(100, "note");
+  EXPECT_CONTAINS(error_of([&] { Buffer b(d, 101, MemTag::params); }), "held now: nothing (total 0 bytes); note");
+}
+
+// A device that takes more from its memory than it hands out (as a caching
+// allocator does): each allocation takes a whole 1000-byte block.
+class BlockDevice final : public Device {
+ public:
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "blocks"; }
+  void memset_zero(void*, size_t) override {}
+  void copy_to_host(void*, const void*, size_t) override {}
+  void copy_from_host(void*, const void*, size_t) override {}
+  size_t taken = 0;
+  int asked = 0;
+
+ protected:
+  static size_t block(size_t bytes) { return (bytes + 999) / 1000 * 1000; }
+  void* raw_allocate(size_t bytes) override {
+    taken += block(bytes);
+    return std::malloc(bytes);
+  }
+  void raw_deallocate(void* p, size_t bytes) noexcept override {
+    taken -= block(bytes);
+    std::free(p);
+  }
+  bool fits_memory_cap(size_t bytes, size_t cap) override {
+    ++asked;
+    return taken + block(bytes) <= cap;
+  }
+  std::string memory_cap_detail() const override { return "taken " + std::to_string(taken) + " bytes in blocks"; }
+};
+
+TEST(Device, MemoryCapAlsoBoundsWhatADeviceTakesBeyondWhatItHolds) {
+  BlockDevice d;
+  void* p = d.allocate(10, MemTag::params);  // no cap: the device is not asked
+  EXPECT_EQ(d.asked, 0);
+  d.set_memory_cap(2500, "predicted 2 KiB");
+  void* b = d.allocate(10, MemTag::grads);  // held 20, taken 2000
+  EXPECT_EQ(d.asked, 1);
+  // 30 bytes held would fit, a third block does not.
+  const std::string what = error_of([&] { d.allocate(10, MemTag::activations); });
+  EXPECT_CONTAINS(what, "allocating 10 bytes for 'activations' would pass the memory cap of 2.44 KiB");
+  EXPECT_CONTAINS(what, "held now: params 10 bytes, grads 10 bytes (total 20 bytes); taken 2000 bytes in blocks; "
+                        "predicted 2 KiB");
+  EXPECT_EQ(d.stats().current_total, 20u);
+  // Held bytes past the cap are refused before the device is asked.
+  const int asked = d.asked;
+  EXPECT_CONTAINS(error_of([&] { d.allocate(2490, MemTag::optim); }), "for 'optim' would pass the memory cap");
+  EXPECT_EQ(d.asked, asked);
+  d.deallocate(b, 10, MemTag::grads);
+  EXPECT_NO_THROW(d.deallocate(d.allocate(10, MemTag::activations), 10, MemTag::activations));
+  d.deallocate(p, 10, MemTag::params);
 }
 
 TEST(CpuDevice, CopiesAndZeroing) {

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 
 #include "core/error.hpp"
+#include "runtime/transfer.hpp"
 
 namespace zt {
 namespace {
@@ -122,6 +124,23 @@ void CudaDevice::raw_deallocate(void* p, size_t bytes) noexcept {
   cached_ += cls;
 }
 
+bool CudaDevice::fits_memory_cap(size_t bytes, size_t cap) {
+  const size_t cls = size_class(bytes);
+  auto fits = [&] { return cls <= cap && reserved_ <= cap - cls; };
+  const auto it = free_.find(cls);
+  if (it != free_.end() && !it->second.empty()) return true;  // from the cache: nothing more taken
+  if (fits()) return true;
+  if (cached_ == 0) return false;
+  // Blocks of other size classes sit in the cache: give them back and count again.
+  empty_cache();
+  return fits();
+}
+
+std::string CudaDevice::memory_cap_detail() const {
+  return "reserved from the GPU " + human_bytes(reserved_) + " (held blocks rounded up to their size class; " +
+         human_bytes(cached_) + " of it cached)";
+}
+
 void CudaDevice::release_cached() noexcept {
   for (auto& [cls, blocks] : free_) {
     for (void* p : blocks) {
@@ -201,6 +220,86 @@ class PinnedStaging final : public UploadStaging {
 std::unique_ptr<UploadStaging> CudaDevice::make_upload_staging(size_t slot_bytes, int slots) {
   return std::make_unique<PinnedStaging>(*this, slot_bytes, slots);
 }
+
+namespace {
+
+// [Note: offload transfers] on the GPU. Ticket ids are odd for device-to-host
+// copies and even for host-to-device ones; each direction's events complete
+// in the order they were recorded (one stream each), so waiting for a ticket
+// retires every earlier one of its direction.
+class CudaTransfers final : public TransferQueue {
+ public:
+  explicit CudaTransfers(CudaDevice& dev) : dev_(dev) {
+    for (Direction& d : dir_) d.stream = CudaStream::create(true);
+  }
+  ~CudaTransfers() override {
+    try {
+      wait_all();
+    } catch (...) {
+    }
+  }
+  TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) override {
+    Direction& d = dir_[0];
+    // Read the source as the compute stream leaves it.
+    CudaEvent after = CudaEvent::create();
+    after.record(dev_.stream());
+    d.stream.wait(after.get());
+    ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, d.stream.get()));
+    return record(0);
+  }
+  TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes) override {
+    Direction& d = dir_[1];
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, d.stream.get()));
+    return record(1);
+  }
+  void wait(TransferTicket t) override {
+    if (t.id == 0) return;
+    Direction& d = dir_[t.id % 2 == 1 ? 0 : 1];
+    while (!d.events.empty() && d.events.front().first <= t.id) {
+      d.events.front().second.synchronize();
+      d.events.pop_front();
+    }
+  }
+  void compute_waits(TransferTicket t) override {
+    if (t.id == 0) return;
+    Direction& d = dir_[t.id % 2 == 1 ? 0 : 1];
+    for (const auto& [id, ev] : d.events)
+      if (id == t.id) {
+        ZT_CUDA_CHECK(cudaStreamWaitEvent(dev_.stream(), ev.get(), 0));
+        return;
+      }
+    // Already retired by wait(): the copy is done.
+  }
+  void wait_all() override {
+    for (Direction& d : dir_) {
+      d.stream.synchronize();
+      d.events.clear();
+    }
+  }
+
+ private:
+  struct Direction {
+    CudaStream stream;
+    std::deque<std::pair<uint64_t, CudaEvent>> events;
+  };
+  TransferTicket record(int k) {
+    next_[k] += 2;
+    const uint64_t id = next_[k];
+    CudaEvent ev = CudaEvent::create();
+    ev.record(dir_[k].stream.get());
+    dir_[k].events.emplace_back(id, std::move(ev));
+    return TransferTicket{id};
+  }
+  CudaDevice& dev_;
+  Direction dir_[2];
+  uint64_t next_[2] = {uint64_t{1} - 2, 0};  // to_host ids 1, 3, 5...; to_device 2, 4, ...
+};
+
+}  // namespace
+
+std::unique_ptr<TransferQueue> CudaDevice::make_transfer_queue() { return std::make_unique<CudaTransfers>(*this); }
+
+std::unique_ptr<Device> CudaDevice::make_pinned_host_memory() { return std::make_unique<PinnedHostDevice>(); }
 
 // ---- PinnedHostDevice ----------------------------------------------------------
 

@@ -9,7 +9,9 @@
 // by their rounded size (multiples of 512 B up to 1 MiB, of 2 MiB above) and
 // handed out again for a request of the same class. Blocks go back to the GPU
 // only on empty_cache(), when a cudaMalloc fails (then the cache is emptied
-// and the allocation retried once), and on destruction. Reuse is safe in the
+// and the allocation retried once) or would take reserved_bytes() past the
+// memory cap ([Note: memory cap] in runtime/device.hpp; then the cache is
+// emptied first, and only what is held counts), and on destruction. Reuse is safe in the
 // order of the compute stream: a block freed by the host while kernels on the
 // compute stream still use it is handed out again only to work queued later
 // on that stream. Memory used on any other stream must be synchronised with
@@ -66,6 +68,8 @@ class CudaDevice final : public Device {
   void synchronize() override;
   // Pinned slots, copies queued on the compute stream ([Note: upload staging]).
   std::unique_ptr<UploadStaging> make_upload_staging(size_t slot_bytes, int slots) override;
+  // Two copy streams, one per direction ([Note: offload transfers]).
+  std::unique_ptr<TransferQueue> make_transfer_queue() override;
 
   // Bytes taken from the GPU: held by callers plus cached for reuse.
   size_t reserved_bytes() const { return reserved_; }
@@ -79,6 +83,11 @@ class CudaDevice final : public Device {
  protected:
   void* raw_allocate(size_t bytes) override;
   void raw_deallocate(void* p, size_t bytes) noexcept override;
+  std::unique_ptr<Device> make_pinned_host_memory() override;
+  // The cap bounds reserved_bytes(), not only what callers hold: a request
+  // that needs a new cudaMalloc past it empties the cache and tries again.
+  bool fits_memory_cap(size_t bytes, size_t cap) override;
+  std::string memory_cap_detail() const override;
 
  private:
   void release_cached() noexcept;
