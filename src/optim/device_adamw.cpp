@@ -14,6 +14,7 @@ class DeviceAdamW final : public OptimizerPlacement {
  public:
   DeviceAdamW(Device& dev, const AdamWParams& hp) : dev_(dev), hp_(hp) {}
   const char* name() const override { return "device"; }
+  bool states_on_device() const override { return true; }
 
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
     AdamWParams hp = hp_;
@@ -36,7 +37,19 @@ class DeviceAdamW final : public OptimizerPlacement {
     adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale);
   }
 
+  void read_state(const OwnedShard& sh, OptimizerState which, float* host_dst) override {
+    dev_.copy_to_host(host_dst, state(sh, which), static_cast<size_t>(sh.numel()) * sizeof(float));
+  }
+  void write_state(const OwnedShard& sh, OptimizerState which, const float* host_src) override {
+    dev_.copy_from_host(state(sh, which), host_src, static_cast<size_t>(sh.numel()) * sizeof(float));
+  }
+
  private:
+  static float* state(const OwnedShard& sh, OptimizerState which) {
+    float* p = which == OptimizerState::master ? sh.master : which == OptimizerState::exp_avg ? sh.exp_avg : sh.exp_avg_sq;
+    ZT_CHECK(p != nullptr, "unit ", sh.unit, ": no device ", optimizer_state_name(which), " (offloaded states?)");
+    return p;
+  }
   Device& dev_;
   AdamWParams hp_;
   std::vector<DecayRange> ranges_;  // reused from shard to shard

@@ -17,8 +17,6 @@
 namespace zt {
 namespace {
 
-const char* const kStates[] = {"master", "exp_avg", "exp_avg_sq"};
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -125,12 +123,15 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
     const int64_t end = std::min(sh.end, fu.numel);  // padding is not saved
     if (end <= sh.begin) continue;
     const int64_t n = end - sh.begin;
-    const float* src[] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
-    for (int k = 0; k < 3; ++k) {
+    // Wherever the placement keeps them (device, host, NVMe).
+    std::vector<float> whole(static_cast<size_t>(sh.numel()));
+    for (int k = 0; k < kNumOptimizerStates; ++k) {
+      const auto which = static_cast<OptimizerState>(k);
+      zero_.placement().read_state(sh, which, whole.data());
       float* h = p->host.emplace_back(new float[static_cast<size_t>(n)]).get();
-      dev_.copy_to_host(h, src[k], static_cast<size_t>(n) * sizeof(float));
+      std::copy(whole.begin(), whole.begin() + n, h);
       p->bytes += static_cast<size_t>(n) * sizeof(float);
-      p->shards.push_back(ShardData{kStates[k], ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h});
+      p->shards.push_back(ShardData{optimizer_state_name(which), ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h});
     }
   }
   if (cfg_.zero.stage3_gather_16bit_weights_on_model_save) write_16bit_weights(*p, tmp);
@@ -277,11 +278,11 @@ void Checkpointer::read_owned(CheckpointReader& reader, const std::string& step_
     if (saved != fu.numel)
       ZT_USER_ERROR("checkpoint ", step_dir, ": unit ", sh.unit, " ('", fu.name, "') has ", saved,
                     " parameters there and ", fu.numel, " in this model");
-    float* dst[] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
     host.resize(static_cast<size_t>(sh.numel()));
-    for (int k = 0; k < 3; ++k) {
-      reader.read_range(kStates[k], sh.unit, sh.begin, sh.end, host.data());
-      dev_.copy_from_host(dst[k], host.data(), host.size() * sizeof(float));
+    for (int k = 0; k < kNumOptimizerStates; ++k) {
+      const auto which = static_cast<OptimizerState>(k);
+      reader.read_range(optimizer_state_name(which), sh.unit, sh.begin, sh.end, host.data());
+      zero_.placement().write_state(sh, which, host.data());
     }
   }
 }

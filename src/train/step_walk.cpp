@@ -10,10 +10,10 @@ double now_s() {
 }  // namespace
 
 StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
-                   Kernels& kernels, CommBundle& comms, ZeroEngine& zero, OptimizerPlacement& placement,
+                   Kernels& kernels, CommBundle& comms, ZeroEngine& zero,
                    GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data,
                    ArenaChunks arena_chunks)
-    : opts_(opts), dev_(dev), kernels_(kernels), comms_(comms), zero_(zero), placement_(placement),
+    : opts_(opts), dev_(dev), kernels_(kernels), comms_(comms), zero_(zero),
       finalizer_(finalizer), schedule_(schedule), data_(data) {
   const int M = static_cast<int>(opts.accum);
   executor_ = std::make_unique<PipelineExecutor>(plan.chunks, opts.P, opts.V, stage, runner, dev, kernels,
@@ -81,7 +81,7 @@ void StepWalk::optimizer_step() {
     s.step = state_->applied + 1;
     s.lr = schedule_.lr_at(state_->applied);
     s.grad_scale = verdict_.grad_scale;
-    zero_.apply_optimizer(placement_, s);
+    zero_.apply_optimizer(s);
     ++state_->applied;
   }
   zero_.publish_params();

@@ -30,7 +30,7 @@ struct StepTiming {
 class StepWalk final : private StepHooks {
  public:
   StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
-           Kernels& kernels, CommBundle& comms, ZeroEngine& zero, OptimizerPlacement& placement,
+           Kernels& kernels, CommBundle& comms, ZeroEngine& zero,
            GradientFinalizer& finalizer, const LrSchedule& schedule, DataFeed& data, ArenaChunks arena_chunks);
   ~StepWalk() override;
 
@@ -56,7 +56,6 @@ class StepWalk final : private StepHooks {
   Kernels& kernels_;
   CommBundle& comms_;
   ZeroEngine& zero_;
-  OptimizerPlacement& placement_;
   GradientFinalizer& finalizer_;
   const LrSchedule& schedule_;
   DataFeed& data_;

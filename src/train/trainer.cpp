@@ -7,6 +7,7 @@
 #include "modules/model.hpp"
 #include "modules/runner.hpp"
 #include "optim/device_adamw.hpp"
+#include "optim/offload_adamw.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_feed.hpp"
 #include "train/grad_finalize.hpp"
@@ -22,6 +23,20 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// Where the optimizer runs and keeps its states: zero_optimization's
+// offload_optimizer.device (docs/offload.md).
+std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& dev, const AdamWParams& hp) {
+  const OffloadConfig& oo = cfg.zero.offload_optimizer;
+  if (oo.device == "cpu") {
+    HostOffloadOptions ho;
+    ho.pin_memory = oo.pin_memory;
+    ho.ratio = oo.ratio;
+    return make_host_offload_adamw(dev, hp, ho);
+  }
+  ZT_CHECK(oo.device == "none", "offload_optimizer.device \"", oo.device, "\"");
+  return make_device_adamw(dev, hp);
+}
 }  // namespace
 
 struct Trainer::Impl {
@@ -35,8 +50,8 @@ struct Trainer::Impl {
   std::unique_ptr<DataFeed> data;
   std::unique_ptr<Model> model;
   StagePlan plan;  // this rank's pipeline stage
+  std::unique_ptr<OptimizerPlacement> placement;  // outlives zero, which uses it
   std::unique_ptr<ZeroEngine> zero;
-  std::unique_ptr<OptimizerPlacement> placement;
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<UnitRunner> runner;
   std::unique_ptr<GradientFinalizer> finalizer;
@@ -66,9 +81,9 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   const std::vector<const Unit*>& units = s.model->units();
   s.plan = plan_stage(desc.unit_numels(), desc.unit_ties(), o.P, o.V, o.partition, topo.pp_rank());
 
+  s.placement = make_placement(cfg, dev, o.adamw);
   s.zero = std::make_unique<ZeroEngine>(units, o.zero, dev, kernels, *comms.data().tensors, *comms.data().host,
-                                        s.plan.local);
-  s.placement = make_device_adamw(dev, o.adamw);
+                                        *s.placement, s.plan.local);
   s.schedule = make_lr_schedule(o.lr);
   s.runner = std::make_unique<UnitRunner>(units, kernels, dev, o.param_dtype, o.act_dtype,
                                           cfg.model.activation_checkpointing);
@@ -83,7 +98,7 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
     return std::max<size_t>(size_t{1} << 16, static_cast<size_t>(static_cast<double>(bytes) * 1.05));
   };
   s.walk = std::make_unique<StepWalk>(o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero,
-                                      *s.placement, *s.finalizer, *s.schedule, *s.data,
+                                      *s.finalizer, *s.schedule, *s.data,
                                       ArenaChunks{chunk(row.micro_batch_activations), chunk(row.workspace)});
   s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params());
   if (!cfg.checkpoint.dir.empty())

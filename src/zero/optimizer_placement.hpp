@@ -1,13 +1,18 @@
 // The optimizer placement seam (DESIGN.md, "Optimizer placement"). ZeRO
 // decides which shards this rank owns; an OptimizerPlacement decides where
-// their update runs and where its bytes live. ZeroEngine::apply_optimizer
-// hands it every owned shard of the step, one at a time, and then asks it to
-// finish. The placement today is the device (optim/device_adamw.hpp: CUDA
-// kernels on the GPU's stream, threads on the CPU); host and NVMe placements
-// implement the same two calls.
+// their update runs and where the optimizer's states (fp32 master weights,
+// Adam moments) live: on the device (optim/device_adamw.hpp: CUDA kernels on
+// the GPU's stream, threads on the CPU), in host memory or in NVMe files
+// (optim/offload_adamw.hpp, docs/offload.md).
+//
+// ZeroEngine::apply_optimizer hands the placement every owned shard of the
+// step, one at a time, then asks it to finish. Everything else that touches
+// the states (initial values, checkpoints, exports) goes through
+// read_state/write_state, so it works wherever they live.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "zero/owned_shard.hpp"
 
@@ -20,17 +25,34 @@ struct OptimizerStepScalars {
   float grad_scale = 1;  // multiplies every gradient first: clip coefficient / loss scale
 };
 
+enum class OptimizerState : uint8_t { master, exp_avg, exp_avg_sq };
+constexpr int kNumOptimizerStates = 3;
+// "master", "exp_avg", "exp_avg_sq": the names checkpoints store them under.
+const char* optimizer_state_name(OptimizerState s);
+
 class OptimizerPlacement {
  public:
   virtual ~OptimizerPlacement() = default;
   virtual const char* name() const = 0;
-  // Updates shard.master, shard.exp_avg and shard.exp_avg_sq in place from
-  // shard.grad (weight decay per shard.spans). May return before the update
-  // is done (a GPU stream, host threads): finish() completes it.
+  // True: the states are the device buffers ZeroEngine allocates (the
+  // OwnedShard pointers), and ZeRO refreshes the working parameters from the
+  // master itself. False: the placement keeps the states and leaves each
+  // shard's `param` fresh after update() and write_state(master).
+  virtual bool states_on_device() const = 0;
+  // Called once by ZeroEngine with every owned shard, before any other call:
+  // an offloading placement allocates its states here (moments zero).
+  virtual void attach(const std::vector<OwnedShard>& shards) { (void)shards; }
+  // Updates the shard's master weights and moments from shard.grad (weight
+  // decay per shard.spans). May return before the update is done (a GPU
+  // stream, host threads): finish() completes it.
   virtual void update(const OwnedShard& shard, const OptimizerStepScalars& s) = 0;
   // Every update issued since the last finish() is complete, or ordered
-  // before any later work on the device's stream.
+  // before any later work on the device's compute stream.
   virtual void finish() {}
+  // Copies the shard's state to or from host memory (numel() floats). Not
+  // during an update (between update() and finish()).
+  virtual void read_state(const OwnedShard& shard, OptimizerState which, float* host_dst) = 0;
+  virtual void write_state(const OwnedShard& shard, OptimizerState which, const float* host_src) = 0;
 };
 
 }  // namespace zt

@@ -6,18 +6,28 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "zero/flat_layout.hpp"
 
 namespace zt {
 
 struct OwnedShard {
+  int index = 0;  // position among the rank's owned shards
   int unit = 0;
   int64_t begin = 0;  // unit-local element range
   int64_t end = 0;
-  float* master = nullptr;  // fp32 master weights
-  float* grad = nullptr;    // fp32 gradient, summed over the data-parallel group
+  float* grad = nullptr;  // fp32 gradient on the device, summed over the data-parallel group
+  // fp32 master weights and Adam moments on the device, when the placement
+  // keeps its states there (OptimizerPlacement::states_on_device); null
+  // when they are offloaded.
+  float* master = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
+  // Offloaded states only: the device's working copy of this shard (param
+  // dtype), which the placement refreshes from the master after each update
+  // and after write_state(master).
+  void* param = nullptr;
+  DType param_dtype = DType::f32;
   std::vector<DecaySpan> spans;  // unit-local, covering [begin, end)
   int64_t numel() const { return end - begin; }
 };

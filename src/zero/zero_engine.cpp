@@ -15,11 +15,14 @@ struct ZeroEngine::UnitState {
 };
 
 ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
-                       Communicator& dp, Communicator& host_dp, std::vector<bool> local)
+                       Communicator& dp, Communicator& host_dp, OptimizerPlacement& placement,
+                       std::vector<bool> local)
     : local_(local.empty() ? std::vector<bool>(units.size(), true) : std::move(local)), units_(units), layout_(units, opts.stage == 0 ? 1 : dp.size()), opts_(opts), dev_(dev), kernels_(kernels),
-      dp_(dp), host_dp_(host_dp),
+      dp_(dp), host_dp_(host_dp), placement_(placement), states_on_device_(placement.states_on_device()),
       rank_(opts.stage == 0 ? 0 : dp.rank()) {
   ZT_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeRO stage ", opts.stage);
+  ZT_CHECK(states_on_device_ || opts.stage >= 1, "the ", placement.name(),
+           " optimizer placement keeps the states off the device, which needs ZeRO stage 1-3");
   ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
   const int n = layout_.num_units();
   state_.resize(n);
@@ -62,14 +65,18 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     grads_ = zeroed(DType::f32, padded, MemTag::grads);
     exp_avg_ = zeroed(DType::f32, padded, MemTag::optim);
     exp_avg_sq_ = zeroed(DType::f32, padded, MemTag::optim);
-  } else {
+  } else if (states_on_device_) {
     master_ = zeroed(DType::f32, shard, MemTag::optim);
     // Stage 3 in fp32: the working shard is the master shard itself.
     if (opts.stage == 3 && !f32) working_shard_ = zeroed(pt, shard, MemTag::params);
-    if (opts.stage == 1) grads_ = zeroed(DType::f32, padded, MemTag::grads);
-    grad_shard_ = zeroed(DType::f32, shard, MemTag::grads);
     exp_avg_ = zeroed(DType::f32, shard, MemTag::optim);
     exp_avg_sq_ = zeroed(DType::f32, shard, MemTag::optim);
+  } else {
+    working_shard_ = zeroed(pt, shard, MemTag::params);
+  }
+  if (opts.stage >= 1) {
+    if (opts.stage == 1) grads_ = zeroed(DType::f32, padded, MemTag::grads);
+    grad_shard_ = zeroed(DType::f32, shard, MemTag::grads);
   }
 
   for (int u = 0; u < n; ++u) {
@@ -89,14 +96,23 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     } else {
       s.begin = layout_.shard_begin(u, rank_);
       s.end = layout_.shard_end(u, rank_);
-      s.master = master_.as<float>() + shard_offset_[u];
       s.grad = grad_shard_.as<float>() + shard_offset_[u];
-      s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];
-      s.exp_avg_sq = exp_avg_sq_.as<float>() + shard_offset_[u];
+      if (states_on_device_) {
+        s.master = master_.as<float>() + shard_offset_[u];
+        s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];
+        s.exp_avg_sq = exp_avg_sq_.as<float>() + shard_offset_[u];
+      } else {
+        s.param = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(pt);
+        s.param_dtype = pt;
+      }
     }
     s.spans = layout_.decay_spans(u, s.begin, s.end);
+    s.index = static_cast<int>(owned_.size());
     owned_.push_back(std::move(s));
   }
+  owned_index_.assign(n, -1);
+  for (const OwnedShard& s : owned_) owned_index_[s.unit] = s.index;
+  placement_.attach(owned_);
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -134,7 +150,7 @@ void ZeroEngine::init_params(uint64_t seed) {
       if (b >= e) continue;
       units_[s.unit]->init_param(p, b - slot.offset, e - b, host.data() + (b - s.begin), seed, s.unit);
     }
-    dev_.copy_from_host(s.master, host.data(), host.size() * sizeof(float));
+    placement_.write_state(s, OptimizerState::master, host.data());
   }
   publish_params();
 }
@@ -330,9 +346,9 @@ void ZeroEngine::reduce_gradients() {
   }
 }
 
-void ZeroEngine::apply_optimizer(OptimizerPlacement& placement, const OptimizerStepScalars& s) {
-  for (const OwnedShard& sh : owned_) placement.update(sh, s);
-  placement.finish();
+void ZeroEngine::apply_optimizer(const OptimizerStepScalars& s) {
+  for (const OwnedShard& sh : owned_) placement_.update(sh, s);
+  placement_.finish();
 }
 
 double ZeroEngine::reduce_owned_sum(double local) {
@@ -350,16 +366,28 @@ void ZeroEngine::publish_params() {
     ZT_CHECK(state_[u].refs == 0, "publish_params while unit ", u, " is in use");
     free_gathered(u);
   }
+  const size_t es = dtype_size(pt);
+  std::vector<PendingCollective> pending;
+  if (!states_on_device_) {
+    // The placement has refreshed the working shard: all-gather the units
+    // kept whole straight from it.
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      if (!is_local(u) || partitioned(u)) continue;
+      const FlatUnit& fu = layout_.unit(u);
+      all_gather_unit(dp_, dev_, kernels_, working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * es,
+                      working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
+    }
+    finish_all(pending);
+    return;
+  }
   if (!working_shard_.empty()) kernels_.cast(working_shard_.tensor(), master_.tensor());
   // Units kept whole: cast the owned shard and all-gather it. The send
   // buffer holds the shards of those units only.
-  const size_t es = dtype_size(pt);
   int64_t whole = 0;
   for (int u = 0; u < layout_.num_units(); ++u)
     if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
   if (whole == 0) return;
   Buffer send(dev_, pt, Shape{whole}, MemTag::comm);
-  std::vector<PendingCollective> pending;
   int64_t at = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (!is_local(u) || partitioned(u)) continue;
@@ -383,9 +411,30 @@ void ZeroEngine::gather_master(int u, Buffer& full) {
     return;
   }
   std::vector<PendingCollective> pending;
-  all_gather_unit(dp_, dev_, kernels_, master_.as<float>() + shard_offset_[u], full.data(), fu.shard, DType::f32,
-                  opts_.allgather_bucket_size, pending);
+  if (states_on_device_) {
+    all_gather_unit(dp_, dev_, kernels_, master_.as<float>() + shard_offset_[u], full.data(), fu.shard, DType::f32,
+                    opts_.allgather_bucket_size, pending);
+    finish_all(pending);
+    return;
+  }
+  // Offloaded master: through host memory into a device copy of the shard.
+  const OwnedShard& sh = owned_[static_cast<size_t>(owned_index_[u])];
+  std::vector<float> host(static_cast<size_t>(sh.numel()));
+  placement_.read_state(sh, OptimizerState::master, host.data());
+  Buffer shard(dev_, DType::f32, Shape{fu.shard}, MemTag::workspace);
+  dev_.copy_from_host(shard.data(), host.data(), host.size() * sizeof(float));
+  all_gather_unit(dp_, dev_, kernels_, shard.data(), full.data(), fu.shard, DType::f32, opts_.allgather_bucket_size,
+                  pending);
   finish_all(pending);
+}
+
+const char* optimizer_state_name(OptimizerState s) {
+  switch (s) {
+    case OptimizerState::master: return "master";
+    case OptimizerState::exp_avg: return "exp_avg";
+    case OptimizerState::exp_avg_sq: return "exp_avg_sq";
+  }
+  return "?";
 }
 
 }  // namespace zt

@@ -24,6 +24,10 @@
 //
 // The optimizer does not know how shards are made: apply_optimizer hands each
 // shard this rank owns to an OptimizerPlacement (optimizer_placement.hpp).
+// When the placement keeps the optimizer's states off the device (offload),
+// the engine allocates no master or moments; it keeps, for stages 1-3, the
+// working shard in the param dtype, which the placement refreshes, and
+// publish_params all-gathers from it.
 #pragma once
 
 #include <memory>
@@ -57,8 +61,10 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // operations on the buffers run through `kernels`, on the device.
   // `local` marks the units this rank holds (a pipeline stage's chunks, plus
   // a copy of a unit its units tie to); empty = all.
+  // `placement` updates the owned shards and holds or reaches their states
+  // (it outlives the engine).
   ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
-             Communicator& dp, Communicator& host_dp, std::vector<bool> local = {});
+             Communicator& dp, Communicator& host_dp, OptimizerPlacement& placement, std::vector<bool> local = {});
   bool is_local(int u) const { return local_[static_cast<size_t>(u)]; }
   ~ZeroEngine() override;
 
@@ -80,8 +86,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // 1 reduce-scatters, stages 2-3 wait for the reductions issued in backward.
   void reduce_gradients();
   std::vector<OwnedShard>& owned_shards() { return owned_; }
-  // The optimizer step: every owned shard through `placement`, then finish().
-  void apply_optimizer(OptimizerPlacement& placement, const OptimizerStepScalars& s);
+  OptimizerPlacement& placement() { return placement_; }
+  // The optimizer step: every owned shard through the placement, then finish().
+  void apply_optimizer(const OptimizerStepScalars& s);
   // Sum over the data-parallel group of a per-rank partial sum over owned
   // shards (identity when the shards are not partitioned).
   double reduce_owned_sum(double local);
@@ -124,10 +131,12 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Kernels& kernels_;
   Communicator& dp_;
   Communicator& host_dp_;
+  OptimizerPlacement& placement_;
+  bool states_on_device_ = true;
   int rank_ = 0;
   // Model-wide buffers: units at layout offsets (full) or shard offsets.
   Buffer working_;        // full padded working params (stage 0-2; stage 3 persistent units)
-  Buffer working_shard_;  // stage 3: owned range of every unit, param dtype
+  Buffer working_shard_;  // owned range of every unit, param dtype: stage 3, or offloaded states
   Buffer master_;         // fp32 master: full (stage 0) or shards; empty if working is the fp32 master
   Buffer grads_;          // fp32 full gradients (stages 0-1)
   Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3)
@@ -136,6 +145,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   std::vector<int64_t> grad_offset_;   // element offset of unit u in the full gradient buffer
   std::vector<UnitState> state_;
   std::vector<OwnedShard> owned_;
+  std::vector<int> owned_index_;  // unit -> index in owned_, -1 when not local
   std::vector<PendingCollective> pending_reduce_;
   int64_t live_ = 0, peak_live_ = 0;
 };

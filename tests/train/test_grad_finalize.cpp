@@ -8,6 +8,7 @@
 
 #include "modules/gpt.hpp"
 #include "optim/clip.hpp"
+#include "optim/device_adamw.hpp"
 #include "pipeline/partition.hpp"
 #include "train/grad_finalize.hpp"
 #include "train_test_util.hpp"
@@ -38,8 +39,9 @@ struct Stage {
       for (const TiedParam& t : u->tied()) ties.back().push_back(t.unit);
     }
     plan = plan_stage(params, ties, pp, 1, PartitionKind::uniform, rank.topo.pp_rank());
+    placement = make_device_adamw(rank.dev, opts.adamw);
     zero = std::make_unique<ZeroEngine>(units, opts.zero, rank.dev, rank.kernels, *rank.comms.data().tensors,
-                                        *rank.comms.data().host, plan.local);
+                                        *rank.comms.data().host, *placement, plan.local);
     zero->init_params(1);
     finalizer = std::make_unique<GradientFinalizer>(*zero, rank.kernels, rank.dev, rank.comms, units, plan.mirror,
                                                     opts, InjectedFault{});
@@ -80,6 +82,7 @@ struct Stage {
   std::vector<std::unique_ptr<Unit>> owned;
   std::vector<const Unit*> units;
   StagePlan plan;
+  std::unique_ptr<OptimizerPlacement> placement;  // outlives zero
   std::unique_ptr<ZeroEngine> zero;
   std::unique_ptr<GradientFinalizer> finalizer;
 };

@@ -4,6 +4,7 @@
 // the same gradients as stage 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,10 +26,12 @@ struct Fixture {
   CpuDevice dev;
   CpuKernels kernels;
   Topology topo{1};
+  std::unique_ptr<OptimizerPlacement> adamw = make_device_adamw(dev, AdamWParams{0.5, 0.9, 0.95, 1e-8, 0.1});
   Fixture() {
     for (auto& u : owned) units.push_back(u.get());
   }
-  std::unique_ptr<ZeroEngine> engine(int stage, int64_t max_live = 1000000000, int64_t reuse = 1000000000) {
+  std::unique_ptr<ZeroEngine> engine(int stage, int64_t max_live = 1000000000, int64_t reuse = 1000000000,
+                                     OptimizerPlacement* placement = nullptr) {
     ZeroOptions o;
     o.stage = stage;
     o.reduce_bucket_size = 1500;
@@ -37,7 +40,8 @@ struct Fixture {
     o.max_live_parameters = max_live;
     o.max_reuse_distance = reuse;
     o.prefetch_bucket_size = 100000;
-    auto e = std::make_unique<ZeroEngine>(units, o, dev, kernels, topo.dp(), topo.dp());
+    auto e = std::make_unique<ZeroEngine>(units, o, dev, kernels, topo.dp(), topo.dp(),
+                                          placement != nullptr ? *placement : *adamw);
     e->init_params(7);
     return e;
   }
@@ -149,6 +153,13 @@ TEST(ZeroEngine, StageThreeRespectsTheLiveParameterCap) {
 namespace {
 struct RecordingPlacement final : public OptimizerPlacement {
   const char* name() const override { return "recording"; }
+  bool states_on_device() const override { return true; }
+  void read_state(const OwnedShard& sh, OptimizerState, float* dst) override {
+    std::copy(sh.master, sh.master + sh.numel(), dst);
+  }
+  void write_state(const OwnedShard& sh, OptimizerState, const float* src) override {
+    std::copy(src, src + sh.numel(), sh.master);
+  }
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
     EXPECT_EQ(finished, 0) << "update after finish";
     units.push_back(sh.unit);
@@ -166,9 +177,9 @@ struct RecordingPlacement final : public OptimizerPlacement {
 TEST(ZeroEngine, ApplyOptimizerHandsEveryOwnedShardToThePlacement) {
   Fixture f;
   for (int stage = 0; stage <= 3; ++stage) {
-    auto e = f.engine(stage);
     RecordingPlacement p;
-    e->apply_optimizer(p, OptimizerStepScalars{3, 0.25, 0.5f});
+    auto e = f.engine(stage, 1000000000, 1000000000, &p);
+    e->apply_optimizer(OptimizerStepScalars{3, 0.25, 0.5f});
     std::vector<int> want;
     int64_t owned = 0;
     for (const OwnedShard& s : e->owned_shards()) {
@@ -204,8 +215,7 @@ TEST(ZeroEngine, DeviceAdamWPlacementEqualsAdamWPerDecaySpan) {
       }
       ref.push_back(p);
     }
-    auto placement = make_device_adamw(f.dev, hp);
-    e->apply_optimizer(*placement, OptimizerStepScalars{1, 0.01, 0.75f});
+    e->apply_optimizer(OptimizerStepScalars{1, 0.01, 0.75f});
     size_t i = 0;
     for (const OwnedShard& s : e->owned_shards())
       EXPECT_EQ(std::vector<float>(s.master, s.master + s.numel()), ref[i++]) << "stage " << stage << " unit " << s.unit;

@@ -1,0 +1,270 @@
+#include "optim/offload_adamw.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "core/error.hpp"
+#include "optim/adamw.hpp"
+#include "runtime/transfer.hpp"
+
+#if ZT_HAVE_CUDA
+#include "optim/cuda/adamw.cuh"
+#include "runtime/cuda/cuda_device.hpp"
+#endif
+
+namespace zt {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// fp32 values in the working dtype, rounded to nearest even as the device's
+// cast kernel does.
+void to_working(void* dst, DType t, const float* src, int64_t n) {
+  switch (t) {
+    case DType::f32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = from_f32<bf16>(src[i]);
+      return;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) static_cast<f16*>(dst)[i] = from_f32<f16>(src[i]);
+      return;
+    default: ZT_THROW("offloaded optimizer: working parameters in ", dtype_name(t), " are not supported");
+  }
+}
+
+// The decay spans of shard elements [off, off + n), relative to off.
+std::vector<DecayRange> tile_ranges(const OwnedShard& sh, int64_t off, int64_t n) {
+  std::vector<DecayRange> r;
+  for (const DecaySpan& span : sh.spans) {
+    const int64_t b = std::max(span.begin - sh.begin, off), e = std::min(span.end - sh.begin, off + n);
+    if (b < e) r.push_back({b - off, e - off, span.decay});
+  }
+  return r;
+}
+
+class HostOffloadAdamW final : public OffloadAdamW {
+ public:
+  HostOffloadAdamW(Device& dev, const AdamWParams& hp, const HostOffloadOptions& o)
+      : dev_(dev), hp_(hp), opts_(o), host_(dev.host_memory(o.pin_memory)), pinned_(dev.host_memory(true)),
+        copies_(dev.make_transfer_queue()) {
+    ZT_CHECK(o.ratio > 0 && o.ratio <= 1, "offload ratio ", o.ratio, " outside (0, 1]");
+    ZT_CHECK(o.tile_elements > 0 && o.slots >= 2, "offload tiles of ", o.tile_elements, " elements, ", o.slots,
+             " slots");
+  }
+  ~HostOffloadAdamW() override {
+    try {
+      copies_->wait_all();
+    } catch (...) {
+    }
+  }
+
+  const char* name() const override { return "host offload"; }
+  bool states_on_device() const override { return false; }
+  const OffloadStepTimes& last_times() const override { return times_; }
+
+  void attach(const std::vector<OwnedShard>& shards) override {
+    ZT_CHECK(homes_.empty(), "offloaded optimizer attached twice");
+    int64_t total = 0;
+    for (const OwnedShard& sh : shards) total += sh.numel();
+    // DeepSpeed's ratio: the first `ratio` of the elements (in shard order)
+    // go to the host, the rest stay on the device.
+    const double on_host = opts_.ratio * static_cast<double>(total);
+    int64_t seen = 0;
+    for (const OwnedShard& sh : shards) {
+      ZT_CHECK(sh.index == static_cast<int>(homes_.size()), "owned shards out of order");
+      Home h;
+      h.on_host = opts_.ratio >= 1.0 || static_cast<double>(seen) < on_host;
+      seen += sh.numel();
+      Device& where = h.on_host ? host_ : dev_;
+      for (Buffer& b : h.state) {
+        b = Buffer(where, DType::f32, Shape{sh.numel()}, h.on_host ? MemTag::offload : MemTag::optim);
+        where.memset_zero(b.data(), b.bytes());
+      }
+      homes_.push_back(std::move(h));
+    }
+    const int64_t tile = opts_.tile_elements;
+    for (int i = 0; i < opts_.slots; ++i) {
+      grad_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);
+      out_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);  // large enough for any dtype
+    }
+  }
+
+  void update(const OwnedShard& sh, const OptimizerStepScalars& s) override { pending_.push_back({&sh, s}); }
+
+  void finish() override {
+    const double t0 = now_s();
+    times_ = OffloadStepTimes{};
+    // Shards kept on the device first: their kernels run while the host works.
+    for (const Pending& p : pending_)
+      if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
+    // The host's shards, tile by tile ([Note: offload step]).
+    std::vector<Tile> tiles;
+    for (const Pending& p : pending_) {
+      if (!home(*p.shard).on_host) continue;
+      for (int64_t off = 0; off < p.shard->numel(); off += opts_.tile_elements)
+        tiles.push_back({&p, off, std::min(opts_.tile_elements, p.shard->numel() - off)});
+    }
+    const size_t K = grad_slots_.size();
+    std::vector<TransferTicket> fetched(tiles.size()), stored(tiles.size());
+    auto fetch = [&](size_t i) {
+      const Tile& t = tiles[i];
+      fetched[i] = copies_->to_host(grad_slots_[i % K].data(), t.p->shard->grad + t.off,
+                                    static_cast<size_t>(t.n) * sizeof(float));
+      times_.d2h_bytes += static_cast<double>(t.n) * sizeof(float);
+    };
+    for (size_t i = 0; i < std::min(K, tiles.size()); ++i) fetch(i);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      const Tile& t = tiles[i];
+      const OwnedShard& sh = *t.p->shard;
+      Home& h = home(sh);
+      double w = now_s();
+      copies_->wait(fetched[i]);
+      if (i >= K) copies_->wait(stored[i - K]);  // the out slot's last upload has run
+      const double c = now_s();
+      times_.d2h_wait_s += c - w;
+      float* g = grad_slots_[i % K].as<float>();
+      void* out = out_slots_[i % K].data();
+      AdamWParams hp = hp_;
+      hp.lr = t.p->s.lr;
+      float* master = h.state[0].as<float>() + t.off;
+      float* m = h.state[1].as<float>() + t.off;
+      float* v = h.state[2].as<float>() + t.off;
+      const std::vector<DecayRange> ranges = tile_ranges(sh, t.off, t.n);
+      switch (sh.param_dtype) {
+        case DType::bf16:
+          adamw_update_ranges(master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale,
+                              static_cast<bf16*>(out));
+          break;
+        case DType::f16:
+          adamw_update_ranges(master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale,
+                              static_cast<f16*>(out));
+          break;
+        default:
+          adamw_update_ranges(master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale);
+          std::memcpy(out, master, static_cast<size_t>(t.n) * sizeof(float));
+      }
+      w = now_s();
+      times_.cpu_s += w - c;
+      // The grad slot is free: fetch the tile K ahead into it.
+      if (i + K < tiles.size()) fetch(i + K);
+      const size_t es = dtype_size(sh.param_dtype);
+      stored[i] = copies_->to_device(static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es, out,
+                                     static_cast<size_t>(t.n) * es);
+      times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
+    }
+    const double w = now_s();
+    copies_->wait_all();
+    times_.h2d_wait_s += now_s() - w;
+    pending_.clear();
+    times_.total_s = now_s() - t0;
+  }
+
+  void read_state(const OwnedShard& sh, OptimizerState which, float* host_dst) override {
+    const Buffer& b = home(sh).state[static_cast<int>(which)];
+    if (home(sh).on_host) {
+      std::memcpy(host_dst, b.data(), b.bytes());
+    } else {
+      dev_.copy_to_host(host_dst, b.data(), b.bytes());
+    }
+  }
+
+  void write_state(const OwnedShard& sh, OptimizerState which, const float* host_src) override {
+    Home& h = home(sh);
+    const Buffer& b = h.state[static_cast<int>(which)];
+    if (h.on_host) {
+      std::memcpy(b.data(), host_src, b.bytes());
+    } else {
+      dev_.copy_from_host(b.data(), host_src, b.bytes());
+    }
+    if (which != OptimizerState::master) return;
+    // The working copy follows the master, through the out slots.
+    const size_t es = dtype_size(sh.param_dtype);
+    for (int64_t off = 0; off < sh.numel(); off += opts_.tile_elements) {
+      const int64_t n = std::min(opts_.tile_elements, sh.numel() - off);
+      to_working(out_slots_[0].data(), sh.param_dtype, host_src + off, n);
+      copies_->wait(copies_->to_device(static_cast<char*>(sh.param) + static_cast<size_t>(off) * es,
+                                       out_slots_[0].data(), static_cast<size_t>(n) * es));
+    }
+  }
+
+ private:
+  struct Home {
+    bool on_host = true;
+    Buffer state[kNumOptimizerStates];  // master, exp_avg, exp_avg_sq
+  };
+  struct Pending {
+    const OwnedShard* shard;
+    OptimizerStepScalars s;
+  };
+  struct Tile {
+    const Pending* p;
+    int64_t off, n;
+  };
+  Home& home(const OwnedShard& sh) {
+    ZT_CHECK(sh.index >= 0 && sh.index < static_cast<int>(homes_.size()), "shard ", sh.index,
+             " not attached to the offloaded optimizer");
+    return homes_[static_cast<size_t>(sh.index)];
+  }
+
+  // A shard whose states stay on the device (ratio < 1): the device's AdamW,
+  // writing the working copy in the same pass.
+  void update_on_device(const OwnedShard& sh, const OptimizerStepScalars& s) {
+    Home& h = home(sh);
+    AdamWParams hp = hp_;
+    hp.lr = s.lr;
+    float* master = h.state[0].as<float>();
+    float* m = h.state[1].as<float>();
+    float* v = h.state[2].as<float>();
+#if ZT_HAVE_CUDA
+    if (dev_.kind() == DeviceKind::cuda) {
+      const size_t es = dtype_size(sh.param_dtype);
+      for (const DecaySpan& span : sh.spans) {
+        const int64_t off = span.begin - sh.begin;
+        void* copy = static_cast<char*>(sh.param) + static_cast<size_t>(off) * es;
+        adamw_update_cuda(master + off, sh.grad + off, m + off, v + off, span.end - span.begin, hp, s.step,
+                          s.grad_scale, span.decay, copy, sh.param_dtype, static_cast<CudaDevice&>(dev_).stream());
+      }
+      return;
+    }
+#endif
+    ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
+    const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
+    switch (sh.param_dtype) {
+      case DType::bf16:
+        adamw_update_ranges(master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
+                            static_cast<bf16*>(sh.param));
+        break;
+      case DType::f16:
+        adamw_update_ranges(master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
+                            static_cast<f16*>(sh.param));
+        break;
+      default:
+        adamw_update_ranges(master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale);
+        std::memcpy(sh.param, master, static_cast<size_t>(sh.numel()) * sizeof(float));
+    }
+  }
+
+  Device& dev_;
+  AdamWParams hp_;
+  HostOffloadOptions opts_;
+  Device& host_;    // the states (pinned or pageable)
+  Device& pinned_;  // the slots
+  std::unique_ptr<TransferQueue> copies_;
+  std::vector<Home> homes_;
+  std::vector<Buffer> grad_slots_, out_slots_;
+  std::vector<Pending> pending_;
+  OffloadStepTimes times_;
+};
+
+}  // namespace
+
+std::unique_ptr<OffloadAdamW> make_host_offload_adamw(Device& dev, const AdamWParams& hp,
+                                                      const HostOffloadOptions& opts) {
+  return std::make_unique<HostOffloadAdamW>(dev, hp, opts);
+}
+
+}  // namespace zt
