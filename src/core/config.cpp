@@ -161,7 +161,6 @@ void check_available_features(const Config& cfg) {
        "\"" + z.offload_optimizer.device + "\"", "\"none\" and \"cpu\" work"},
       {z.offload_param.device != "none", "zero_optimization.offload_param.device",
        "\"" + z.offload_param.device + "\"", "\"none\" works"},
-      {cfg.offload.delayed_update, "offload.delayed_update", "true", "false works"},
   };
   ParseContext ctx{cfg.source, nullptr, {}};
   for (const Unavailable& row : rows)

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -57,6 +60,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   }
   ~HostOffloadAdamW() override {
     try {
+      join();
       copies_->wait_all();
     } catch (...) {
     }
@@ -85,6 +89,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
         where.memset_zero(b.data(), b.bytes());
       }
       homes_.push_back(std::move(h));
+      shards_.push_back(&sh);
     }
     const int64_t tile = opts_.tile_elements;
     for (int i = 0; i < opts_.slots; ++i) {
@@ -98,6 +103,12 @@ class HostOffloadAdamW final : public OffloadAdamW {
   void finish() override {
     const double t0 = now_s();
     times_ = OffloadStepTimes{};
+    if (!pending_.empty() && opts_.delay_after >= 0 && pending_.front().s.step > opts_.delay_after) {
+      finish_delayed();
+      times_.total_s = now_s() - t0;
+      return;
+    }
+    upload_delayed();  // a delayed update still pending (none unless the delay was on)
     // Shards kept on the device first: their kernels run while the host works.
     for (const Pending& p : pending_)
       if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
@@ -164,6 +175,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   }
 
   void read_state(const OwnedShard& sh, OptimizerState which, float* host_dst) override {
+    join();
     const Buffer& b = home(sh).state[static_cast<int>(which)];
     if (home(sh).on_host) {
       std::memcpy(host_dst, b.data(), b.bytes());
@@ -173,6 +185,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   }
 
   void write_state(const OwnedShard& sh, OptimizerState which, const float* host_src) override {
+    join();
     Home& h = home(sh);
     const Buffer& b = h.state[static_cast<int>(which)];
     if (h.on_host) {
@@ -195,6 +208,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   struct Home {
     bool on_host = true;
     Buffer state[kNumOptimizerStates];  // master, exp_avg, exp_avg_sq
+    Buffer grad, param;                 // delayed update: the step's gradient; the 16-bit result
   };
   struct Pending {
     const OwnedShard* shard;
@@ -204,6 +218,94 @@ class HostOffloadAdamW final : public OffloadAdamW {
     const Pending* p;
     int64_t off, n;
   };
+  // [Note: delayed parameter update]
+  void finish_delayed() {
+    times_.delayed = true;
+    double w = now_s();
+    join();
+    times_.delayed_wait_s = now_s() - w;
+    times_.cpu_s = worker_cpu_s_;
+    upload_delayed();
+    for (const Pending& p : pending_)
+      if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
+    // This step's gradients to the host: the device reuses its buffers.
+    for (const Pending& p : pending_) {
+      const OwnedShard& sh = *p.shard;
+      Home& h = home(sh);
+      if (!h.on_host) continue;
+      if (h.grad.empty()) {
+        h.grad = Buffer(pinned_, DType::f32, Shape{sh.numel()}, MemTag::offload);
+        if (sh.param_dtype != DType::f32) h.param = Buffer(pinned_, sh.param_dtype, Shape{sh.numel()}, MemTag::offload);
+      }
+      copies_->to_host(h.grad.data(), sh.grad, h.grad.bytes());
+      times_.d2h_bytes += static_cast<double>(h.grad.bytes());
+    }
+    w = now_s();
+    copies_->wait_all();
+    times_.d2h_wait_s = now_s() - w;
+    std::vector<Pending> work;
+    for (const Pending& p : pending_)
+      if (home(*p.shard).on_host) work.push_back(p);
+    pending_.clear();
+    if (work.empty()) return;
+    worker_ = std::thread([this, work = std::move(work)] {
+      try {
+        const double c = now_s();
+        for (const Pending& p : work) update_whole_on_host(*p.shard, p.s);
+        worker_cpu_s_ = now_s() - c;
+      } catch (...) {
+        worker_error_ = std::current_exception();
+      }
+    });
+    uploads_due_ = true;
+  }
+
+  // The host update of a whole shard from its delayed gradient copy.
+  void update_whole_on_host(const OwnedShard& sh, const OptimizerStepScalars& s) {
+    Home& h = home(sh);
+    AdamWParams hp = hp_;
+    hp.lr = s.lr;
+    float* master = h.state[0].as<float>();
+    float* m = h.state[1].as<float>();
+    float* v = h.state[2].as<float>();
+    const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
+    const float* g = h.grad.as<float>();
+    switch (sh.param_dtype) {
+      case DType::bf16:
+        adamw_update_ranges(master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, h.param.as<bf16>());
+        break;
+      case DType::f16:
+        adamw_update_ranges(master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, h.param.as<f16>());
+        break;
+      default: adamw_update_ranges(master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale);
+    }
+  }
+
+  // Waits for the delayed update in flight, if any.
+  void join() {
+    if (!worker_.joinable()) return;
+    worker_.join();
+    if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
+  }
+
+  // The parameters of the last delayed update to the device's working copies.
+  void upload_delayed() {
+    join();
+    if (!uploads_due_) return;
+    uploads_due_ = false;
+    for (size_t i = 0; i < homes_.size(); ++i) {
+      Home& h = homes_[i];
+      if (!h.on_host || h.grad.empty()) continue;
+      const OwnedShard& sh = *shards_[i];
+      const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
+      copies_->to_device(sh.param, src.data(), src.bytes());
+      times_.h2d_bytes += static_cast<double>(src.bytes());
+    }
+    const double w = now_s();
+    copies_->wait_all();
+    times_.h2d_wait_s += now_s() - w;
+  }
+
   Home& home(const OwnedShard& sh) {
     ZT_CHECK(sh.index >= 0 && sh.index < static_cast<int>(homes_.size()), "shard ", sh.index,
              " not attached to the offloaded optimizer");
@@ -258,6 +360,12 @@ class HostOffloadAdamW final : public OffloadAdamW {
   std::vector<Buffer> grad_slots_, out_slots_;
   std::vector<Pending> pending_;
   OffloadStepTimes times_;
+  std::vector<const OwnedShard*> shards_;  // attached, by index
+  // [Note: delayed parameter update]
+  std::thread worker_;
+  std::exception_ptr worker_error_;
+  double worker_cpu_s_ = 0;
+  bool uploads_due_ = false;
 };
 
 }  // namespace

@@ -18,6 +18,21 @@
 // the slowest of the three streams plus one tile of each of the others; the
 // host holds 12 bytes per owned parameter plus the slots. The arithmetic is
 // adamw.hpp's, so the master weights follow the same bits as on the device.
+//
+// [Note: delayed parameter update] With delay_after = W >= 0, the updates
+// after the first W run delayed, as in the ZeRO-Offload paper: finish() of
+// step N copies the step's gradients to the host and returns while a host
+// thread updates the states; step N+1's forward and backward run meanwhile on
+// the parameters of update N-1, and its finish() waits for update N, uploads
+// its parameters (used from step N+2 on) and starts update N+1. The step then
+// costs about max(device compute, host update) instead of their sum. Every
+// gradient is applied, each one step late: the parameters a step computes
+// with lack the latest update (staleness one step). The moments and master
+// weights follow exactly the arithmetic of the exact update; only the point
+// at which the device sees them moves. A checkpoint saves the latest master,
+// so a resumed run starts one update fresher than the continuing run would
+// have been. Extra host memory: the gradients (4 bytes per owned element)
+// and, for 16-bit working parameters, their copy (2 bytes).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +49,9 @@ struct HostOffloadOptions {
   double ratio = 1.0;       // fraction of the owned elements whose states go to the host
   int64_t tile_elements = int64_t{1} << 22;
   int slots = 4;            // pinned gradient and parameter slots in flight
+  // [Note: delayed parameter update]: updates after the first delay_after
+  // run delayed; -1 = never.
+  int64_t delay_after = -1;
 };
 
 // The last step's offload phases: bytes copied each way, the host's AdamW
@@ -44,8 +62,10 @@ struct OffloadStepTimes {
   double h2d_bytes = 0;
   double d2h_wait_s = 0;
   double h2d_wait_s = 0;
-  double cpu_s = 0;    // host AdamW, all tiles
+  double cpu_s = 0;    // host AdamW, all tiles (delayed: the update that finished during this step)
   double total_s = 0;  // the whole of finish()
+  double delayed_wait_s = 0;  // delayed: finish() waited for the previous update (not hidden)
+  bool delayed = false;
 };
 
 class OffloadAdamW : public OptimizerPlacement {

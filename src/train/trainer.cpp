@@ -32,6 +32,7 @@ std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& de
     HostOffloadOptions ho;
     ho.pin_memory = oo.pin_memory;
     ho.ratio = oo.ratio;
+    ho.delay_after = cfg.offload.delayed_update ? cfg.offload.delayed_update_warmup : -1;
     return make_host_offload_adamw(dev, hp, ho);
   }
   ZT_CHECK(oo.device == "none", "offload_optimizer.device \"", oo.device, "\"");

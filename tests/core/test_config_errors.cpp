@@ -187,11 +187,10 @@ TEST(ConfigErrors, FeaturesNotAvailableYet) {
                   "config.json: zero_optimization.offload_optimizer.device: \"nvme\" is not available yet");
   EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})"),
                   "config.json: zero_optimization.offload_param.device: \"cpu\" is not available yet");
-  // The delayed update is accepted by the config's rules with an offloaded
-  // optimizer, and refused by its row.
-  EXPECT_EQ(parse_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
-                            "offload": {"delayed_update": true}})"),
-            "config.json: offload.delayed_update: true is not available yet in this version of ztrain (false works)");
+  // The delayed update is available with an offloaded optimizer.
+  EXPECT_TRUE(parse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                        "offload": {"delayed_update": true}})")
+                  .offload.delayed_update);
 
   // The rows are also checked on the table directly.
   Config cfg = parse("{}");
@@ -199,9 +198,10 @@ TEST(ConfigErrors, FeaturesNotAvailableYet) {
   EXPECT_CONTAINS(user_error([&] { check_available_features(cfg); }),
                   "config.json: zero_optimization.offload_param.device: \"nvme\" is not available yet");
   cfg = parse("{}");
-  cfg.offload.delayed_update = true;
+  cfg.zero.offload_param.device = "cpu";
   EXPECT_EQ(user_error([&] { check_available_features(cfg); }),
-            "config.json: offload.delayed_update: true is not available yet in this version of ztrain (false works)");
+            "config.json: zero_optimization.offload_param.device: \"cpu\" is not available yet in this version of "
+            "ztrain (\"none\" works)");
 }
 
 TEST(ConfigErrors, OffloadWithAStageThatDoesNotUseItNamesKeyAndStage) {
