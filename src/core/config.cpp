@@ -52,11 +52,37 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
     ctx.fail("offload.delayed_update",
              "true needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\" (the delayed update "
              "overlaps the offloaded optimizer step with the next step's forward and backward), found \"none\"");
-  if (off.aio_backend != "auto" && opt.device != "nvme" && cfg.zero.offload_param.device != "nvme")
-    ctx.fail("offload.aio_backend",
-             "\"" + off.aio_backend + "\" chooses how NVMe offload reads and writes, but neither "
-             "zero_optimization.offload_optimizer.device nor zero_optimization.offload_param.device is \"nvme\" "
-             "(found \"" + opt.device + "\" and \"" + cfg.zero.offload_param.device + "\"); leave it \"auto\"");
+  const bool nvme = opt.device == "nvme" || cfg.zero.offload_param.device == "nvme";
+  const std::string devices = "neither zero_optimization.offload_optimizer.device nor "
+                              "zero_optimization.offload_param.device is \"nvme\" (found \"" +
+                              opt.device + "\" and \"" + cfg.zero.offload_param.device + "\")";
+  if (off.aio_backend != "auto" && !nvme)
+    ctx.fail("offload.aio_backend", "\"" + off.aio_backend + "\" chooses how NVMe offload reads and writes, but " +
+                                        devices + "; leave it \"auto\"");
+  // DeepSpeed's aio section tunes the NVMe reads and writes only: a value
+  // other than the default without NVMe offload would do nothing.
+  if (!nvme) {
+    const AioConfig a = cfg.aio, d;
+    const json* given = cfg.raw.is_object() && cfg.raw.contains("aio") ? &cfg.raw["aio"] : nullptr;
+    const std::string threads =
+        given && given->is_object() && given->contains("intra_op_parallelism") ? "intra_op_parallelism"
+                                                                               : "thread_count";
+    const std::pair<bool, std::string> changed[] = {
+        {a.block_size != d.block_size, "block_size"},
+        {a.queue_depth != d.queue_depth, "queue_depth"},
+        {a.thread_count != d.thread_count, threads},
+        {a.single_submit != d.single_submit, "single_submit"},
+        {a.overlap_events != d.overlap_events, "overlap_events"},
+    };
+    for (const auto& [differs, key] : changed)
+      if (differs)
+        ctx.fail("aio." + key, config_detail::show(given->at(key)) +
+                                   " tunes the NVMe offload's reads and writes, but " + devices +
+                                   "; remove it (the default is " +
+                                   config_detail::show(nlohmann::json(resolved_json(Config{})["aio"][
+                                       key == "intra_op_parallelism" ? std::string("thread_count") : key])) +
+                                   ")");
+  }
 }
 
 // Parser callback state: DeepSpeed rejects a key given twice in one object
@@ -157,10 +183,8 @@ void check_available_features(const Config& cfg) {
   };
   const ZeroConfig& z = cfg.zero;
   const Unavailable rows[] = {
-      {z.offload_optimizer.device == "nvme", "zero_optimization.offload_optimizer.device",
-       "\"" + z.offload_optimizer.device + "\"", "\"none\" and \"cpu\" work"},
-      {z.offload_param.device != "none", "zero_optimization.offload_param.device",
-       "\"" + z.offload_param.device + "\"", "\"none\" works"},
+      {z.offload_param.device == "nvme", "zero_optimization.offload_param.device",
+       "\"" + z.offload_param.device + "\"", "\"none\" and \"cpu\" work"},
   };
   ParseContext ctx{cfg.source, nullptr, {}};
   for (const Unavailable& row : rows)

@@ -82,6 +82,10 @@ class HostOffloadAdamW final : public OffloadAdamW {
       ZT_CHECK(sh.index == static_cast<int>(homes_.size()), "owned shards out of order");
       Home h;
       h.on_host = opts_.ratio >= 1.0 || static_cast<double>(seen) < on_host;
+      if (!h.on_host && sh.param_on_host)
+        ZT_USER_ERROR("zero_optimization.offload_optimizer.ratio ", opts_.ratio,
+                      " keeps part of the optimizer on the device, where the offloaded parameters (offload_param) are "
+                      "not: use ratio 1 with offload_param");
       seen += sh.numel();
       Device& where = h.on_host ? host_ : dev_;
       for (Buffer& b : h.state) {
@@ -163,8 +167,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       // The grad slot is free: fetch the tile K ahead into it.
       if (i + K < tiles.size()) fetch(i + K);
       const size_t es = dtype_size(sh.param_dtype);
-      stored[i] = copies_->to_device(static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es, out,
-                                     static_cast<size_t>(t.n) * es);
+      stored[i] = put_param(sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
       times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
     }
     const double w = now_s();
@@ -199,8 +202,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     for (int64_t off = 0; off < sh.numel(); off += opts_.tile_elements) {
       const int64_t n = std::min(opts_.tile_elements, sh.numel() - off);
       to_working(out_slots_[0].data(), sh.param_dtype, host_src + off, n);
-      copies_->wait(copies_->to_device(static_cast<char*>(sh.param) + static_cast<size_t>(off) * es,
-                                       out_slots_[0].data(), static_cast<size_t>(n) * es));
+      copies_->wait(put_param(sh, static_cast<size_t>(off) * es, out_slots_[0].data(), static_cast<size_t>(n) * es));
     }
   }
 
@@ -298,12 +300,21 @@ class HostOffloadAdamW final : public OffloadAdamW {
       if (!h.on_host || h.grad.empty()) continue;
       const OwnedShard& sh = *shards_[i];
       const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
-      copies_->to_device(sh.param, src.data(), src.bytes());
+      put_param(sh, 0, src.data(), src.bytes());
       times_.h2d_bytes += static_cast<double>(src.bytes());
     }
     const double w = now_s();
     copies_->wait_all();
     times_.h2d_wait_s += now_s() - w;
+  }
+
+  // Working parameters into the shard's copy: on the device, or in host
+  // memory when the parameters are offloaded too (offload_param).
+  TransferTicket put_param(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes) {
+    char* dst = static_cast<char*>(sh.param) + byte_offset;
+    if (!sh.param_on_host) return copies_->to_device(dst, src, bytes);
+    std::memcpy(dst, src, bytes);
+    return TransferTicket{};
   }
 
   Home& home(const OwnedShard& sh) {

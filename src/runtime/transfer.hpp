@@ -12,7 +12,10 @@
 //   - wait() blocks the host until a copy is done (the host may then read or
 //     reuse its host buffer);
 //   - compute_waits() makes work queued later on the compute stream start
-//     after a copy (a parameter shard uploaded before the kernels that read it).
+//     after a copy (a parameter shard uploaded before the kernels that read it);
+//   - mark_compute() names the compute stream's work queued so far, and a
+//     to_device() given that mark starts after it (a device buffer is written
+//     again only once the kernels that read it have run).
 // Host buffers should be pinned (Device::host_memory(true)): pageable memory
 // makes the copy synchronous. On the CPU backend a copy is a memcpy done at
 // once: the host buffers are still distinct from the device buffers, so the
@@ -24,7 +27,8 @@
 
 namespace zt {
 
-// Names one queued copy; 0 is "no copy" (waiting on it returns at once).
+// Names one queued copy (or compute mark); 0 is "nothing" (waiting on it
+// returns at once).
 struct TransferTicket {
   uint64_t id = 0;
 };
@@ -33,7 +37,9 @@ class TransferQueue {
  public:
   virtual ~TransferQueue() = default;
   virtual TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
-  virtual TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes) = 0;
+  virtual TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes,
+                                   TransferTicket after_compute = {}) = 0;
+  virtual TransferTicket mark_compute() = 0;
   virtual void wait(TransferTicket t) = 0;
   virtual void compute_waits(TransferTicket t) = 0;
   // Host waits for every copy queued so far.

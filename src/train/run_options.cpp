@@ -42,6 +42,10 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   o.zero.max_live_parameters = z.stage3_max_live_parameters;
   o.zero.max_reuse_distance = z.stage3_max_reuse_distance;
   o.zero.param_dtype = o.param_dtype;
+  o.zero.offload_params = z.offload_param.device != "none";
+  o.zero.param_pin_memory = z.offload_param.pin_memory;
+  o.zero.param_buffer_count = z.offload_param.buffer_count;
+  o.zero.param_buffer_size = z.offload_param.buffer_size;
 
   const OptimizerConfig& op = cfg.optimizer;
   o.adamw = AdamWParams{op.lr, op.beta1, op.beta2, op.eps, op.weight_decay};

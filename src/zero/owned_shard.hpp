@@ -28,6 +28,7 @@ struct OwnedShard {
   // and after write_state(master).
   void* param = nullptr;
   DType param_dtype = DType::f32;
+  bool param_on_host = false;  // offload_param: `param` is host memory
   std::vector<DecaySpan> spans;  // unit-local, covering [begin, end)
   int64_t numel() const { return end - begin; }
 };

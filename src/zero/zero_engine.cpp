@@ -12,6 +12,7 @@ struct ZeroEngine::UnitState {
   int refs = 0;                     // acquires not yet released (own and tied)
   Buffer grad;                      // stages 2-3: this micro-batch's full fp32 gradient
   std::vector<PendingCollective> reduce;  // reduce-scatters reading `grad`
+  int upload = -1;                  // [Note: parameter offload]: pool buffer of the gather in flight
 };
 
 ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions& opts, Device& dev, Kernels& kernels,
@@ -23,6 +24,13 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   ZT_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeRO stage ", opts.stage);
   ZT_CHECK(states_on_device_ || opts.stage >= 1, "the ", placement.name(),
            " optimizer placement keeps the states off the device, which needs ZeRO stage 1-3");
+  if (opts.offload_params) {
+    if (opts.stage != 3 || states_on_device_)
+      ZT_USER_ERROR("zero_optimization.offload_param needs ZeRO stage 3 with offload_optimizer on \"cpu\" or "
+                    "\"nvme\" (the parameters are refreshed where the optimizer runs); found stage ",
+                    opts.stage, " with the optimizer on the ", placement.name());
+    ZT_CHECK(opts.param_buffer_count >= 1 && opts.param_buffer_size >= 1, "offload_param buffers");
+  }
   ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
   const int n = layout_.num_units();
   state_.resize(n);
@@ -54,11 +62,12 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   }
   const DType pt = opts.param_dtype;
   const bool f32 = pt == DType::f32;
-  auto zeroed = [&](DType t, int64_t count, MemTag tag) {
-    Buffer b(dev, t, Shape{count}, tag);
-    dev.memset_zero(b.data(), b.bytes());
+  auto zeroed_on = [](Device& d, DType t, int64_t count, MemTag tag) {
+    Buffer b(d, t, Shape{count}, tag);
+    d.memset_zero(b.data(), b.bytes());
     return b;
   };
+  auto zeroed = [&](DType t, int64_t count, MemTag tag) { return zeroed_on(dev, t, count, tag); };
   if (full > 0) working_ = zeroed(pt, full, MemTag::params);
   if (opts.stage == 0) {
     if (!f32) master_ = zeroed(DType::f32, padded, MemTag::optim);
@@ -71,6 +80,8 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     if (opts.stage == 3 && !f32) working_shard_ = zeroed(pt, shard, MemTag::params);
     exp_avg_ = zeroed(DType::f32, shard, MemTag::optim);
     exp_avg_sq_ = zeroed(DType::f32, shard, MemTag::optim);
+  } else if (opts.offload_params) {
+    working_shard_ = zeroed_on(dev.host_memory(opts.param_pin_memory), pt, shard, MemTag::offload);
   } else {
     working_shard_ = zeroed(pt, shard, MemTag::params);
   }
@@ -104,6 +115,7 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       } else {
         s.param = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(pt);
         s.param_dtype = pt;
+        s.param_on_host = opts.offload_params;
       }
     }
     s.spans = layout_.decay_spans(u, s.begin, s.end);
@@ -112,6 +124,17 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   }
   owned_index_.assign(n, -1);
   for (const OwnedShard& s : owned_) owned_index_[s.unit] = s.index;
+  if (opts.offload_params) {
+    for (int u = 0; u < n; ++u)
+      if (is_local(u) && partitioned(u) && layout_.unit(u).shard > opts.param_buffer_size)
+        ZT_USER_ERROR("zero_optimization.offload_param.buffer_size ", opts.param_buffer_size,
+                      " is smaller than the shard of unit ", u, " ('", layout_.unit(u).name, "'): ",
+                      layout_.unit(u).shard, " elements; give at least that");
+    copies_ = dev.make_transfer_queue();
+    for (int i = 0; i < opts.param_buffer_count; ++i) upload_pool_.emplace_back();
+    upload_user_.assign(upload_pool_.size(), -1);
+    upload_done_.assign(upload_pool_.size(), TransferTicket{});
+  }
   placement_.attach(owned_);
 }
 
@@ -166,18 +189,54 @@ void ZeroEngine::start_gather(int u) {
                           ? static_cast<const void*>(master_.as<float>() + shard_offset_[u])
                           : static_cast<const void*>(working_shard_.as<char>() +
                                                      static_cast<size_t>(shard_offset_[u]) * dtype_size(opts_.param_dtype));
+  if (opts_.offload_params) shard = upload_shard(u, shard);
   all_gather_unit(dp_, dev_, kernels_, shard, st.gathered.data(), fu.shard, opts_.param_dtype, opts_.allgather_bucket_size,
                   st.gather);
   live_ += fu.padded;
   peak_live_ = std::max(peak_live_, live_);
 }
 
-void ZeroEngine::wait_gather(int u) { finish_all(state_[u].gather); }
+// [Note: parameter offload] A pool buffer for unit u's shard, uploaded from
+// host memory; the all-gather queued after it waits for the copy.
+const void* ZeroEngine::upload_shard(int u, const void* host_shard) {
+  const FlatUnit& fu = layout_.unit(u);
+  auto free_slot = [&] {
+    for (size_t i = 0; i < upload_user_.size(); ++i)
+      if (upload_user_[i] < 0) return static_cast<int>(i);
+    return -1;
+  };
+  int slot = free_slot();
+  if (slot < 0) {  // every buffer in flight: complete the oldest gather
+    wait_gather(upload_order_.front());
+    slot = free_slot();
+  }
+  Buffer& b = upload_pool_[static_cast<size_t>(slot)];
+  if (b.empty()) b = Buffer(dev_, opts_.param_dtype, Shape{opts_.param_buffer_size}, MemTag::comm);
+  // The buffer is written again once the gather that last read it has run.
+  const TransferTicket t = copies_->to_device(b.data(), host_shard, static_cast<size_t>(fu.shard) * dtype_size(opts_.param_dtype),
+                                              upload_done_[static_cast<size_t>(slot)]);
+  copies_->compute_waits(t);
+  upload_user_[static_cast<size_t>(slot)] = u;
+  upload_order_.push_back(u);
+  state_[u].upload = slot;
+  return b.data();
+}
+
+void ZeroEngine::wait_gather(int u) {
+  UnitState& st = state_[u];
+  finish_all(st.gather);
+  if (st.upload >= 0) {
+    upload_done_[static_cast<size_t>(st.upload)] = copies_->mark_compute();
+    upload_user_[static_cast<size_t>(st.upload)] = -1;
+    upload_order_.erase(std::find(upload_order_.begin(), upload_order_.end(), u));
+    st.upload = -1;
+  }
+}
 
 void ZeroEngine::free_gathered(int u) {
   UnitState& st = state_[u];
   if (st.gathered.empty()) return;
-  finish_all(st.gather);
+  wait_gather(u);
   st.gathered.reset();
   live_ -= layout_.unit(u).padded;
 }
@@ -371,11 +430,27 @@ void ZeroEngine::publish_params() {
   if (!states_on_device_) {
     // The placement has refreshed the working shard: all-gather the units
     // kept whole straight from it.
+    // With the parameters offloaded, the shards of those units go through
+    // one device buffer first.
+    Buffer staged;
+    if (opts_.offload_params) {
+      int64_t whole = 0;
+      for (int u = 0; u < layout_.num_units(); ++u)
+        if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
+      if (whole > 0) staged = Buffer(dev_, pt, Shape{whole}, MemTag::comm);
+    }
+    int64_t at = 0;
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!is_local(u) || partitioned(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
-      all_gather_unit(dp_, dev_, kernels_, working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * es,
-                      working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
+      const char* shard = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * es;
+      if (!staged.empty()) {
+        char* dst = staged.as<char>() + static_cast<size_t>(at) * es;
+        at += fu.shard;
+        dev_.copy_from_host(dst, shard, static_cast<size_t>(fu.shard) * es);
+        shard = dst;
+      }
+      all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
     }
     finish_all(pending);
     return;

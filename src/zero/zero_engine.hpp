@@ -28,6 +28,16 @@
 // the engine allocates no master or moments; it keeps, for stages 1-3, the
 // working shard in the param dtype, which the placement refreshes, and
 // publish_params all-gathers from it.
+//
+// [Note: parameter offload] With offload_params (stage 3, offloaded
+// optimizer), the working shards are in host memory (pinned unless
+// param_pin_memory is false): the placement writes each updated shard there,
+// and start_gather uploads a unit's shard into a buffer of the upload pool
+// (on the transfer queue's host-to-device stream) before its all-gather, so
+// the prefetch of stage 3 (prefetch_bucket_size ahead) moves the upload ahead
+// of use too. The device then holds only gathered units and the pool. A unit
+// whose shard exceeds param_buffer_size is refused by name; with every pool
+// buffer in flight, the oldest gather is completed first.
 #pragma once
 
 #include <memory>
@@ -35,6 +45,7 @@
 
 #include "comm/communicator.hpp"
 #include "runtime/device.hpp"
+#include "runtime/transfer.hpp"
 #include "zero/buckets.hpp"
 #include "zero/flat_layout.hpp"
 #include "zero/optimizer_placement.hpp"
@@ -52,6 +63,13 @@ struct ZeroOptions {
   int64_t max_live_parameters = 1000000000;
   int64_t max_reuse_distance = 1000000000;
   DType param_dtype = DType::f32;  // storage of the working parameters
+  // [Note: parameter offload] Stage 3 with offloaded optimizer states: the
+  // working shards live in host memory and are uploaded through a pool of
+  // param_buffer_count device buffers of param_buffer_size elements.
+  bool offload_params = false;
+  bool param_pin_memory = true;
+  int param_buffer_count = 5;
+  int64_t param_buffer_size = 100000000;
 };
 
 class ZeroEngine final : public ParamProvider, public GradSink {
@@ -118,6 +136,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void* working_full(int u) const;  // full working params of unit u (must be available)
   void start_gather(int u);
   void wait_gather(int u);
+  const void* upload_shard(int u, const void* host_shard);
   void free_gathered(int u);
   void prefetch(int u, Phase phase);
   void ensure_grad_buffer(int u);
@@ -146,6 +165,12 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   std::vector<UnitState> state_;
   std::vector<OwnedShard> owned_;
   std::vector<int> owned_index_;  // unit -> index in owned_, -1 when not local
+  // [Note: parameter offload]
+  std::unique_ptr<TransferQueue> copies_;
+  std::vector<Buffer> upload_pool_;
+  std::vector<int> upload_user_;  // unit whose gather uses pool buffer i, -1 = free
+  std::vector<int> upload_order_; // units holding a pool buffer, oldest first
+  std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
   std::vector<PendingCollective> pending_reduce_;
   int64_t live_ = 0, peak_live_ = 0;
 };

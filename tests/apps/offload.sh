@@ -64,6 +64,11 @@ same() {
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"'
           'zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_optimizer.pin_memory=true')
 for stage in 1 2 3; do
+  if [ $stage = 3 ]; then
+    # Parameters offloaded too, through a pool of 2 buffers (fewer than the
+    # units, so uploads wait for gathers to free them).
+    OFFLOADS+=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_param.device="cpu" zero_optimization.offload_param.buffer_count=2 zero_optimization.offload_param.buffer_size=8000')
+  fi
   for np in 1 2 3; do
     same "z$stage-np$np" "$np" zero_optimization.stage=$stage
   done
@@ -71,6 +76,10 @@ done
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"')
 same "z2-np2-bf16" 2 zero_optimization.stage=2 bf16.enabled=true
 same "z3-np2-fp16" 2 zero_optimization.stage=3 fp16.enabled=true fp16.initial_scale_power=12
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_param.device="cpu" zero_optimization.offload_param.buffer_size=8000')
+same "z3-np2-bf16-params" 2 zero_optimization.stage=3 bf16.enabled=true
+same "z3-np2-p2-params" 2 zero_optimization.stage=3 pipeline.parallel_size=2
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"')
 same "z1-np2-p2" 2 zero_optimization.stage=1 pipeline.parallel_size=2
 same "z2-np1-accum" 1 zero_optimization.stage=2 train_micro_batch_size_per_gpu=3
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_optimizer.ratio=0.4')
@@ -139,6 +148,12 @@ else
   fail "delayed update: loss $d at step 16, exact $e"
 fi
 
+expect_error "parameter offload with the optimizer on the device" 2 \
+  "offload_param needs ZeRO stage 3 with offload_optimizer" c.json --set zero_optimization.stage=3 \
+  --set 'zero_optimization.offload_param.device="cpu"'
+expect_error "parameter shard larger than buffer_size" 2 "offload_param.buffer_size 100 is smaller than the shard" \
+  c.json --set zero_optimization.stage=3 --set "$CPU" --set 'zero_optimization.offload_param.device="cpu"' \
+  --set zero_optimization.offload_param.buffer_size=100
 expect_error "optimizer offload with stage 0" 2 "offload_optimizer.*stage 0" c.json \
   --set zero_optimization.stage=0 --set "$CPU"
 finish

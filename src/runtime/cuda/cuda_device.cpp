@@ -223,14 +223,14 @@ std::unique_ptr<UploadStaging> CudaDevice::make_upload_staging(size_t slot_bytes
 
 namespace {
 
-// [Note: offload transfers] on the GPU. Ticket ids are odd for device-to-host
-// copies and even for host-to-device ones; each direction's events complete
-// in the order they were recorded (one stream each), so waiting for a ticket
-// retires every earlier one of its direction.
+// [Note: offload transfers] on the GPU. A ticket's id says its kind in its
+// low two bits (0: device-to-host copy, 1: host-to-device copy, 2: compute
+// mark); each kind's events complete in the order they were recorded (one
+// stream each), so waiting for a ticket retires every earlier one of its kind.
 class CudaTransfers final : public TransferQueue {
  public:
   explicit CudaTransfers(CudaDevice& dev) : dev_(dev) {
-    for (Direction& d : dir_) d.stream = CudaStream::create(true);
+    for (int k = 0; k < 2; ++k) kind_[k].stream = CudaStream::create(true);
   }
   ~CudaTransfers() override {
     try {
@@ -239,60 +239,66 @@ class CudaTransfers final : public TransferQueue {
     }
   }
   TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) override {
-    Direction& d = dir_[0];
     // Read the source as the compute stream leaves it.
-    CudaEvent after = CudaEvent::create();
+    const CudaEvent after = CudaEvent::create();
     after.record(dev_.stream());
-    d.stream.wait(after.get());
-    ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, d.stream.get()));
-    return record(0);
+    kind_[0].stream.wait(after.get());
+    ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, kind_[0].stream.get()));
+    return record(0, kind_[0].stream.get());
   }
-  TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes) override {
-    Direction& d = dir_[1];
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, d.stream.get()));
-    return record(1);
+  TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes, TransferTicket after) override {
+    if (after.id != 0) {
+      ZT_CHECK(after.id % 4 == 2, "to_device after a ticket that is not a compute mark");
+      if (cudaEvent_t e = event(after)) kind_[1].stream.wait(e);
+    }
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, kind_[1].stream.get()));
+    return record(1, kind_[1].stream.get());
   }
+  TransferTicket mark_compute() override { return record(2, dev_.stream()); }
   void wait(TransferTicket t) override {
     if (t.id == 0) return;
-    Direction& d = dir_[t.id % 2 == 1 ? 0 : 1];
-    while (!d.events.empty() && d.events.front().first <= t.id) {
-      d.events.front().second.synchronize();
-      d.events.pop_front();
+    Kind& k = kind_[t.id % 4];
+    while (!k.events.empty() && k.events.front().first <= t.id) {
+      k.events.front().second.synchronize();
+      k.events.pop_front();
     }
   }
   void compute_waits(TransferTicket t) override {
-    if (t.id == 0) return;
-    Direction& d = dir_[t.id % 2 == 1 ? 0 : 1];
-    for (const auto& [id, ev] : d.events)
-      if (id == t.id) {
-        ZT_CUDA_CHECK(cudaStreamWaitEvent(dev_.stream(), ev.get(), 0));
-        return;
-      }
-    // Already retired by wait(): the copy is done.
+    if (cudaEvent_t e = event(t)) ZT_CUDA_CHECK(cudaStreamWaitEvent(dev_.stream(), e, 0));
   }
   void wait_all() override {
-    for (Direction& d : dir_) {
-      d.stream.synchronize();
-      d.events.clear();
-    }
+    for (int k = 0; k < 2; ++k) kind_[k].stream.synchronize();
+    for (Kind& k : kind_) k.events.clear();
   }
 
  private:
-  struct Direction {
-    CudaStream stream;
+  struct Kind {
+    CudaStream stream;  // none for compute marks
     std::deque<std::pair<uint64_t, CudaEvent>> events;
   };
-  TransferTicket record(int k) {
-    next_[k] += 2;
-    const uint64_t id = next_[k];
+  TransferTicket record(int k, cudaStream_t on) {
+    const uint64_t id = ++count_ * 4 + static_cast<uint64_t>(k);
     CudaEvent ev = CudaEvent::create();
-    ev.record(dir_[k].stream.get());
-    dir_[k].events.emplace_back(id, std::move(ev));
+    ev.record(on);
+    kind_[k].events.emplace_back(id, std::move(ev));
+    // Marks nobody waits for would pile up: retire the oldest (done long
+    // since, in practice) beyond a few hundred.
+    if (k == 2 && kind_[k].events.size() > 256) {
+      kind_[k].events.front().second.synchronize();
+      kind_[k].events.pop_front();
+    }
     return TransferTicket{id};
   }
+  // The event of a ticket still queued; null once retired (the work is done).
+  cudaEvent_t event(TransferTicket t) {
+    if (t.id == 0) return nullptr;
+    for (const auto& [id, ev] : kind_[t.id % 4].events)
+      if (id == t.id) return ev.get();
+    return nullptr;
+  }
   CudaDevice& dev_;
-  Direction dir_[2];
-  uint64_t next_[2] = {uint64_t{1} - 2, 0};  // to_host ids 1, 3, 5...; to_device 2, 4, ...
+  Kind kind_[3];
+  uint64_t count_ = 0;
 };
 
 }  // namespace
