@@ -1,4 +1,7 @@
-// AdamW on flat fp32 shards, CPU vectorised (OpenMP parallel for simd).
+// AdamW on flat fp32 shards on the CPU: OpenMP threads (contiguous parts,
+// the static schedule) and vector code for the ISA picked at run time
+// (AVX-512, AVX2 or the SSE2 baseline; [Note: AdamW ISA dispatch] in
+// adamw.cpp), all giving the bits of the scalar adamw_element.
 //
 // A rank holds, per unit, a contiguous range of the unit's flat parameter
 // buffer with its fp32 master weights, Adam m and v, and the fp32 gradient of
@@ -14,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -29,7 +33,10 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
                   const AdamWParams& hp, int64_t step, float grad_scale, bool decay);
 
 // Same update, and in the same pass writes the updated parameter rounded to
-// nearest even into `param_copy` (the low-precision working copy).
+// nearest even into `param_copy` (the low-precision working copy): the bits
+// of from_f32<bf16/f16> (core/dtype.hpp). A thread's large part of the copy
+// is written with non-temporal stores (it bypasses the cache; fenced, so
+// visible to other threads and to DMA once the call returns).
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWParams& hp, int64_t step, float grad_scale, bool decay,
                   bf16* param_copy);
@@ -57,5 +64,22 @@ void adamw_update_ranges(float* param, const float* grad, float* m, float* v, in
 void adamw_update_ranges(float* param, const float* grad, float* m, float* v, int64_t n,
                          const std::vector<DecayRange>& ranges, const AdamWParams& hp,
                          int64_t step, float grad_scale, f16* param_copy);
+
+// The vector ISA the CPU AdamW runs with: "avx512f" (with avx512bw and
+// avx512vl), "avx2" or "sse2" (the x86-64 baseline). By default the best the
+// CPU supports; the environment variable ZT_ADAMW_ISA (avx512f, avx2, sse2 or
+// auto), read at the first update, picks another. Every ISA gives the same
+// bits. Throws UserError if ZT_ADAMW_ISA names an unknown ISA or one the CPU
+// lacks.
+const char* adamw_cpu_isa();
+
+// The ISAs this CPU can run the AdamW with, best first (always ends in "sse2").
+std::vector<std::string> adamw_cpu_isas();
+
+// Picks the ISA for all later updates: a name as for ZT_ADAMW_ISA ("auto":
+// the best), or "" to go back to the start-up choice (ZT_ADAMW_ISA, read
+// again, else the best). Throws UserError for an unknown ISA or one the CPU
+// lacks. For tests and benchmarks; not to be called while an update runs.
+void adamw_set_cpu_isa(const std::string& isa);
 
 }  // namespace zt
