@@ -67,6 +67,11 @@ class Device {
   // are host memory (DeviceKind::cpu) with their own accounting (stats()).
   // The same Device for every call with the same `pinned`; owned by this one.
   Device& host_memory(bool pinned);
+  // Its accounting, or null when nothing asked for that host memory.
+  const MemoryStats* host_memory_stats(bool pinned) const {
+    const std::unique_ptr<Device>& d = host_[pinned ? 1 : 0];
+    return d ? &d->stats() : nullptr;
+  }
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;

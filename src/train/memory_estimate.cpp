@@ -86,6 +86,10 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.optimizer_buffer_count = z.offload_optimizer.buffer_count;
   in.param_buffer_count = z.offload_param.buffer_count;
   in.param_buffer_size = z.offload_param.buffer_size;
+  in.optimizer_pin_memory = z.offload_optimizer.pin_memory;
+  in.param_pin_memory = z.offload_param.pin_memory;
+  in.offload_ratio = z.offload_optimizer.ratio;
+  in.delayed_update = c.offload.delayed_update;
   return in;
 }
 
@@ -119,7 +123,8 @@ std::string format_memory_estimate(const MemoryEstimate& e) {
   line("communication buckets", r.comm);
   line("workspace", r.workspace);
   line("device total", r.total());
-  if (r.host > 0) line("host memory (offload)", r.host);
+  if (r.host_pinned > 0) line("pinned host memory (offload)", r.host_pinned);
+  if (r.host_pageable > 0) line("pageable host memory (offload)", r.host_pageable);
   if (r.nvme > 0) line("NVMe (offload)", r.nvme);
   if (e.input.pp > 1) {
     os << "  per pipeline stage (units; micro-batch x chunk pairs in flight; device total):\n";

@@ -1,5 +1,6 @@
 #include "train/step_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -84,11 +85,36 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
                   bytes_of(st.comm, CommOp::all_reduce) / 1e6, bytes_of(st.comm, CommOp::reduce_scatter) / 1e6,
                   bytes_of(st.comm, CommOp::all_gather) / 1e6, volume);
     log_info(bd);
+    if (st.offload) report_offload(*st.offload, rec);
     if (opts_.P > 1) report_pipeline(t.walk, rec);
   }
   metrics_.write(rec);
   window_s_ = 0;
   window_steps_ = 0;
+}
+
+// The offloaded optimizer's phases: bytes each way, the host's AdamW, and
+// what the host waited for (the part the overlap did not hide).
+void StepReporter::report_offload(const OffloadStepTimes& o, nlohmann::json& rec) {
+  rec["offload"] = {{"d2h_bytes", o.d2h_bytes},   {"h2d_bytes", o.h2d_bytes},   {"d2h_wait_s", o.d2h_wait_s},
+                    {"h2d_wait_s", o.h2d_wait_s}, {"host_adamw_s", o.cpu_s},    {"total_s", o.total_s},
+                    {"delayed", o.delayed},       {"delayed_wait_s", o.delayed_wait_s}};
+  char line[320];
+  if (o.delayed) {
+    const double hidden = o.cpu_s > 0 ? std::max(0.0, 1.0 - o.delayed_wait_s / o.cpu_s) : 1.0;
+    std::snprintf(line, sizeof line,
+                  "  offload (delayed update): host AdamW %.1f ms, %.0f%% hidden behind the step (waited %.1f ms); "
+                  "D2H %.1f MB (waited %.1f ms), H2D %.1f MB (waited %.1f ms)",
+                  o.cpu_s * 1e3, hidden * 100, o.delayed_wait_s * 1e3, o.d2h_bytes / 1e6, o.d2h_wait_s * 1e3,
+                  o.h2d_bytes / 1e6, o.h2d_wait_s * 1e3);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "  offload: host AdamW %.1f ms; D2H %.1f MB (waited %.1f ms), H2D %.1f MB (waited %.1f ms); "
+                  "optimizer step %.1f ms",
+                  o.cpu_s * 1e3, o.d2h_bytes / 1e6, o.d2h_wait_s * 1e3, o.h2d_bytes / 1e6, o.h2d_wait_s * 1e3,
+                  o.total_s * 1e3);
+  }
+  log_info(line);
 }
 
 // Per-stage forward, backward, p2p wait and idle time of the step, and the
@@ -145,7 +171,20 @@ void StepReporter::report_end(const Device& dev, int64_t steps, double seconds) 
   char buf[64];
   std::snprintf(buf, sizeof buf, "; total %.2f MiB", total / 1048576.0);
   log_info(table, buf);
-  metrics_.write({{"event", "end"}, {"peak_bytes", peak}, {"steps", steps}, {"time_s", seconds}});
+  // Offloaded state in host memory, pinned and pageable (zero without
+  // offload), beside the estimator's host column (docs/memory.md).
+  nlohmann::json host = nlohmann::json::object();
+  std::string line = "peak host memory per rank (max over ranks):";
+  for (bool pinned : {true, false}) {
+    const MemoryStats* hs = dev.host_memory_stats(pinned);
+    const double v = all_reduce_scalar(world, hs ? static_cast<double>(hs->peak_total) : 0.0, ReduceOp::max);
+    host[pinned ? "pinned" : "pageable"] = static_cast<int64_t>(v);
+    std::snprintf(buf, sizeof buf, " %s %.2f MiB", pinned ? "pinned" : "pageable", v / 1048576.0);
+    line += buf;
+  }
+  if (host["pinned"].get<int64_t>() + host["pageable"].get<int64_t>() > 0) log_info(line);
+  metrics_.write({{"event", "end"}, {"peak_bytes", peak}, {"peak_host_bytes", host}, {"steps", steps},
+                  {"time_s", seconds}});
 }
 
 }  // namespace zt

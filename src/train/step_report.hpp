@@ -10,8 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 #include "comm/comm_bundle.hpp"
 #include "core/config.hpp"
+#include "optim/offload_adamw.hpp"
 #include "train/metrics.hpp"
 #include "train/run_options.hpp"
 #include "train/step_walk.hpp"
@@ -30,6 +33,8 @@ struct StepStats {
   // Bytes this rank passed to data-parallel collectives during the step, per
   // kind (CommOp order).
   CommCounters comm;
+  // With an offloaded optimizer: its phases in this step (docs/offload.md).
+  std::optional<OffloadStepTimes> offload;
 };
 
 // The ZeRO paper's communication volume of a step in units of the parameter
@@ -53,6 +58,7 @@ class StepReporter {
 
  private:
   void report_pipeline(const PipelineTiming& t, nlohmann::json& rec);
+  void report_offload(const OffloadStepTimes& o, nlohmann::json& rec);
 
   const Config& cfg_;
   const RunOptions& opts_;

@@ -33,15 +33,19 @@
 // Communication staging: stage 0 all-reduces in place; stages >= 1 stage one
 // reduce bucket (fp32); stages 1-2 one all-gather bucket (parameter dtype)
 // for publishing the updated shards, stage 3 one for units gathered in pieces.
-// Offload (stage >= 1): offload_optimizer moves master, m, v and the fp32
-// gradient shard off the device; the full-size buffers of stages 1-3 stay.
-// The CPU optimizer keeps an fp32 master on the host, so the host holds
-// 12 + 4 bytes per owned element. cpu: pinned host memory; nvme: the NVMe
-// file, staged through buffer_count host buffers of one sub-group
-// (min(sub_group_size, S)) fp32 elements, as DeepSpeed's optimizer swapper
-// does. offload_param (stage 3): the parameter shard goes to host memory or
-// NVMe; nvme stages it through buffer_count buffers of max(buffer_size,
-// largest unit) elements.
+// Offload (stage >= 1, docs/offload.md): offload_optimizer moves master, m and
+// v (12 bytes per owned element, of `ratio` of the elements) to host memory,
+// pinned or pageable per pin_memory; the device keeps the fp32 gradient shard
+// (norm and overflow are computed there) and a working shard in the param
+// dtype that the host refreshes. The host step streams tiles through pinned
+// slots (a gradient and a parameter slot each); the delayed update adds a
+// pinned copy of the gradient shard and, for 16-bit parameters, of the new
+// working shard. nvme: the states go to the NVMe files, staged through
+// buffer_count host buffers of one sub-group (min(sub_group_size, S)) fp32
+// elements. offload_param (stage 3): the working shard lives in host memory
+// instead (nvme: in a file, staged through buffer_count x max(buffer_size,
+// largest unit) elements); the device uploads each unit's shard through
+// buffer_count buffers of the largest unit's shard (communication column).
 // Pipeline: a stage counts every unit it holds, the tie mirror included (the
 // last stage's copy of the tied embedding is a whole unit with its own
 // gradient and optimizer state, as the trainer keeps it).
@@ -205,14 +209,18 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     r.params = padded * pb;
   } else {
     r.params = (persistent + live_parameters(m, held, runs, in)) * pb;
-    const int64_t working_shard = f32 ? 0 : shard * pb;
+    // In fp32 the master shard is the working shard, unless the master is offloaded.
+    const int64_t working_shard = f32 && !offloaded(in.offload_optimizer) ? 0 : shard * pb;
+    int64_t& param_host = in.param_pin_memory ? r.host_pinned : r.host_pageable;
     if (in.offload_param == "none") r.params += working_shard;
-    if (in.offload_param == "cpu") r.host += shard * pb;
+    if (in.offload_param == "cpu") param_host += shard * pb;
     if (in.offload_param == "nvme") {
       r.nvme += shard * pb;
-      r.host += in.param_buffer_count * std::max(in.param_buffer_size, unit_max) * pb;
+      r.host_pinned += in.param_buffer_count * std::max(in.param_buffer_size, unit_max) * pb;
     }
   }
+  // Stages 1-2 with the optimizer offloaded: the working shard the host refreshes.
+  if ((stage == 1 || stage == 2) && offloaded(in.offload_optimizer)) r.params += shard * pb;
 
   // Gradients: stage 0 full; stage 1 full + owned shard; stages 2-3 the owned
   // shard + the full-size buffers of the units in backward (the held tied
@@ -223,18 +231,30 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // Optimizer: stage 0 keeps a master only for 16-bit parameters; stages >= 1
   // keep an fp32 master shard whatever the dtype.
   const int64_t K = stage == 0 ? (f32 ? 8 : 12) : 12;
+  device_grads += grad_shard;
   if (!offloaded(in.offload_optimizer)) {
-    device_grads += grad_shard;
     r.optimizer = K * shard;
   } else {
-    const int64_t moved = (12 + 4) * shard;  // master, m, v, gradient shard
+    // `ratio` of the owned elements (DeepSpeed's sub-group order: the first
+    // ones) go to the host, the rest keep their states on the device.
+    const int64_t on_host = static_cast<int64_t>(in.offload_ratio * static_cast<double>(shard));
+    r.optimizer = 12 * (shard - on_host);
+    // Pinned slots of the host step: a gradient and a parameter slot each,
+    // one tile or the largest owned shard.
+    const int64_t largest_shard = std::max<int64_t>(1, unit_max / n_layout);
+    r.host_pinned += 2 * in.offload_slots * std::min(in.offload_tile_elements, largest_shard) * 4;
+    if (in.delayed_update) r.host_pinned += on_host * (4 + (f32 ? 0 : pb));
     if (in.offload_optimizer == "cpu") {
-      r.host += moved;
+      (in.optimizer_pin_memory ? r.host_pinned : r.host_pageable) += 12 * on_host;
     } else {
-      r.nvme += moved;
-      r.host += in.optimizer_buffer_count * std::min(in.sub_group_size, shard) * 4;
+      r.nvme += 12 * on_host;
+      r.host_pinned += in.optimizer_buffer_count * std::min(in.sub_group_size, shard) * 4;
     }
   }
+  // Parameter offload: the device's upload pool ([Note: parameter offload]).
+  int64_t upload_pool = 0;
+  if (stage == 3 && offloaded(in.offload_param))
+    upload_pool = in.param_buffer_count * std::min(in.param_buffer_size, unit_max / n_layout) * pb;
   r.grads = device_grads * 4;
 
   // Communication staging (stage 0 all-reduces in place): one reduce bucket
@@ -242,6 +262,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   if (stage >= 1) r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
+  r.comm += upload_pool;
 
   // Activations: the pairs in flight, each counted as the stage's largest
   // chunk (exact with one chunk per stage) plus its micro-batch's buffers.
@@ -409,8 +430,8 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
      << "  " << base.world << " ranks = dp " << base.dp << " x pp " << base.pp << "; " << dtype_name(base.param_dtype)
      << " parameters and activations; micro-batch " << base.micro_batch << " x seq " << s.seq_len
      << "; activation checkpointing " << (base.activation_checkpointing ? "on" : "off") << "\n";
-  std::snprintf(buf, sizeof buf, "%-5s %-10s %8s %8s %8s %8s %8s %8s %8s %9s %10s %9s\n", "stage", "offload", "params",
-                "grads", "optim", "states", "activ", "comm", "work", "DEVICE", "host", "nvme");
+  std::snprintf(buf, sizeof buf, "%-5s %-10s %8s %8s %8s %8s %8s %8s %8s %9s %9s %9s %9s\n", "stage", "offload",
+                "params", "grads", "optim", "states", "activ", "comm", "work", "DEVICE", "pinned", "pageable", "nvme");
   os << buf;
   for (const MemoryEstimateRow& r : rows) {
     const std::string off = r.zero_stage == 3 ? r.offload_optimizer + "/" + r.offload_param : r.offload_optimizer;
@@ -420,14 +441,16 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
       continue;
     }
     auto g = [&](int64_t b) { return static_cast<double>(b) / unit; };
-    std::snprintf(buf, sizeof buf, "%-5d %-10s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %10.2f %9.2f",
+    std::snprintf(buf, sizeof buf, "%-5d %-10s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %9.2f %9.2f",
                   r.zero_stage, off.c_str(), g(r.params), g(r.grads), g(r.optimizer), g(r.model_states()),
-                  g(r.activations), g(r.comm), g(r.workspace), g(r.total()), g(r.host), g(r.nvme));
+                  g(r.activations), g(r.comm), g(r.workspace), g(r.total()), g(r.host_pinned), g(r.host_pageable),
+                  g(r.nvme));
     os << buf;
     if (base.pp > 1) os << "  (pipeline stage " << r.pp_stage << ")";
     os << "\n";
   }
-  os << "  states = params + grads + optim; DEVICE = states + activ + comm + work; host and nvme are per rank\n"
+  os << "  states = params + grads + optim; DEVICE = states + activ + comm + work; pinned and pageable host\n"
+     << "  memory and nvme are per rank"
      << "  (a node needs them times its ranks). Offload column: optimizer (stage 3: optimizer/parameters).\n";
   std::snprintf(buf, sizeof buf,
                 "  buckets (elements): reduce %.3g, allgather %.3g; stage 3: prefetch %.3g, max live %.3g, "

@@ -57,6 +57,15 @@ struct EstimateInput {
   int optimizer_buffer_count = 4;
   int param_buffer_count = 5;
   int64_t param_buffer_size = 100000000;
+  // Host offload (docs/offload.md): pinned or pageable states, the fraction
+  // of the optimizer offloaded, the delayed update's copies, the pipelined
+  // slots of the host step (HostOffloadOptions: slots x tile elements).
+  bool optimizer_pin_memory = false;
+  bool param_pin_memory = false;
+  double offload_ratio = 1.0;
+  bool delayed_update = false;
+  int offload_slots = 4;
+  int64_t offload_tile_elements = int64_t{1} << 22;
   int64_t classifier_chunk_bytes = int64_t{8} << 20;  // CpuKernels' default
   void validate() const;
 };
@@ -83,8 +92,10 @@ struct MemoryEstimateRow {
   int64_t micro_batch_activations = 0;
   int64_t comm = 0;         // reduce / all-gather staging buckets
   int64_t workspace = 0;    // backward temporaries, recomputation, logits chunk
-  int64_t host = 0;         // host memory for offload (pinned)
+  int64_t host_pinned = 0;    // host memory for offload: page-locked
+  int64_t host_pageable = 0;  // and pageable (pin_memory false)
   int64_t nvme = 0;
+  int64_t host() const { return host_pinned + host_pageable; }
   int64_t total() const { return params + grads + optimizer + activations + comm + workspace; }
   int64_t model_states() const { return params + grads + optimizer; }
 };

@@ -130,6 +130,9 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
         ZT_USER_ERROR("zero_optimization.offload_param.buffer_size ", opts.param_buffer_size,
                       " is smaller than the shard of unit ", u, " ('", layout_.unit(u).name, "'): ",
                       layout_.unit(u).shard, " elements; give at least that");
+    // Buffers as large as the largest shard they carry (at most buffer_size).
+    for (int u = 0; u < n; ++u)
+      if (is_local(u) && partitioned(u)) upload_elems_ = std::max(upload_elems_, layout_.unit(u).shard);
     copies_ = dev.make_transfer_queue();
     for (int i = 0; i < opts.param_buffer_count; ++i) upload_pool_.emplace_back();
     upload_user_.assign(upload_pool_.size(), -1);
@@ -211,7 +214,7 @@ const void* ZeroEngine::upload_shard(int u, const void* host_shard) {
     slot = free_slot();
   }
   Buffer& b = upload_pool_[static_cast<size_t>(slot)];
-  if (b.empty()) b = Buffer(dev_, opts_.param_dtype, Shape{opts_.param_buffer_size}, MemTag::comm);
+  if (b.empty()) b = Buffer(dev_, opts_.param_dtype, Shape{upload_elems_}, MemTag::comm);
   // The buffer is written again once the gather that last read it has run.
   const TransferTicket t = copies_->to_device(b.data(), host_shard, static_cast<size_t>(fu.shard) * dtype_size(opts_.param_dtype),
                                               upload_done_[static_cast<size_t>(slot)]);

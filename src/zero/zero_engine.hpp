@@ -65,7 +65,7 @@ struct ZeroOptions {
   DType param_dtype = DType::f32;  // storage of the working parameters
   // [Note: parameter offload] Stage 3 with offloaded optimizer states: the
   // working shards live in host memory and are uploaded through a pool of
-  // param_buffer_count device buffers of param_buffer_size elements.
+  // param_buffer_count device buffers of up to param_buffer_size elements.
   bool offload_params = false;
   bool param_pin_memory = true;
   int param_buffer_count = 5;
@@ -170,6 +170,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   std::vector<Buffer> upload_pool_;
   std::vector<int> upload_user_;  // unit whose gather uses pool buffer i, -1 = free
   std::vector<int> upload_order_; // units holding a pool buffer, oldest first
+  int64_t upload_elems_ = 1;  // elements per pool buffer
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
   std::vector<PendingCollective> pending_reduce_;
   int64_t live_ = 0, peak_live_ = 0;

@@ -176,13 +176,32 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
     in.offload_optimizer = "nvme";
     const MemoryEstimateRow nvme = estimate(in);
     const int64_t shard = dev.optimizer / 12;
+    const int64_t pb = 2;  // bf16 working parameters
     EXPECT_EQ(cpu.optimizer, 0);
-    EXPECT_EQ(cpu.host, 16 * shard) << "master, m, v and the fp32 gradient shard";
-    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer - 4 * shard) << "the gradient shard leaves too";
+    // Master, m and v go to pageable host memory (pin_memory false), the
+    // pinned slots of the host step beside them.
+    EXPECT_EQ(cpu.host_pageable, 12 * shard);
+    EXPECT_GT(cpu.host_pinned, 0);
+    EXPECT_LT(cpu.host_pinned, 2 * 4 * (int64_t{1} << 22) * 4 + 1);
+    // The device keeps the gradient shard and, below stage 3, gains the working shard the host refreshes.
+    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer + (stage < 3 ? pb * shard : 0));
     EXPECT_EQ(nvme.total(), cpu.total());
-    EXPECT_EQ(nvme.nvme, 16 * shard);
-    EXPECT_LT(nvme.host, cpu.host / 4);
-    EXPECT_EQ(dev.host + dev.nvme, 0);
+    EXPECT_EQ(nvme.nvme, 12 * shard);
+    EXPECT_EQ(nvme.host_pageable, 0);
+    EXPECT_EQ(dev.host() + dev.nvme, 0);
+    // Pinned states, the delayed update's copies, a ratio.
+    in.offload_optimizer = "cpu";
+    in.optimizer_pin_memory = true;
+    const MemoryEstimateRow pinned = estimate(in);
+    EXPECT_EQ(pinned.host_pinned, cpu.host_pinned + 12 * shard);
+    in.delayed_update = true;
+    EXPECT_EQ(estimate(in).host_pinned, pinned.host_pinned + (4 + pb) * shard);
+    in.delayed_update = false;
+    in.optimizer_pin_memory = false;
+    in.offload_ratio = 0.25;
+    const MemoryEstimateRow quarter = estimate(in);
+    EXPECT_EQ(quarter.host_pageable, 12 * (shard / 4));
+    EXPECT_EQ(quarter.optimizer, 12 * (shard - shard / 4));
   }
   EstimateInput in = input_for(s, 8, 3);
   in.offload_optimizer = "cpu";
@@ -191,7 +210,8 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
   const MemoryEstimateRow both = estimate(in);
   const int64_t param_shard = estimate(input_for(s, 8, 2)).params / 8;
   EXPECT_EQ(opt_only.params - both.params, param_shard);
-  EXPECT_EQ(both.host - opt_only.host, param_shard);
+  EXPECT_EQ(both.host_pageable - opt_only.host_pageable, param_shard);
+  EXPECT_GT(both.comm, opt_only.comm) << "the upload pool";
   // Not valid combinations.
   in = input_for(s, 8, 0);
   in.offload_optimizer = "cpu";
