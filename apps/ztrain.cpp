@@ -14,6 +14,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "modules/cpu_kernels.hpp"
+#include "optim/offload_adamw.hpp"
 #if ZT_HAVE_CUDA
 #include "modules/cuda/cuda_kernels.hpp"
 #include "runtime/cuda/cuda_device.hpp"
@@ -95,6 +96,7 @@ std::optional<int> collective_phase(int world_rank, Fn&& fn) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ztrain: error on rank %d: %s\n", world_rank, e.what());
     std::fflush(stderr);
+    remove_nvme_swap_files_now();  // no destructor runs past abort_job
     abort_job(dynamic_cast<const UserError*>(&e) ? kExitBadInput : 1);
   }
   return std::nullopt;

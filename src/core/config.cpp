@@ -64,24 +64,24 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
   if (!nvme) {
     const AioConfig a = cfg.aio, d;
     const json* given = cfg.raw.is_object() && cfg.raw.contains("aio") ? &cfg.raw["aio"] : nullptr;
-    const std::string threads =
-        given && given->is_object() && given->contains("intra_op_parallelism") ? "intra_op_parallelism"
-                                                                               : "thread_count";
-    const std::pair<bool, std::string> changed[] = {
-        {a.block_size != d.block_size, "block_size"},
-        {a.queue_depth != d.queue_depth, "queue_depth"},
-        {a.thread_count != d.thread_count, threads},
-        {a.single_submit != d.single_submit, "single_submit"},
-        {a.overlap_events != d.overlap_events, "overlap_events"},
+    const bool alias = given && given->is_object() && given->contains("intra_op_parallelism");
+    struct Changed {
+      bool differs;
+      std::string key;
+      json value, def;
     };
-    for (const auto& [differs, key] : changed)
-      if (differs)
-        ctx.fail("aio." + key, config_detail::show(given->at(key)) +
-                                   " tunes the NVMe offload's reads and writes, but " + devices +
-                                   "; remove it (the default is " +
-                                   config_detail::show(nlohmann::json(resolved_json(Config{})["aio"][
-                                       key == "intra_op_parallelism" ? std::string("thread_count") : key])) +
-                                   ")");
+    const Changed changed[] = {
+        {a.block_size != d.block_size, "block_size", a.block_size, d.block_size},
+        {a.queue_depth != d.queue_depth, "queue_depth", a.queue_depth, d.queue_depth},
+        {a.thread_count != d.thread_count, alias ? "intra_op_parallelism" : "thread_count", a.thread_count,
+         d.thread_count},
+        {a.single_submit != d.single_submit, "single_submit", a.single_submit, d.single_submit},
+        {a.overlap_events != d.overlap_events, "overlap_events", a.overlap_events, d.overlap_events},
+    };
+    for (const Changed& c : changed)
+      if (c.differs)
+        ctx.fail("aio." + c.key, c.value.dump() + " tunes the reads and writes of NVMe offload, but " + devices +
+                                     "; remove it or leave the default " + c.def.dump());
   }
 }
 

@@ -99,8 +99,19 @@ struct Bf16Config {
 };
 
 // zero_optimization.offload_optimizer / offload_param. DeepSpeed accepts
-// buffer_size and max_in_cpu for offload_param only, and ratio and fast_init
-// for offload_optimizer only; the other fields keep their defaults.
+// buffer_size and max_in_cpu for offload_param only, and ratio, fast_init,
+// pipeline_read and pipeline_write for offload_optimizer only; the other
+// fields keep their defaults.
+//
+// offload_optimizer with device "nvme" (ZeRO-Infinity; optim/offload_adamw.hpp,
+// [Note: NVMe optimizer step]): nvme_path is the swap directory, buffer_count
+// the sub-group buffers (3 per sub-group in flight: master, exp_avg,
+// exp_avg_sq; at least 3, and at least 6 with pipeline_read or
+// pipeline_write), pipeline_read / pipeline_write overlap the reads and
+// writes of the sub-groups with the host's AdamW. ratio < 1 and the pipeline
+// keys without "nvme" are refused; zero_optimization.sub_group_size (>= 1)
+// sizes the sub-groups. fast_init has nothing to choose: the moments are
+// never written before the first step, whatever its value.
 struct OffloadConfig {
   std::string device = "none";  // none|cpu|nvme
   std::string nvme_path;        // required when device is nvme
@@ -110,6 +121,8 @@ struct OffloadConfig {
   int64_t max_in_cpu = 1000000000;
   double ratio = 1.0;
   bool fast_init = false;
+  bool pipeline_read = false;   // offload_optimizer, nvme: read sub-group i+1 while i computes
+  bool pipeline_write = false;  // offload_optimizer, nvme: write sub-group i while i+1 computes
 };
 
 struct ZeroConfig {
@@ -147,6 +160,11 @@ struct OffloadOptions {
   std::string aio_backend = "auto";
 };
 
+// DeepSpeed's "aio" section: how NVMe offload reads and writes its swap files
+// (runtime/aio/aio.hpp, [Note: aio keys]). A value other than the default
+// needs an offload device "nvme" (it would do nothing otherwise);
+// block_size is checked against the swap directory's direct-I/O alignment
+// when the run starts.
 struct AioConfig {
   int64_t block_size = 1048576;
   int queue_depth = 8;

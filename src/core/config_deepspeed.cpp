@@ -118,8 +118,38 @@ OffloadConfig parse_offload(const SectionReader& r, bool for_params, const Offlo
   } else {
     o.fast_init = r.boolean("fast_init", d.fast_init);
     o.ratio = r.number("ratio", d.ratio, in_closed(0, 1));
+    o.pipeline_read = r.boolean("pipeline_read", d.pipeline_read);
+    o.pipeline_write = r.boolean("pipeline_write", d.pipeline_write);
   }
   if (o.device == "nvme" && o.nvme_path.empty()) r.fail("nvme_path", "required when device is \"nvme\"");
+  if (for_params) return o;
+  // The NVMe optimizer ([Note: NVMe optimizer step] in optim/offload_adamw.hpp):
+  // each sub-group in flight takes 3 buffers (master, exp_avg, exp_avg_sq);
+  // overlapping reads or writes with the compute takes two such sets.
+  const bool pipelined = o.pipeline_read || o.pipeline_write;
+  if (o.device != "nvme") {
+    for (const char* key : {"pipeline_read", "pipeline_write"})
+      if (r.boolean(key, false))
+        r.fail(key, "true overlaps the NVMe reads and writes of the optimizer states, but device is \"" + o.device +
+                        "\", not \"nvme\"; remove it or set device to \"nvme\"");
+    return o;
+  }
+  if (o.buffer_count < 3)
+    r.fail("buffer_count", std::to_string(o.buffer_count) +
+                               " is too few for device \"nvme\": each optimizer sub-group in flight needs 3 "
+                               "buffers (master, exp_avg, exp_avg_sq); give at least 3");
+  if (pipelined && o.buffer_count < 6)
+    r.fail("buffer_count",
+           std::to_string(o.buffer_count) + " buffers hold one sub-group in flight (3 buffers each), but " +
+               (o.pipeline_read && o.pipeline_write ? "pipeline_read and pipeline_write are"
+                : o.pipeline_read                   ? "pipeline_read is"
+                                                    : "pipeline_write is") +
+               " true, which needs two (buffer_count >= 6); raise buffer_count or set pipeline_read and "
+               "pipeline_write to false");
+  if (o.ratio < 1.0)
+    r.fail("ratio", "partial offload (ratio " + show(json(o.ratio)) +
+                        " < 1) keeps part of the states on the device and the rest in host memory: it needs device "
+                        "\"cpu\", found \"nvme\"");
   return o;
 }
 
@@ -181,6 +211,10 @@ void parse_zero(const SectionReader& top, Config& cfg) {
     if (!r.has("offload_param")) z.offload_param.pin_memory = pin;
   }
 
+  if (z.offload_optimizer.device == "nvme" && z.sub_group_size < 1)
+    r.fail("sub_group_size", "0 elements: device \"nvme\" of offload_optimizer reads, updates and writes the "
+                             "optimizer states in sub-groups of sub_group_size elements; give at least 1 (DeepSpeed's "
+                             "default is 1e9)");
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3)  // as DeepSpeed asserts
     r.fail("offload_optimizer", "ratio < 1 (partial offload) needs stage 3, found stage " + std::to_string(z.stage));
   // Offload with a stage that has nothing of that kind to offload: DeepSpeed

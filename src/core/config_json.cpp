@@ -25,6 +25,8 @@ json offload_json(const OffloadConfig& o, bool for_params) {
   } else {
     j["fast_init"] = o.fast_init;
     j["ratio"] = o.ratio;
+    j["pipeline_read"] = o.pipeline_read;
+    j["pipeline_write"] = o.pipeline_write;
   }
   return j;
 }

@@ -117,8 +117,9 @@ std::vector<SectionSchema> build_schemas() {
                 {"override_module_apply", true, ""},
                 {"log_trace_cache_warnings", false, ""}}});
   s.push_back({"zero_optimization.offload_optimizer", "zero_optimization.offload_optimizer",
-               {"device", "nvme_path", "buffer_count", "pin_memory", "fast_init", "ratio"},
-               {{"pipeline_read", false, ""}, {"pipeline_write", false, ""}}});
+               {"device", "nvme_path", "buffer_count", "pin_memory", "fast_init", "ratio", "pipeline_read",
+                "pipeline_write"},
+               {}});
   s.push_back({"zero_optimization.offload_param", "zero_optimization.offload_param",
                {"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"},
                {}});

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "optim/adamw.hpp"
+#include "optim/offload_detail.hpp"
 #include "runtime/transfer.hpp"
 
 #if ZT_HAVE_CUDA
@@ -20,34 +21,9 @@
 namespace zt {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// fp32 values in the working dtype, rounded to nearest even as the device's
-// cast kernel does.
-void to_working(void* dst, DType t, const float* src, int64_t n) {
-  switch (t) {
-    case DType::f32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case DType::bf16:
-      for (int64_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = from_f32<bf16>(src[i]);
-      return;
-    case DType::f16:
-      for (int64_t i = 0; i < n; ++i) static_cast<f16*>(dst)[i] = from_f32<f16>(src[i]);
-      return;
-    default: ZT_THROW("offloaded optimizer: working parameters in ", dtype_name(t), " are not supported");
-  }
-}
-
-// The decay spans of shard elements [off, off + n), relative to off.
-std::vector<DecayRange> tile_ranges(const OwnedShard& sh, int64_t off, int64_t n) {
-  std::vector<DecayRange> r;
-  for (const DecaySpan& span : sh.spans) {
-    const int64_t b = std::max(span.begin - sh.begin, off), e = std::min(span.end - sh.begin, off + n);
-    if (b < e) r.push_back({b - off, e - off, span.decay});
-  }
-  return r;
-}
+using offload_detail::now_s;
+using offload_detail::tile_ranges;
+using offload_detail::to_working;
 
 class HostOffloadAdamW final : public OffloadAdamW {
  public:
@@ -95,7 +71,10 @@ class HostOffloadAdamW final : public OffloadAdamW {
       homes_.push_back(std::move(h));
       shards_.push_back(&sh);
     }
-    const int64_t tile = opts_.tile_elements;
+    // Slots of one tile, or of the largest shard when all are smaller.
+    int64_t largest = 1;
+    for (const OwnedShard& sh : shards) largest = std::max(largest, sh.numel());
+    const int64_t tile = std::min(opts_.tile_elements, largest);
     for (int i = 0; i < opts_.slots; ++i) {
       grad_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);
       out_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);  // large enough for any dtype
@@ -227,10 +206,12 @@ class HostOffloadAdamW final : public OffloadAdamW {
     join();
     times_.delayed_wait_s = now_s() - w;
     times_.cpu_s = worker_cpu_s_;
-    upload_delayed();
     for (const Pending& p : pending_)
       if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
-    // This step's gradients to the host: the device reuses its buffers.
+    // This step's gradients to the host (the device reuses its buffers) and
+    // the last update's parameters to the device, at once on the two copy
+    // streams; the uploads wait for the step's kernels (stage 3 gathers
+    // read the working shards until the end of the backward).
     for (const Pending& p : pending_) {
       const OwnedShard& sh = *p.shard;
       Home& h = home(sh);
@@ -242,6 +223,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       copies_->to_host(h.grad.data(), sh.grad, h.grad.bytes());
       times_.d2h_bytes += static_cast<double>(h.grad.bytes());
     }
+    issue_delayed_uploads();
     w = now_s();
     copies_->wait_all();
     times_.d2h_wait_s = now_s() - w;
@@ -292,27 +274,35 @@ class HostOffloadAdamW final : public OffloadAdamW {
 
   // The parameters of the last delayed update to the device's working copies.
   void upload_delayed() {
-    join();
-    if (!uploads_due_) return;
-    uploads_due_ = false;
-    for (size_t i = 0; i < homes_.size(); ++i) {
-      Home& h = homes_[i];
-      if (!h.on_host || h.grad.empty()) continue;
-      const OwnedShard& sh = *shards_[i];
-      const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
-      put_param(sh, 0, src.data(), src.bytes());
-      times_.h2d_bytes += static_cast<double>(src.bytes());
-    }
+    issue_delayed_uploads();
     const double w = now_s();
     copies_->wait_all();
     times_.h2d_wait_s += now_s() - w;
   }
 
+  // Queues the uploads of the last delayed update's parameters, after the
+  // kernels queued so far.
+  void issue_delayed_uploads() {
+    join();
+    if (!uploads_due_) return;
+    uploads_due_ = false;
+    const TransferTicket after = copies_->mark_compute();
+    for (size_t i = 0; i < homes_.size(); ++i) {
+      Home& h = homes_[i];
+      if (!h.on_host || h.grad.empty()) continue;
+      const OwnedShard& sh = *shards_[i];
+      const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
+      put_param(sh, 0, src.data(), src.bytes(), after);
+      times_.h2d_bytes += static_cast<double>(src.bytes());
+    }
+  }
+
   // Working parameters into the shard's copy: on the device, or in host
   // memory when the parameters are offloaded too (offload_param).
-  TransferTicket put_param(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes) {
+  TransferTicket put_param(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes,
+                           TransferTicket after_compute = {}) {
     char* dst = static_cast<char*>(sh.param) + byte_offset;
-    if (!sh.param_on_host) return copies_->to_device(dst, src, bytes);
+    if (!sh.param_on_host) return copies_->to_device(dst, src, bytes, after_compute);
     std::memcpy(dst, src, bytes);
     return TransferTicket{};
   }

@@ -33,12 +33,64 @@
 // so a resumed run starts one update fresher than the continuing run would
 // have been. Extra host memory: the gradients (4 bytes per owned element)
 // and, for 16-bit working parameters, their copy (2 bytes).
+//
+// [Note: NVMe optimizer step] With offload_optimizer.device "nvme"
+// (ZeRO-Infinity, make_nvme_offload_adamw) the master weights and moments
+// live in three swap files per rank under nvme_path (runtime/aio/aio.hpp's
+// SwapDir: ztrain-<run id>-rank<R>-{master,exp_avg,exp_avg_sq}.swp; the run
+// id is SLURM_JOB_ID or PBS_JOBID when set, then "p<pid>"). Each owned shard
+// is cut into sub-groups of `sub_group_size` elements (the last of a shard
+// may be shorter; none spans two shards); every sub-group has its own region
+// of each file, padded to the directory's direct-I/O alignment, so every
+// transfer is aligned. The moments start as zeros without being written (a
+// state never written reads as zeros); the master comes from write_state.
+//
+// finish() walks the sub-groups in order. A sub-group in flight holds one
+// set of three pool buffers (master, exp_avg, exp_avg_sq: `buffer_count`
+// buffers make buffer_count / 3 sets, a remainder is not allocated), plus a
+// pinned gradient slot and a parameter slot of the same length:
+//
+//   prepare(i)  read master, m, v of sub-group i into set i % K (NVMe), and
+//               fetch its gradient from the device (copy stream)
+//   compute(i)  wait for both, host AdamW (adamw.hpp, with the 16-bit copy),
+//               upload the working parameters (OwnedShard::param)
+//   store(i)    write master, m, v back (NVMe)
+//
+//   pipeline_read false:  prepare(i) after compute(i-1), waited at once
+//   pipeline_read true:   prepare(i+1) is issued before compute(i)
+//   pipeline_write false: store(i) is waited for right after it is issued
+//   pipeline_write true:  store(i) is waited for when set i % K is prepared
+//                         again, for sub-group i + K
+//
+// Either pipeline key needs two sets (buffer_count >= 6, checked by the
+// config); sets beyond two let more writes stay in flight. The arithmetic
+// is the host path's, so the master weights have the bits of the device's
+// AdamW. Files and host buffers:
+//   NVMe  3 x the owned elements' padded bytes (4 B each), checked against
+//         the file system's free space when the placement attaches
+//   host  per set, 3 x 4 bytes (the pool: page-locked when pin_memory is
+//         true, else pageable; each rounded up to the alignment) + 4 + 4
+//         bytes (the gradient and parameter slots, always page-locked), x
+//         the largest sub-group (min(sub_group_size, largest owned shard));
+//         floor(buffer_count / 3) sets
+// The delayed update works as for the host path: the worker thread runs the
+// sub-group loop from a host copy of the step's gradients (4 B per owned
+// element, pinned) into a host copy of the working parameters (2 or 4 B),
+// uploaded by the next finish().
+//
+// An error in a read or write (ENOSPC, EIO; the message names the file,
+// the operation and the offset) stops the run: the placement waits for
+// what is in flight, removes its swap files and rethrows; it refuses every
+// later call. A clean destruction removes them too; the files of a killed
+// process are removed by the next SwapDir on that directory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "optim/adamw_math.hpp"
+#include "runtime/aio/aio.hpp"
 #include "runtime/device.hpp"
 #include "zero/optimizer_placement.hpp"
 
@@ -66,6 +118,14 @@ struct OffloadStepTimes {
   double total_s = 0;  // the whole of finish()
   double delayed_wait_s = 0;  // delayed: finish() waited for the previous update (not hidden)
   bool delayed = false;
+  // NVMe ([Note: NVMe optimizer step]): bytes read from and written to the
+  // swap files, and the time the host waited for reads and for writes (what
+  // the pipeline did not hide). Delayed: those of the update that finished
+  // during this step. Zero for the host placement.
+  double nvme_read_bytes = 0;
+  double nvme_write_bytes = 0;
+  double nvme_read_wait_s = 0;
+  double nvme_write_wait_s = 0;
 };
 
 class OffloadAdamW : public OptimizerPlacement {
@@ -76,5 +136,47 @@ class OffloadAdamW : public OptimizerPlacement {
 // `hp.lr` is replaced by each step's learning rate.
 std::unique_ptr<OffloadAdamW> make_host_offload_adamw(Device& dev, const AdamWParams& hp,
                                                       const HostOffloadOptions& opts);
+
+// [Note: NVMe optimizer step]
+struct NvmeOffloadOptions {
+  std::string nvme_path;
+  std::string key = "zero_optimization.offload_optimizer.nvme_path";  // names nvme_path in messages
+  std::string run_id;  // SwapDir's run id (nvme_run_id())
+  int rank = 0;        // in the file names
+  int64_t sub_group_size = 1000000000;  // elements
+  int buffer_count = 4;                 // pool buffers, 3 per sub-group in flight (>= 3)
+  bool pipeline_read = false;           // needs buffer_count >= 6
+  bool pipeline_write = false;          // needs buffer_count >= 6
+  bool pin_memory = true;               // the pool page-locked (the gradient and parameter slots always are)
+  AioOptions aio;
+  AioBackend backend = AioBackend::automatic;
+  // [Note: delayed parameter update]: updates after the first delay_after
+  // run delayed; -1 = never.
+  int64_t delay_after = -1;
+  // Fault tests (ZT_INJECT_FAULT=nvme-write-error): the first swap-file
+  // write of the update with this step count fails like a full disk; -1 =
+  // never.
+  int64_t fail_write_at_step = -1;
+};
+
+// The swap directory is opened (its checks: a directory on a mounted file
+// system, writable; stale files of killed runs removed) here, the free space
+// checked and the files made by attach(); all of them throw UserError naming
+// the key. Bad options throw UserError naming the config key.
+std::unique_ptr<OffloadAdamW> make_nvme_offload_adamw(Device& dev, const AdamWParams& hp,
+                                                      const NvmeOffloadOptions& opts);
+
+// For a process about to end without its destructors (an error on this
+// rank: apps/ztrain.cpp prints it and calls abort_job, i.e. MPI_Abort):
+// unlinks the swap files of every NVMe placement alive in this process (their
+// locks are left; the next SwapDir on the directory removes them). The
+// placement does this itself for its own I/O errors. Safe from any thread;
+// the open files work on until the process ends, nameless.
+void remove_nvme_swap_files_now() noexcept;
+
+// A run id for SwapDir, unique per process: "<job>-p<pid>" with the job id
+// of SLURM_JOB_ID or PBS_JOBID (characters SwapDir does not take become
+// '_'), or "p<pid>" when neither is set.
+std::string nvme_run_id();
 
 }  // namespace zt

@@ -6,6 +6,9 @@
 //   kill-in-save:rank=R,step=S        rank R dies by SIGKILL half-way through
 //                                     writing its checkpoint file of step S
 //   write-error:rank=R,step=S         that write fails like a full disk
+//   nvme-write-error:rank=R,step=S    rank R's NVMe optimizer (offload_optimizer
+//                                     device "nvme") fails its first swap-file
+//                                     write of update S like a full disk
 #pragma once
 
 #include <cstdint>
@@ -17,7 +20,7 @@
 namespace zt {
 
 struct InjectedFault {
-  enum class Kind { none, throw_at_step, overflow, kill_in_save, write_error };
+  enum class Kind { none, throw_at_step, overflow, kill_in_save, write_error, nvme_write_error };
   Kind kind = Kind::none;
   int rank = -1;
   int64_t step = -1;
@@ -34,13 +37,15 @@ inline InjectedFault injected_fault() {
     f.kind = InjectedFault::Kind::overflow;
   } else if (std::sscanf(e, "kill-in-save:rank=%lld,step=%lld", &r, &s) == 2) {
     f.kind = InjectedFault::Kind::kill_in_save;
+  } else if (std::sscanf(e, "nvme-write-error:rank=%lld,step=%lld", &r, &s) == 2) {
+    f.kind = InjectedFault::Kind::nvme_write_error;
   } else if (std::sscanf(e, "write-error:rank=%lld,step=%lld", &r, &s) == 2) {
     f.kind = InjectedFault::Kind::write_error;
   } else if (std::sscanf(e, "rank=%lld,step=%lld", &r, &s) == 2) {
     f.kind = InjectedFault::Kind::throw_at_step;
   } else {
     ZT_USER_ERROR("ZT_INJECT_FAULT='", e, "': expected rank=R,step=S, overflow:rank=R,step=S,unit=U, ",
-                  "kill-in-save:rank=R,step=S or write-error:rank=R,step=S");
+                  "kill-in-save:rank=R,step=S, write-error:rank=R,step=S or nvme-write-error:rank=R,step=S");
   }
   f.rank = static_cast<int>(r);
   f.step = s;

@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -10,6 +11,7 @@
 #include "optim/offload_adamw.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_feed.hpp"
+#include "train/fault_injection.hpp"
 #include "train/grad_finalize.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/run_control.hpp"
@@ -28,12 +30,37 @@ double now_s() {
 // offload_optimizer.device (docs/offload.md).
 std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& dev, const AdamWParams& hp) {
   const OffloadConfig& oo = cfg.zero.offload_optimizer;
+  const int64_t delay_after = cfg.offload.delayed_update ? cfg.offload.delayed_update_warmup : -1;
   if (oo.device == "cpu") {
     HostOffloadOptions ho;
     ho.pin_memory = oo.pin_memory;
     ho.ratio = oo.ratio;
-    ho.delay_after = cfg.offload.delayed_update ? cfg.offload.delayed_update_warmup : -1;
+    ho.delay_after = delay_after;
     return make_host_offload_adamw(dev, hp, ho);
+  }
+  if (oo.device == "nvme") {
+    // ZeRO-Infinity ([Note: NVMe optimizer step] in optim/offload_adamw.hpp).
+    const int rank = std::max(0, process_rank());
+    NvmeOffloadOptions no;
+    no.nvme_path = oo.nvme_path;
+    no.run_id = nvme_run_id();
+    no.rank = rank;
+    no.sub_group_size = cfg.zero.sub_group_size;
+    no.buffer_count = oo.buffer_count;
+    no.pipeline_read = oo.pipeline_read;
+    no.pipeline_write = oo.pipeline_write;
+    no.pin_memory = oo.pin_memory;
+    no.aio.block_size = cfg.aio.block_size;
+    no.aio.queue_depth = cfg.aio.queue_depth;
+    no.aio.thread_count = cfg.aio.thread_count;
+    no.aio.single_submit = cfg.aio.single_submit;
+    no.aio.overlap_events = cfg.aio.overlap_events;
+    const std::string& b = cfg.offload.aio_backend;
+    no.backend = b == "io_uring" ? AioBackend::io_uring : b == "threads" ? AioBackend::threads : AioBackend::automatic;
+    no.delay_after = delay_after;
+    const InjectedFault fault = injected_fault();
+    if (fault.kind == InjectedFault::Kind::nvme_write_error && fault.rank == rank) no.fail_write_at_step = fault.step;
+    return make_nvme_offload_adamw(dev, hp, no);
   }
   ZT_CHECK(oo.device == "none", "offload_optimizer.device \"", oo.device, "\"");
   return make_device_adamw(dev, hp);
@@ -147,6 +174,7 @@ StepStats Trainer::train_step(bool read_loss) {
   st.skipped = v.skipped;
   st.loss_scale = v.loss_scale;
   st.comm = dp.counters();
+  if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) st.offload = off->last_times();
   st.step_seconds = now_s() - t0;
   s.stopped = v.stop;
   if (read_loss) st.loss = s.walk->read_loss();

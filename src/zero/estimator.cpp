@@ -41,8 +41,9 @@
 // slots (a gradient and a parameter slot each); the delayed update adds a
 // pinned copy of the gradient shard and, for 16-bit parameters, of the new
 // working shard. nvme: the states go to the NVMe files, staged through
-// buffer_count host buffers of one sub-group (min(sub_group_size, S)) fp32
-// elements. offload_param (stage 3): the working shard lives in host memory
+// buffer_count / 3 sets of master, m and v buffers of one sub-group
+// (min(sub_group_size, largest shard) fp32 elements), each set with its
+// pinned gradient and parameter slots. offload_param (stage 3): the working shard lives in host memory
 // instead (nvme: in a file, staged through buffer_count x max(buffer_size,
 // largest unit) elements); the device uploads each unit's shard through
 // buffer_count buffers of the largest unit's shard (communication column).
@@ -242,13 +243,20 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     // Pinned slots of the host step: a gradient and a parameter slot each,
     // one tile or the largest owned shard.
     const int64_t largest_shard = std::max<int64_t>(1, unit_max / n_layout);
-    r.host_pinned += 2 * in.offload_slots * std::min(in.offload_tile_elements, largest_shard) * 4;
     if (in.delayed_update) r.host_pinned += on_host * (4 + (f32 ? 0 : pb));
+    int64_t& states_host = in.optimizer_pin_memory ? r.host_pinned : r.host_pageable;
     if (in.offload_optimizer == "cpu") {
-      (in.optimizer_pin_memory ? r.host_pinned : r.host_pageable) += 12 * on_host;
+      r.host_pinned += 2 * in.offload_slots * std::min(in.offload_tile_elements, largest_shard) * 4;
+      states_host += 12 * on_host;
     } else {
+      // [Note: NVMe optimizer step]: buffer_count / 3 sets of master, m and
+      // v buffers of one sub-group (at the file system's alignment, 4 KiB
+      // here), each with a pinned gradient and parameter slot.
+      const int64_t L = std::min(in.sub_group_size, largest_shard);
+      const int64_t sets = in.optimizer_buffer_count / 3;
       r.nvme += 12 * on_host;
-      r.host_pinned += in.optimizer_buffer_count * std::min(in.sub_group_size, shard) * 4;
+      states_host += sets * 3 * round_up(4 * L, 4096);
+      r.host_pinned += sets * 8 * L;
     }
   }
   // Parameter offload: the device's upload pool ([Note: parameter offload]).

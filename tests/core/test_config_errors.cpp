@@ -181,10 +181,14 @@ TEST(ConfigErrors, FeaturesNotAvailableYet) {
                 .zero.offload_optimizer.device,
             "cpu");
   EXPECT_EQ(parse(R"({"zero_optimization": {"stage": 1, "cpu_offload": true}})").zero.offload_optimizer.device, "cpu");
-  // NVMe and parameter offload are not yet.
-  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
-                                                                                          "nvme_path": "/nvme"}}})"),
-                  "config.json: zero_optimization.offload_optimizer.device: \"nvme\" is not available yet");
+  // The optimizer offloaded to NVMe is available in stages 1-3 (the swap
+  // directory is checked when the run starts, not here).
+  for (int stage : {1, 2, 3}) {
+    const Config c = parse(R"({"zero_optimization": {"stage": )" + std::to_string(stage) +
+                           R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}})");
+    EXPECT_EQ(c.zero.offload_optimizer.device, "nvme");
+    EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "/nvme");
+  }
   // Parameters offloaded to the CPU are available.
   EXPECT_EQ(parse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
                                             "offload_optimizer": {"device": "cpu"}}})")
@@ -195,8 +199,13 @@ TEST(ConfigErrors, FeaturesNotAvailableYet) {
                         "offload": {"delayed_update": true}})")
                   .offload.delayed_update);
 
-  // The rows are also checked on the table directly.
+  // The rows are also checked on the table directly: the optimizer on NVMe
+  // has no row any more, the parameters on NVMe still have theirs.
   Config cfg = parse("{}");
+  cfg.zero.stage = 3;
+  cfg.zero.offload_optimizer.device = "nvme";
+  cfg.zero.offload_optimizer.nvme_path = "/nvme";
+  EXPECT_NO_THROW(check_available_features(cfg));
   cfg.zero.offload_param.device = "nvme";
   EXPECT_CONTAINS(user_error([&] { check_available_features(cfg); }),
                   "config.json: zero_optimization.offload_param.device: \"nvme\" is not available yet");
@@ -286,6 +295,86 @@ TEST(ConfigErrors, OffloadSectionNeedsAnOffloadDevice) {
                                                          "offload_param": {"device": "cpu"}},
                                   "offload": {"aio_backend": "threads"}})"),
                   "(found \"cpu\" and \"cpu\"); leave it \"auto\"");
+}
+
+// The NVMe optimizer's own keys ([Note: NVMe optimizer step] in
+// optim/offload_adamw.hpp): each refusal names its key and its numbers.
+TEST(ConfigErrors, NvmeOptimizerKeys) {
+  const std::string nvme = R"("device": "nvme", "nvme_path": "/nvme")";
+  auto zero = [&](const std::string& offload, const std::string& more = "") {
+    return R"({"zero_optimization": {"stage": 2, )" + more + R"("offload_optimizer": {)" + nvme + offload + "}}}";
+  };
+  // Three buffers per sub-group in flight.
+  EXPECT_EQ(parse_error(zero(R"(, "buffer_count": 2)")),
+            "config.json: zero_optimization.offload_optimizer.buffer_count: 2 is too few for device \"nvme\": each "
+            "optimizer sub-group in flight needs 3 buffers (master, exp_avg, exp_avg_sq); give at least 3");
+  EXPECT_EQ(parse(zero(R"(, "buffer_count": 3)")).zero.offload_optimizer.buffer_count, 3);
+  // Pipelining takes two sets: both keys are named.
+  for (const char* key : {"pipeline_read", "pipeline_write"}) {
+    const std::string msg = parse_error(zero(std::string(R"(, ")") + key + R"(": true)"));
+    EXPECT_CONTAINS(msg, "config.json: zero_optimization.offload_optimizer.buffer_count: 4 buffers hold one sub-group "
+                         "in flight (3 buffers each), but " + std::string(key) + " is true, which needs two "
+                         "(buffer_count >= 6)");
+    EXPECT_CONTAINS(msg, "set pipeline_read and pipeline_write to false");
+  }
+  EXPECT_CONTAINS(parse_error(zero(R"(, "buffer_count": 5, "pipeline_read": true, "pipeline_write": true)")),
+                  "5 buffers hold one sub-group in flight (3 buffers each), but pipeline_read and pipeline_write "
+                  "are true");
+  EXPECT_TRUE(parse(zero(R"(, "buffer_count": 6, "pipeline_read": true, "pipeline_write": true)"))
+                  .zero.offload_optimizer.pipeline_read);
+  // The pipeline keys without NVMe would do nothing.
+  for (const char* device : {"none", "cpu"}) {
+    EXPECT_EQ(parse_error(std::string(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": ")") +
+                          device + R"(", "pipeline_write": true}}})"),
+              std::string("config.json: zero_optimization.offload_optimizer.pipeline_write: true overlaps the NVMe "
+                          "reads and writes of the optimizer states, but device is \"") +
+                  device + "\", not \"nvme\"; remove it or set device to \"nvme\"");
+  }
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
+                              {"zero_optimization.offload_optimizer.pipeline_read=true"}),
+                  "pipeline_read: true overlaps the NVMe reads and writes");
+  // They are offload_optimizer's only (DeepSpeed's schema).
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage": 3, "offload_param": {"pipeline_read": true}}})"),
+                  "config.json: zero_optimization.offload_param.pipeline_read: unknown key");
+  // Partial offload is the host's.
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {)" + nvme +
+                              R"(, "ratio": 0.5}}})"),
+                  "config.json: zero_optimization.offload_optimizer.ratio: partial offload (ratio 0.5 < 1) keeps part "
+                  "of the states on the device and the rest in host memory: it needs device \"cpu\", found \"nvme\"");
+  // Sub-groups of no element.
+  EXPECT_CONTAINS(parse_error(zero("", R"("sub_group_size": 0, )")),
+                  "config.json: zero_optimization.sub_group_size: 0 elements: device \"nvme\" of offload_optimizer");
+  EXPECT_EQ(parse(R"({"zero_optimization": {"sub_group_size": 0}})").zero.sub_group_size, 0);  // unused without NVMe
+}
+
+// DeepSpeed's aio section tunes NVMe offload only: values other than the
+// defaults without it are refused by name; the defaults (as copied from
+// DeepSpeed's documentation) are accepted.
+TEST(ConfigErrors, AioKeysNeedNvmeOffload) {
+  EXPECT_EQ(parse_error(R"({"aio": {"queue_depth": 16}})"),
+            "config.json: aio.queue_depth: 16 tunes the reads and writes of NVMe offload, but neither "
+            "zero_optimization.offload_optimizer.device nor zero_optimization.offload_param.device is \"nvme\" "
+            "(found \"none\" and \"none\"); remove it or leave the default 8");
+  EXPECT_CONTAINS(parse_error(R"({"aio": {"block_size": 4096}})"), "config.json: aio.block_size: 4096 tunes");
+  EXPECT_CONTAINS(parse_error(R"({"aio": {"thread_count": 2}})"), "config.json: aio.thread_count: 2 tunes");
+  EXPECT_CONTAINS(parse_error(R"({"aio": {"intra_op_parallelism": 2}})"),
+                  "config.json: aio.intra_op_parallelism: 2 tunes");
+  EXPECT_CONTAINS(parse_error(R"({"aio": {"single_submit": true}})"), "config.json: aio.single_submit: true tunes");
+  EXPECT_CONTAINS(parse_error(R"({"aio": {"overlap_events": false}})"),
+                  "config.json: aio.overlap_events: false tunes");
+  EXPECT_CONTAINS(parse_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                                  "aio": {"queue_depth": 4}})"),
+                  "(found \"cpu\" and \"none\"); remove it or leave the default 8");
+  EXPECT_CONTAINS(parse_error("{}", {"aio.block_size=8192"}), "(set by --set aio.block_size=8192)");
+  const Config cfg = parse(R"({"aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1,
+                                       "single_submit": false, "overlap_events": true}})");
+  EXPECT_EQ(cfg.aio.queue_depth, 8);
+  // With NVMe they are the engine's (aio.block_size is checked against the
+  // swap directory's alignment when the run starts).
+  EXPECT_EQ(parse(R"({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}},
+                      "aio": {"block_size": 1000, "queue_depth": 1}})")
+                .aio.block_size,
+            1000);
 }
 
 TEST(ConfigErrors, Fp16AndBf16BothEnabled) {

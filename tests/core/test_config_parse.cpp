@@ -30,7 +30,7 @@ auto fields(const Fp16Config& f) {
 }
 auto fields(const OffloadConfig& o) {
   return std::tie(o.device, o.nvme_path, o.pin_memory, o.buffer_count, o.buffer_size, o.max_in_cpu, o.ratio,
-                  o.fast_init);
+                  o.fast_init, o.pipeline_read, o.pipeline_write);
 }
 auto fields(const ZeroConfig& z) {
   return std::tie(z.stage, z.overlap_comm, z.contiguous_gradients, z.reduce_scatter, z.allgather_partitions,
@@ -112,7 +112,7 @@ const char* const kDeepSpeedConfig = R"({
     "stage3_max_reuse_distance": 1e9,
     "stage3_gather_16bit_weights_on_model_save": true
   },
-  "aio": {"block_size": 1048576, "queue_depth": 16, "thread_count": 2, "single_submit": false,
+  "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": false,
           "overlap_events": true},
   "activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": false,
                                "contiguous_memory_optimization": false, "number_checkpoints": null,
@@ -348,7 +348,7 @@ TEST(ConfigParse, RealisticDeepSpeedConfig) {
   EXPECT_TRUE(cfg.zero.overlap_comm);
   EXPECT_TRUE(cfg.zero.stage3_gather_16bit_weights_on_model_save);
   EXPECT_TRUE(cfg.zero.offload_optimizer.pin_memory);
-  EXPECT_EQ(cfg.aio.queue_depth, 16);
+  EXPECT_EQ(cfg.aio.queue_depth, 8);  // DeepSpeed's defaults, as copied into configs: accepted without NVMe
   EXPECT_EQ(cfg.gradient_clipping, 1.0);
   EXPECT_TRUE(cfg.data.embedded);
   resolve_batch(cfg, 8);
@@ -356,7 +356,8 @@ TEST(ConfigParse, RealisticDeepSpeedConfig) {
 
   // DeepSpeed's aliases and older names.
   cfg = parse(R"({"bfloat16": {"enabled": true}, "optimizer": {"type": "adam", "params": {"torch_adam": true}},
-                  "zero_optimization": {"gather_16bit_weights_on_model_save": true, "prefetch_bucket_size": 7},
+                  "zero_optimization": {"gather_16bit_weights_on_model_save": true, "prefetch_bucket_size": 7,
+                                        "stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}},
                   "aio": {"intra_op_parallelism": 4}, "checkpoint": {"tag_validation": "Ignore"},
                   "train": {"seed": 1e3}})");
   EXPECT_TRUE(cfg.bf16.enabled);
@@ -415,6 +416,42 @@ TEST(ConfigParse, OffloadSection) {
                               "offload": {"aio_backend": "threads"}})");
 }
 
+// ZeRO-Infinity's optimizer offload as DeepSpeed documents it, with the
+// pipeline keys and the aio section.
+TEST(ConfigParse, NvmeOptimizerOffload) {
+  Config cfg = parse(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 6,
+                            "fast_init": false, "pipeline_read": true, "pipeline_write": true}},
+    "aio": {"block_size": 262144, "queue_depth": 32, "thread_count": 2, "single_submit": true,
+            "overlap_events": false},
+    "offload": {"aio_backend": "threads", "delayed_update": true}})");
+  const OffloadConfig& o = cfg.zero.offload_optimizer;
+  EXPECT_EQ(o.device, "nvme");
+  EXPECT_EQ(o.nvme_path, "/local_nvme");
+  EXPECT_EQ(o.buffer_count, 6);
+  EXPECT_TRUE(o.pipeline_read);
+  EXPECT_TRUE(o.pipeline_write);
+  EXPECT_EQ(cfg.zero.sub_group_size, 100000000);
+  EXPECT_EQ(cfg.aio.block_size, 262144);
+  EXPECT_EQ(cfg.aio.queue_depth, 32);
+  EXPECT_EQ(cfg.aio.thread_count, 2);
+  EXPECT_TRUE(cfg.aio.single_submit);
+  EXPECT_FALSE(cfg.aio.overlap_events);
+  EXPECT_TRUE(cfg.warnings.empty());
+  // The defaults: DeepSpeed's, pipelining off, one set of buffers is enough.
+  cfg = parse(R"({"zero_optimization": {"stage": 1,
+                    "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  EXPECT_EQ(cfg.zero.offload_optimizer.buffer_count, 4);
+  EXPECT_FALSE(cfg.zero.offload_optimizer.pipeline_read);
+  EXPECT_FALSE(cfg.zero.offload_optimizer.pipeline_write);
+  EXPECT_EQ(cfg.zero.sub_group_size, 1000000000);
+  // Only one of the two keys, with two sets.
+  cfg = parse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/n",
+                    "buffer_count": 6, "pipeline_write": true}}})");
+  EXPECT_FALSE(cfg.zero.offload_optimizer.pipeline_read);
+  EXPECT_TRUE(cfg.zero.offload_optimizer.pipeline_write);
+}
+
 TEST(ConfigParse, DataFilesThatExist) {
   TempFile train("data_train.bin"), val("data_val.bin");
   const Config cfg = parse(R"({"data": {"train": ")" + train.path() + R"(", "val": ")" + val.path() + R"("}})");
@@ -457,6 +494,12 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   expect_round_trip(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01}},
                         "pipeline": {"pipe_schedule_name": "interleaved", "num_chunks": 2},
                         "zero_optimization": {"offload_optimizer": {"device": "none", "nvme_path": "/nvme"}}})",
+                    2);
+  expect_round_trip(R"({"zero_optimization": {"stage": 2, "sub_group_size": 5000,
+                        "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme", "buffer_count": 7,
+                                              "pipeline_read": true, "pipeline_write": false}},
+                        "aio": {"block_size": 8192, "intra_op_parallelism": 3, "overlap_events": false},
+                        "offload": {"aio_backend": "io_uring", "delayed_update": true}})",
                     2);
   expect_round_trip(R"({"train": {"device_memory_cap_gib": 23.5},
                         "offload": {"delayed_update_warmup": 0}})",

@@ -1,0 +1,65 @@
+// Inside the offloaded placements only (offload_adamw.cpp, nvme_offload_adamw.cpp):
+// the pieces the host and NVMe paths share.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "optim/adamw.hpp"
+#include "zero/owned_shard.hpp"
+
+namespace zt::offload_detail {
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// fp32 values in the working dtype, rounded to nearest even as the device's
+// cast kernel does.
+inline void to_working(void* dst, DType t, const float* src, int64_t n) {
+  switch (t) {
+    case DType::f32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = from_f32<bf16>(src[i]);
+      return;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) static_cast<f16*>(dst)[i] = from_f32<f16>(src[i]);
+      return;
+    default: ZT_THROW("offloaded optimizer: working parameters in ", dtype_name(t), " are not supported");
+  }
+}
+
+// The decay spans of shard elements [off, off + n), relative to off.
+inline std::vector<DecayRange> tile_ranges(const OwnedShard& sh, int64_t off, int64_t n) {
+  std::vector<DecayRange> r;
+  for (const DecaySpan& span : sh.spans) {
+    const int64_t b = std::max(span.begin - sh.begin, off), e = std::min(span.end - sh.begin, off + n);
+    if (b < e) r.push_back({b - off, e - off, span.decay});
+  }
+  return r;
+}
+
+// The host AdamW of n elements: master, m and v in place, and the new
+// working parameters (in sh.param_dtype) into `out` in the same pass.
+inline void host_adamw(const OwnedShard& sh, float* master, const float* g, float* m, float* v, int64_t n,
+                       const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step, float grad_scale,
+                       void* out) {
+  switch (sh.param_dtype) {
+    case DType::bf16:
+      adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale, static_cast<bf16*>(out));
+      break;
+    case DType::f16:
+      adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale, static_cast<f16*>(out));
+      break;
+    default:
+      adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale);
+      std::memcpy(out, master, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+}  // namespace zt::offload_detail

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity's optimizer offload to NVMe ([Note: NVMe optimizer step] in
+# src/optim/offload_adamw.hpp) end to end on the CPU backend, with the swap
+# directory (nvme_path) in the test's temporary directory:
+#  - ZeRO stages 1-3 x ranks 1-3 (fp32), bf16 and two pipeline stages give
+#    the loss, gradient-norm and validation-loss bits of no offload, with
+#    sub-groups of 1000 elements (several per shard), pipeline_read and
+#    pipeline_write both on, both off and each alone, and non-default aio keys; the io_uring and thread-pool back ends give the
+#    same bits; the delayed update gives the bits of the delayed host offload;
+#  - a checkpoint saved with nvme resumes with cpu or none and back, bit-exact;
+#  - nvme_path a device, a missing parent, a file system too small, and an
+#    aio.block_size off the alignment are refused with exit 2 and their numbers;
+#  - a clean run leaves no swap files; a killed run's files are removed by the
+#    next start (which says so); a rank that fails removes its files before
+#    the job is aborted; an injected write error stops the run naming the file
+#    and "write", and the last checkpoint still resumes;
+#  - the example configs data/configs/zero3-offload-{cpu,nvme}.json run.
+set -e
+. "$(dirname "$0")/lib.sh"
+cd "$WORK"
+cat > c.json <<'JSON'
+{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
+ "gradient_clipping": 0.3,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.004, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.004, "warmup_num_steps": 3, "warmup_type": "linear"}},
+ "zero_optimization": {"stage": 1, "reduce_bucket_size": 2000, "allgather_bucket_size": 3000,
+                       "stage3_param_persistence_threshold": 200, "stage3_prefetch_bucket_size": 20000},
+ "model": {"n_layer": 4, "n_head": 2, "d_model": 24, "seq_len": 16, "vocab_size": 64},
+ "train": {"steps": 5, "eval_interval": 3, "eval_steps": 2}}
+JSON
+SWAP="$WORK/swap"
+OO=zero_optimization.offload_optimizer
+NVME=(--set "$OO.device=\"nvme\"" --set "$OO.nvme_path=\"$SWAP\"" --set zero_optimization.sub_group_size=1000)
+# Both pipeline keys on, two sets of buffers and a third, and aio keys off
+# their defaults (4 KiB requests, 2 lanes, one submit per request, rounds).
+PIPE=(--set "$OO.pipeline_read=true" --set "$OO.pipeline_write=true" --set "$OO.buffer_count=9"
+      --set aio.block_size=4096 --set aio.queue_depth=4 --set aio.thread_count=2 --set aio.single_submit=true
+      --set aio.overlap_events=false)
+SYNC=(--set "$OO.pipeline_read=false" --set "$OO.pipeline_write=false")
+
+# bits DIR: loss, grad_norm and val_loss of every step, as printed (exact bits).
+bits() {
+  grep '"step"' "$1/metrics.jsonl" | while IFS= read -r rec; do
+    out=""
+    for k in step loss grad_norm val_loss; do
+      out="$out $(echo "$rec" | grep -o "\"$k\":[^,}]*" || true)"
+    done
+    echo "$out"
+  done
+}
+
+# no_swap_files WHAT: nothing of ztrain's is left in the swap directory.
+no_swap_files() {
+  local left
+  left=$(ls "$SWAP" 2>/dev/null | grep '^ztrain-' || true)
+  if [ -z "$left" ]; then echo "ok: $1: no swap files left"; else fail "$1: swap files left: $left"; fi
+}
+
+# same NAME NP "SETTINGS" NVME_ARGS... : the run with SETTINGS (--set each)
+# without offload and with the NVMe optimizer give the same bits.
+same() {
+  local name=$1 np=$2 settings=$3
+  shift 3
+  local sets=()
+  for s in $settings; do sets+=(--set "$s"); done
+  run_np "$np" c.json --log-dir "$name-ref" "${sets[@]}"
+  [ "$RC" = 0 ] || { fail "$name: reference run exit $RC"; return; }
+  bits "$name-ref" > "$name-ref.txt"
+  run_np "$np" c.json --log-dir "$name-nvme" "${sets[@]}" "${NVME[@]}" "$@"
+  [ "$RC" = 0 ] || { fail "$name [nvme $*]: exit $RC"; return; }
+  grep -q "NVMe optimizer: .* sub-groups of up to 1000" "$WORK/out" || fail "$name: no sub-group line in the log"
+  bits "$name-nvme" > "$name-nvme.txt"
+  if [ "$(wc -l < "$name-ref.txt")" = 5 ] && cmp -s "$name-ref.txt" "$name-nvme.txt"; then
+    echo "ok: $name [nvme$(echo " $*" | grep -o -E 'pipeline_(read|write)=true|aio_backend="[a-z_]*"' | tr '\n' ' ' | sed 's/^/ /; s/ $//')] has the bits of no offload"
+  else
+    fail "$name [nvme $*]: bits differ from no offload"
+    diff "$name-ref.txt" "$name-nvme.txt" | head -4
+  fi
+}
+
+# ---- the bits of no offload --------------------------------------------------
+for stage in 1 2 3; do
+  for np in 1 2 3; do
+    if [ $(((stage + np) % 2)) = 1 ]; then mode=("${PIPE[@]}"); else mode=("${SYNC[@]}"); fi
+    # The thread pool on two ranks, auto (io_uring where it works) elsewhere.
+    [ "$np" = 2 ] && mode+=(--set 'offload.aio_backend="threads"')
+    same "z$stage-np$np" "$np" "zero_optimization.stage=$stage" "${mode[@]}"
+  done
+done
+# One key without the other, with exactly two sets.
+same "z2-np2-bf16" 2 "zero_optimization.stage=2 bf16.enabled=true" --set "$OO.buffer_count=6" \
+  --set "$OO.pipeline_read=true"
+same "z2-np2-p2" 2 "zero_optimization.stage=2 pipeline.parallel_size=2" --set "$OO.buffer_count=6" \
+  --set "$OO.pipeline_write=true"
+no_swap_files "after the clean runs"
+
+# ---- io_uring and the thread pool -------------------------------------------
+run_np 2 c.json --log-dir uring --set zero_optimization.stage=3 "${NVME[@]}" "${PIPE[@]}" \
+  --set 'offload.aio_backend="io_uring"'
+if [ "$RC" = 2 ] && grep -q "io_uring cannot be used here" "$WORK/out"; then
+  echo "skip: io_uring vs threads: $(grep -o 'io_uring cannot be used here ([^)]*)' "$WORK/out" | head -1)"
+elif [ "$RC" = 0 ]; then
+  run_np 2 c.json --log-dir threads --set zero_optimization.stage=3 "${NVME[@]}" "${PIPE[@]}" \
+    --set 'offload.aio_backend="threads"'
+  bits uring > uring.txt
+  bits threads > threads.txt
+  if [ "$RC" = 0 ] && [ -s uring.txt ] && cmp -s uring.txt threads.txt && cmp -s uring.txt z3-np2-ref.txt; then
+    echo "ok: io_uring and the thread pool give the same bits"
+  else
+    fail "io_uring vs threads: exit $RC, bits $(head -2 uring.txt) vs $(head -2 threads.txt)"
+  fi
+else
+  fail "aio_backend io_uring: exit $RC"
+fi
+
+# ---- the delayed update: the bits of the host placement's -------------------
+DELAY=(--set zero_optimization.stage=2 --set offload.delayed_update=true --set offload.delayed_update_warmup=2
+       --set train.steps=8)
+run_np 2 c.json --log-dir delay-cpu "${DELAY[@]}" --set "$OO.device=\"cpu\""
+bits delay-cpu > delay-cpu.txt
+run_np 2 c.json --log-dir delay-nvme "${DELAY[@]}" "${NVME[@]}" "${PIPE[@]}"
+bits delay-nvme > delay-nvme.txt
+if [ "$RC" = 0 ] && [ "$(wc -l < delay-cpu.txt)" = 8 ] && cmp -s delay-cpu.txt delay-nvme.txt; then
+  echo "ok: the delayed update with nvme has the bits of the delayed host offload"
+else
+  fail "delayed update with nvme: exit $RC"
+  diff delay-cpu.txt delay-nvme.txt | head -4
+fi
+
+# ---- resume across cpu, nvme and none ----------------------------------------
+cat > r.json <<'JSON'
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1, "gradient_clipping": 0.5,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+ "zero_optimization": {"stage": 2},
+ "model": {"n_layer": 3, "n_head": 2, "d_model": 32, "seq_len": 16, "vocab_size": 64},
+ "checkpoint": {"dir": "ck", "interval": 5},
+ "train": {"steps": 10, "eval_interval": 0}}
+JSON
+NV="$OO.device=\"nvme\" $OO.nvme_path=\"$SWAP\" zero_optimization.sub_group_size=1000"
+CPU="$OO.device=\"cpu\""
+NONE="$OO.device=\"none\""
+run_np 2 r.json --log-dir straight --set checkpoint.dir='"ck_straight"'
+losses straight/metrics.jsonl | tail -5 > x
+for pair in "NV NONE" "NONE NV" "NV CPU" "CPU NV" "NV NV"; do
+  set -- $pair
+  first=() second=()
+  for s in ${!1}; do first+=(--set "$s"); done
+  for s in ${!2}; do second+=(--set "$s"); done
+  rm -rf ck
+  run_np 2 r.json --log-dir "first-$1-$2" "${first[@]}" --steps 5
+  run_np 2 r.json --log-dir "second-$1-$2" "${second[@]}" --resume auto
+  name="saved with $1, resumed with $2"
+  [ "$RC" = 0 ] && grep -q "resumed from ck/step_5" "$WORK/out" || { fail "$name: resume"; continue; }
+  losses "second-$1-$2/metrics.jsonl" > y
+  if [ -s x ] && cmp -s x y; then echo "ok: $name: bit-exact"; else fail "$name: losses differ: $(tr "\n" " " < x) vs $(tr "\n" " " < y)"; fi
+done
+no_swap_files "after the resumed runs"
+
+# ---- nvme_path and aio checks before the first step --------------------------
+expect_error "nvme_path a character device" 2 \
+  "$OO.nvme_path = /dev/null is a character device; NVMe offload needs a directory on a mounted file system" \
+  c.json --set zero_optimization.stage=2 --set "$OO.device=\"nvme\"" --set "$OO.nvme_path=\"/dev/null\""
+expect_error "nvme_path with a missing parent" 2 \
+  "$OO.nvme_path = $WORK/no/such/dir does not exist, nor does its parent directory $WORK/no/such" \
+  c.json --set zero_optimization.stage=2 --set "$OO.device=\"nvme\"" --set "$OO.nvme_path=\"$WORK/no/such/dir\""
+expect_error "aio.block_size off the alignment" 2 "aio.block_size = 1000 must be a positive multiple of" \
+  c.json --set zero_optimization.stage=2 "${NVME[@]}" --set aio.block_size=1000
+# A file system of 64 KiB: the states of ~31k parameters need ~370 KB.
+mkdir -p small
+tiny_fs() {  # tiny_fs COMMAND...: runs it with a 64 KiB tmpfs on small/, in its own mount namespace
+  if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs small && exec "$@"' sh "$@"
+  else
+    unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs small && exec "$@"' sh "$@"
+  fi
+}
+if tiny_fs true 2>/dev/null; then
+  set +e
+  tiny_fs "$ZTRAIN" c.json --log-dir small-run --set zero_optimization.stage=2 --set "$OO.device=\"nvme\"" \
+    --set "$OO.nvme_path=\"$WORK/small/swap\"" > "$WORK/out" 2>&1
+  RC=$?
+  set -e
+  if [ "$RC" = 2 ] && grep -q -E "$OO.nvme_path = $WORK/small/swap: the optimizer states need [0-9.]+ GiB \([0-9]+ bytes.*\) but the file system has [0-9.]+ GiB \([0-9]+ bytes\) free" "$WORK/out"; then
+    echo "ok: a file system too small: $(grep -o 'need [0-9.]* GiB ([0-9]* bytes' "$WORK/out") ... $(grep -o 'has [0-9.]* GiB ([0-9]* bytes) free' "$WORK/out")"
+  else
+    fail "a file system too small: exit $RC"
+  fi
+else
+  echo "skip: a file system too small: cannot mount a tmpfs here ($(unshare -rm true 2>&1 | head -1))"
+fi
+
+# ---- a killed run's files, removed by the next start -------------------------
+K=(--set zero_optimization.stage=2 "${NVME[@]}" --set checkpoint.dir='"ckk"' --set checkpoint.interval=2
+   --set train.steps=6)
+rm -rf "$SWAP"
+ZT_INJECT_FAULT="kill-in-save:rank=0,step=4" run_np 2 c.json --log-dir killed "${K[@]}"
+n=$(ls "$SWAP" 2>/dev/null | grep -c '\.swp$' || true)
+if [ "$RC" != 0 ] && [ "$n" -ge 3 ]; then
+  echo "ok: the killed run (exit $RC) left $n swap files"
+else
+  fail "killed run: exit $RC, $n swap files left"
+fi
+run_np 2 c.json --log-dir after-kill "${K[@]}" --resume auto
+if [ "$RC" = 0 ] && grep -q "removed [0-9]* stale swap files of a killed run" "$WORK/out"; then
+  echo "ok: the next start removed them: $(grep -o 'removed [0-9]* stale swap files of a killed run' "$WORK/out" | head -1)"
+else
+  fail "after the kill: exit $RC, no removal reported"
+fi
+no_swap_files "after the run that followed the kill"
+
+# ---- an error on one rank: its files go before the job is aborted ------------
+rm -rf ckk "$SWAP"
+ZT_INJECT_FAULT="rank=1,step=3" run_np 2 c.json --log-dir thrown "${K[@]}"
+left=$(ls "$SWAP" 2>/dev/null | grep -- '-rank1-.*\.swp$' || true)
+if [ "$RC" != 0 ] && grep -q "error on rank 1: .*injected fault" "$WORK/out" && [ -z "$left" ]; then
+  echo "ok: an error on rank 1 (exit $RC) removed that rank's swap files"
+else
+  fail "error on rank 1: exit $RC, left: $left"
+fi
+
+# ---- an I/O error mid-run ---------------------------------------------------
+rm -rf ckk
+ZT_INJECT_FAULT="nvme-write-error:rank=1,step=3" run_np 2 c.json --log-dir ioerr "${K[@]}"
+if [ "$RC" != 0 ] && grep -q -E "error on rank 1: .*aio write of $SWAP/ztrain-[^ ]*-rank1-master\.swp at offset [0-9]+ \([0-9]+ bytes\) failed: No space left on device" "$WORK/out"; then
+  echo "ok: an NVMe write error stops the run (exit $RC), naming the file and the operation"
+else
+  fail "NVMe write error: exit $RC"
+fi
+left=$(ls "$SWAP" 2>/dev/null | grep -- '-rank1-' || true)
+[ -z "$left" ] && echo "ok: the failing rank removed its swap files" || fail "the failing rank left: $left"
+[ -d ckk/step_2 ] && [ ! -d ckk/step_4 ] || fail "checkpoints after the error: $(ls ckk)"
+if [ -n "${ZCKPT:-}" ]; then
+  "$ZCKPT" verify ckk/step_2 > v.out 2>&1 && echo "ok: zckpt verify accepts the last checkpoint" || fail "verify: $(cat v.out)"
+fi
+run_np 2 c.json --log-dir after-error "${K[@]}" --resume auto
+[ "$RC" = 0 ] && grep -q "resumed from ckk/step_2" "$WORK/out" && echo "ok: the run resumes from the last checkpoint" \
+  || fail "resume after the write error: exit $RC"
+no_swap_files "after the run that followed the error"
+
+# ---- the example configs -----------------------------------------------------
+# As given, on the tiny model for a few steps; the nvme one with its
+# nvme_path in the test's directory. (zero3-offload-*: offload_param "cpu"
+# needs the engine's parameter offload.)
+for ex in cpu nvme; do
+  run_np 2 "$SRC/data/configs/zero3-offload-$ex.json" --log-dir "example-$ex" --set model.preset=tiny --steps 3 \
+    --set "$OO.nvme_path=$( [ $ex = nvme ] && echo "\"$SWAP\"" || echo null)"
+  if [ "$RC" = 0 ] && [ "$(grep -c '"step"' "example-$ex/metrics.jsonl")" = 3 ]; then
+    echo "ok: data/configs/zero3-offload-$ex.json runs"
+  else
+    fail "data/configs/zero3-offload-$ex.json: exit $RC"
+  fi
+done
+no_swap_files "after the example"
+finish
