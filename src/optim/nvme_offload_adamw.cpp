@@ -30,6 +30,7 @@ namespace {
 
 using offload_detail::host_adamw;
 using offload_detail::now_s;
+using offload_detail::put_param;
 using offload_detail::tile_ranges;
 using offload_detail::to_working;
 
@@ -289,7 +290,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
         Set& st = sets_[static_cast<size_t>(j) % K];
         copies_->wait(st.stored);
         to_working(st.out.data(), sh.param_dtype, host_src + g.off, g.n);
-        st.stored = put_param(sh, static_cast<size_t>(g.off) * es, st.out.data(), static_cast<size_t>(g.n) * es);
+        st.stored = put_param(*copies_, sh, static_cast<size_t>(g.off) * es, st.out.data(), static_cast<size_t>(g.n) * es);
       }
       copies_->wait_all();
       for (Set& st : sets_) st.stored = TransferTicket{};
@@ -385,15 +386,6 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
     return bufs;
   }
 
-  // Working parameters into the shard's copy: on the device, or in host
-  // memory when the parameters are offloaded too (offload_param).
-  TransferTicket put_param(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes,
-                           TransferTicket after_compute = {}) {
-    char* dst = static_cast<char*>(sh.param) + byte_offset;
-    if (!sh.param_on_host) return copies_->to_device(dst, src, bytes, after_compute);
-    std::memcpy(dst, src, bytes);
-    return TransferTicket{};
-  }
 
   // Waits for the writes of a set's last sub-group.
   void retire_writes(Set& st, OffloadStepTimes& t) {
@@ -476,7 +468,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
                  tile_ranges(sh, g.off, g.n), hp, it.p->s.step, it.p->s.grad_scale, out);
       t.cpu_s += now_s() - c;
       if (!delayed) {
-        st.stored = put_param(sh, static_cast<size_t>(g.off) * es, out, static_cast<size_t>(g.n) * es);
+        st.stored = put_param(*copies_, sh, static_cast<size_t>(g.off) * es, out, static_cast<size_t>(g.n) * es);
         t.h2d_bytes += static_cast<double>(g.n) * static_cast<double>(es);
       }
       if (it.p->s.step == opts_.fail_write_at_step) {
@@ -576,7 +568,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
       if (!any) after = copies_->mark_compute();
       s.param_due = false;
       any = true;
-      put_param(*s.sh, 0, s.param.data(), s.param.bytes(), after);
+      put_param(*copies_, *s.sh, 0, s.param.data(), s.param.bytes(), after);
       times_.h2d_bytes += static_cast<double>(s.param.bytes());
     }
     return any;

@@ -22,6 +22,7 @@ namespace zt {
 namespace {
 
 using offload_detail::now_s;
+using offload_detail::put_param;
 using offload_detail::tile_ranges;
 using offload_detail::to_working;
 
@@ -146,7 +147,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       // The grad slot is free: fetch the tile K ahead into it.
       if (i + K < tiles.size()) fetch(i + K);
       const size_t es = dtype_size(sh.param_dtype);
-      stored[i] = put_param(sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
+      stored[i] = put_param(*copies_, sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
       times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
     }
     const double w = now_s();
@@ -181,7 +182,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     for (int64_t off = 0; off < sh.numel(); off += opts_.tile_elements) {
       const int64_t n = std::min(opts_.tile_elements, sh.numel() - off);
       to_working(out_slots_[0].data(), sh.param_dtype, host_src + off, n);
-      copies_->wait(put_param(sh, static_cast<size_t>(off) * es, out_slots_[0].data(), static_cast<size_t>(n) * es));
+      copies_->wait(put_param(*copies_, sh, static_cast<size_t>(off) * es, out_slots_[0].data(), static_cast<size_t>(n) * es));
     }
   }
 
@@ -292,20 +293,11 @@ class HostOffloadAdamW final : public OffloadAdamW {
       if (!h.on_host || h.grad.empty()) continue;
       const OwnedShard& sh = *shards_[i];
       const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
-      put_param(sh, 0, src.data(), src.bytes(), after);
+      put_param(*copies_, sh, 0, src.data(), src.bytes(), after);
       times_.h2d_bytes += static_cast<double>(src.bytes());
     }
   }
 
-  // Working parameters into the shard's copy: on the device, or in host
-  // memory when the parameters are offloaded too (offload_param).
-  TransferTicket put_param(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes,
-                           TransferTicket after_compute = {}) {
-    char* dst = static_cast<char*>(sh.param) + byte_offset;
-    if (!sh.param_on_host) return copies_->to_device(dst, src, bytes, after_compute);
-    std::memcpy(dst, src, bytes);
-    return TransferTicket{};
-  }
 
   Home& home(const OwnedShard& sh) {
     ZT_CHECK(sh.index >= 0 && sh.index < static_cast<int>(homes_.size()), "shard ", sh.index,

@@ -11,9 +11,21 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "optim/adamw.hpp"
+#include "runtime/transfer.hpp"
 #include "zero/owned_shard.hpp"
 
 namespace zt::offload_detail {
+
+// Working parameters into a shard's copy: on the device through `copies`
+// (after the compute mark `after_compute`, if any), or in host memory when
+// the parameters are offloaded too (offload_param).
+inline TransferTicket put_param(TransferQueue& copies, const OwnedShard& sh, size_t byte_offset, const void* src,
+                                size_t bytes, TransferTicket after_compute = {}) {
+  char* dst = static_cast<char*>(sh.param) + byte_offset;
+  if (!sh.param_on_host) return copies.to_device(dst, src, bytes, after_compute);
+  std::memcpy(dst, src, bytes);
+  return TransferTicket{};
+}
 
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
