@@ -458,8 +458,8 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
     os << "\n";
   }
   os << "  states = params + grads + optim; DEVICE = states + activ + comm + work; pinned and pageable host\n"
-     << "  memory and nvme are per rank"
-     << "  (a node needs them times its ranks). Offload column: optimizer (stage 3: optimizer/parameters).\n";
+     << "  memory and nvme are per rank (a node needs them times its ranks). Offload column: optimizer\n"
+     << "  (stage 3: optimizer/parameters).\n";
   std::snprintf(buf, sizeof buf,
                 "  buckets (elements): reduce %.3g, allgather %.3g; stage 3: prefetch %.3g, max live %.3g, "
                 "reuse distance %.3g, persistence %.3g; overlap_comm %s\n",

@@ -359,15 +359,29 @@ void ZeroEngine::done(int unit) {
                       opts_.reduce_bucket_size, st.reduce);
   // Pieces packed through staging finish at once; a whole-unit call may stay
   // in flight with overlap_comm, holding the gradient buffer until it is done.
+  // At most kMaxReducing units stay in flight (the estimator's count): a GPU
+  // runs far ahead of the host's completion checks, and every unit of the
+  // backward would otherwise keep its fp32 gradient buffer alive. Finishing
+  // the oldest costs the host nothing there (the compute stream waits).
   if (!opts_.overlap_comm || st.reduce.empty()) {
     finish_all(st.reduce);
     st.grad.reset();
   } else {
+    reducing_.push_back(unit);
     progress_reductions(false);
+    reducing_.erase(std::remove_if(reducing_.begin(), reducing_.end(), [&](int u) { return state_[u].reduce.empty(); }),
+                    reducing_.end());
+    while (static_cast<int>(reducing_.size()) > kMaxReducing) {
+      UnitState& oldest = state_[reducing_.front()];
+      finish_all(oldest.reduce);
+      oldest.grad.reset();
+      reducing_.erase(reducing_.begin());
+    }
   }
 }
 
 void ZeroEngine::progress_reductions(bool wait_all) {
+  if (wait_all) reducing_.clear();
   for (UnitState& st : state_) {
     if (st.reduce.empty()) continue;
     bool complete = true;

@@ -173,6 +173,8 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   int64_t upload_elems_ = 1;  // elements per pool buffer
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
   std::vector<PendingCollective> pending_reduce_;
+  static constexpr int kMaxReducing = 2;  // units with reductions in flight (overlap_comm)
+  std::vector<int> reducing_;             // those units, oldest first
   int64_t live_ = 0, peak_live_ = 0;
 };
 
