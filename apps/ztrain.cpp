@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -143,6 +144,38 @@ void apply_memory_cap(const Config& cfg, const Topology& topo, Device& device) {
            topo.pp_size() > 1 ? " (rank 0, pipeline stage 0)" : "");
 }
 
+// Offload's host memory, checked before anything is allocated: the
+// estimator's pinned and pageable bytes for this rank, times the ranks of
+// this node, against the node's available memory (MemAvailable). Page-locked
+// memory from the GPU driver is not bounded by RLIMIT_MEMLOCK, so `ulimit -l`
+// is not the limit here; available memory is.
+void check_host_memory(const Config& cfg, const Topology& topo) {
+  if (cfg.zero.offload_optimizer.device == "none" && cfg.zero.offload_param.device == "none") return;
+  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).stages.at(static_cast<size_t>(topo.pp_rank()));
+  if (!row.supported) return;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = -1;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      meminfo >> kib;
+      break;
+    }
+    meminfo.ignore(1 << 10, '\n');
+  }
+  if (kib < 0) return;  // not Linux: nothing to compare with
+  const double need = static_cast<double>(row.host()) * topo.local_size();
+  const double avail = static_cast<double>(kib) * 1024.0;
+  if (need > avail)
+    ZT_USER_ERROR(cfg.source, ": zero_optimization.offload_optimizer/offload_param: offload needs ",
+                  human_bytes(static_cast<size_t>(row.host())), " of host memory per rank (",
+                  human_bytes(static_cast<size_t>(row.host_pinned)), " pinned, ",
+                  human_bytes(static_cast<size_t>(row.host_pageable)), " pageable) x ", topo.local_size(),
+                  " ranks on this node = ", human_bytes(static_cast<size_t>(need)), ", but the node has ",
+                  human_bytes(static_cast<size_t>(avail)),
+                  " available (MemAvailable); use NVMe offload, more nodes, or fewer ranks per node");
+}
+
 Args parse_args(int argc, char** argv, bool& exit_now) {
   Args a;
   po::options_description opts("Options");
@@ -259,6 +292,7 @@ int main(int argc, char** argv) {
           kernels = std::make_unique<CpuKernels>();
         }
         apply_memory_cap(cfg, *topo, *device);
+        check_host_memory(cfg, *topo);
       }))
     return *code;
   // On GPUs each axis moves the device's tensors through NCCL (or MPI staged

@@ -201,6 +201,9 @@ expect_error "parameter offload with the optimizer on the device" 2 \
 expect_error "parameter shard larger than buffer_size" 2 "offload_param.buffer_size 100 is smaller than the shard" \
   c.json --set zero_optimization.stage=3 --set "$CPU" --set 'zero_optimization.offload_param.device="cpu"' \
   --set zero_optimization.offload_param.buffer_size=100
+expect_error "host memory too small for the offloaded states" 2 \
+  "offload needs .* of host memory per rank .* x 2 ranks on this node = .* available \\(MemAvailable\\)" c.json \
+  --set zero_optimization.stage=2 --set "$CPU" --set model.n_layer=80 --set model.d_model=8192 --set model.n_head=64
 expect_error "optimizer offload with stage 0" 2 "offload_optimizer.*stage 0" c.json \
   --set zero_optimization.stage=0 --set "$CPU"
 finish
