@@ -122,6 +122,11 @@ OffloadConfig parse_offload(const SectionReader& r, bool for_params, const Offlo
     o.pipeline_write = r.boolean("pipeline_write", d.pipeline_write);
   }
   if (o.device == "nvme" && o.nvme_path.empty()) r.fail("nvme_path", "required when device is \"nvme\"");
+  // Keys that act only on NVMe: given with another device, say that they do
+  // nothing rather than accept them silently.
+  const char* nvme_only = for_params ? "max_in_cpu" : "buffer_count";
+  if (o.device != "nvme" && r.has(nvme_only))
+    r.warn(nvme_only, std::string("acts on device \"nvme\" only; ignored with device \"") + o.device + "\"");
   if (for_params) return o;
   // The NVMe optimizer ([Note: NVMe optimizer step] in optim/offload_adamw.hpp):
   // each sub-group in flight takes 3 buffers (master, exp_avg, exp_avg_sq);

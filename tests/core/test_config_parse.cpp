@@ -331,6 +331,20 @@ TEST(ConfigParse, WarningsForDeepSpeedKeysNotImplemented) {
   EXPECT_TRUE(cfg.checkpoint.tag_validation);
 }
 
+// Offload keys that act only on NVMe are named in a warning when given with
+// another device, not accepted silently.
+TEST(ConfigParse, NvmeOnlyOffloadKeysWarnWithTheCpu) {
+  const Config cfg = parse(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "buffer_count": 8},
+      "offload_param": {"device": "cpu", "max_in_cpu": 1000}}})");
+  std::string all;
+  for (const std::string& w : cfg.warnings) all += w + "\n";
+  EXPECT_CONTAINS(all, "zero_optimization.offload_optimizer.buffer_count: acts on device \"nvme\" only; ignored with "
+                       "device \"cpu\"");
+  EXPECT_CONTAINS(all, "zero_optimization.offload_param.max_in_cpu: acts on device \"nvme\" only");
+  EXPECT_EQ(cfg.warnings.size(), 2u) << all;
+}
+
 TEST(ConfigParse, RealisticDeepSpeedConfig) {
   Config cfg = parse(kDeepSpeedConfig);
   // zero_allow_untested_optimizer: true is the only non-default DeepSpeed-only key.
