@@ -21,6 +21,7 @@
 namespace zt {
 namespace {
 
+using offload_detail::host_adamw;
 using offload_detail::now_s;
 using offload_detail::put_param;
 using offload_detail::tile_ranges;
@@ -129,19 +130,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       float* m = h.state[1].as<float>() + t.off;
       float* v = h.state[2].as<float>() + t.off;
       const std::vector<DecayRange> ranges = tile_ranges(sh, t.off, t.n);
-      switch (sh.param_dtype) {
-        case DType::bf16:
-          adamw_update_ranges(master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale,
-                              static_cast<bf16*>(out));
-          break;
-        case DType::f16:
-          adamw_update_ranges(master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale,
-                              static_cast<f16*>(out));
-          break;
-        default:
-          adamw_update_ranges(master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale);
-          std::memcpy(out, master, static_cast<size_t>(t.n) * sizeof(float));
-      }
+      host_adamw(sh, master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale, out);
       w = now_s();
       times_.cpu_s += w - c;
       // The grad slot is free: fetch the tile K ahead into it.
@@ -255,15 +244,8 @@ class HostOffloadAdamW final : public OffloadAdamW {
     float* v = h.state[2].as<float>();
     const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
     const float* g = h.grad.as<float>();
-    switch (sh.param_dtype) {
-      case DType::bf16:
-        adamw_update_ranges(master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, h.param.as<bf16>());
-        break;
-      case DType::f16:
-        adamw_update_ranges(master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, h.param.as<f16>());
-        break;
-      default: adamw_update_ranges(master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale);
-    }
+    host_adamw(sh, master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
+               sh.param_dtype == DType::f32 ? static_cast<void*>(master) : h.param.data());
   }
 
   // Waits for the delayed update in flight, if any.
@@ -328,19 +310,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
 #endif
     ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
     const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
-    switch (sh.param_dtype) {
-      case DType::bf16:
-        adamw_update_ranges(master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
-                            static_cast<bf16*>(sh.param));
-        break;
-      case DType::f16:
-        adamw_update_ranges(master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
-                            static_cast<f16*>(sh.param));
-        break;
-      default:
-        adamw_update_ranges(master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale);
-        std::memcpy(sh.param, master, static_cast<size_t>(sh.numel()) * sizeof(float));
-    }
+    host_adamw(sh, master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, sh.param);
   }
 
   Device& dev_;
