@@ -39,6 +39,17 @@ expect_error() {  # expect_error NAME CODE PATTERN args... (one rank is enough f
 losses() { grep '"step"' "$1" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
 field() { grep -o "\"$2\":[^,}]*" "$1" | tail -1 | cut -d: -f2; }
 
+# bits DIR: loss, grad_norm and val_loss of every step, as printed (exact bits).
+bits() {
+  grep '"step"' "$1/metrics.jsonl" | while IFS= read -r rec; do
+    out=""
+    for k in step loss grad_norm val_loss; do
+      out="$out $(echo "$rec" | grep -o "\"$k\":[^,}]*" || true)"
+    done
+    echo "$out"
+  done
+}
+
 finish() {
   if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS check(s) failed"

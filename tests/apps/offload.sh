@@ -12,27 +12,8 @@
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
-cat > c.json <<'JSON'
-{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
- "gradient_clipping": 0.3,
- "optimizer": {"type": "AdamW", "params": {"lr": 0.004, "betas": [0.9, 0.95], "weight_decay": 0.1}},
- "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.004, "warmup_num_steps": 3, "warmup_type": "linear"}},
- "zero_optimization": {"stage": 1, "reduce_bucket_size": 2000, "allgather_bucket_size": 3000,
-                       "stage3_param_persistence_threshold": 200, "stage3_prefetch_bucket_size": 20000},
- "model": {"n_layer": 4, "n_head": 2, "d_model": 24, "seq_len": 16, "vocab_size": 64},
- "train": {"steps": 5, "eval_interval": 3, "eval_steps": 2}}
-JSON
+cp "$SRC/tests/apps/offload_small.json" c.json
 
-# bits DIR: loss, grad_norm and val_loss of every step, as printed (exact bits).
-bits() {
-  grep '"step"' "$1/metrics.jsonl" | while IFS= read -r rec; do
-    out=""
-    for k in step loss grad_norm val_loss; do
-      out="$out $(echo "$rec" | grep -o "\"$k\":[^,}]*" || true)"
-    done
-    echo "$out"
-  done
-}
 
 # same NAME NP SETTINGS... : the run with SETTINGS and the same run with
 # offload_optimizer.device "cpu" give the same bits.
