@@ -3,6 +3,7 @@
 // files] in aio.hpp).
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -10,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
@@ -218,7 +220,16 @@ void SwapDir::remove_stale() {
     return fd;
   };
 
+  // A temporary lock is unlocked for an instant between its creation and its
+  // flock: one whose creator (the pid in its name) still runs on this host
+  // is left alone, or its creator would lose it before linking it.
+  auto creator_alive = [](const std::string& name) {
+    const size_t at = name.find(".lock-tmp-");
+    const long pid = std::strtol(name.c_str() + at + 10, nullptr, 10);
+    return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+  };
   for (const std::string& name : tmp_locks) {
+    if (creator_alive(name)) continue;
     const int fd = take_if_stale(name);
     if (fd < 0) continue;
     ::unlink(detail::concat(path_, "/", name).c_str());
