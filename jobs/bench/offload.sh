@@ -58,7 +58,7 @@ tok = statistics.mean(r["tokens_per_s"] for r in steps) if steps else 0.0
 cfgm = re.search(r"micro (\d+) x accum (\d+)", text)
 tokens = int(cfgm.group(1)) * int(cfgm.group(2)) * 1024 if cfgm else 0
 ms = 1000.0 * tokens / tok if tok else 0.0
-# Model FLOPs per token: 6N + 12 L d T (the convention of ../shared/bench), peak 790 TFLOP/s bf16 dense.
+# Model FLOPs per token: 6N + 12 L d T (positions and the tied embedding counted once), peak 790 TFLOP/s bf16 dense.
 lm = re.search(r"(\d+) layers, d_model (\d+)", text)
 L, d = (int(lm.group(1)), int(lm.group(2))) if lm else (0, 0)
 mfu = tok * (6 * params + 12 * L * d * 1024) / 790e12 if tok else 0.0

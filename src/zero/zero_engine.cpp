@@ -134,6 +134,10 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     for (int u = 0; u < n; ++u)
       if (is_local(u) && partitioned(u)) upload_elems_ = std::max(upload_elems_, layout_.unit(u).shard);
     copies_ = dev.make_transfer_queue();
+    int64_t whole = 0;  // the shards of the units kept whole, uploaded at each publish
+    for (int u = 0; u < n; ++u)
+      if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
+    if (whole > 0) persistent_upload_ = Buffer(dev, pt, Shape{whole}, MemTag::comm);
     for (int i = 0; i < opts.param_buffer_count; ++i) upload_pool_.emplace_back();
     upload_user_.assign(upload_pool_.size(), -1);
     upload_done_.assign(upload_pool_.size(), TransferTicket{});
@@ -449,22 +453,19 @@ void ZeroEngine::publish_params() {
     // kept whole straight from it.
     // With the parameters offloaded, the shards of those units go through
     // one device buffer first.
-    Buffer staged;
-    if (opts_.offload_params) {
-      int64_t whole = 0;
-      for (int u = 0; u < layout_.num_units(); ++u)
-        if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
-      if (whole > 0) staged = Buffer(dev_, pt, Shape{whole}, MemTag::comm);
-    }
+    // With the parameters offloaded, the shards of those units are uploaded
+    // into one device buffer first, on the copy stream, after the gathers
+    // that last read it; each gather waits for its upload only.
+    const TransferTicket after = persistent_upload_.empty() ? TransferTicket{} : copies_->mark_compute();
     int64_t at = 0;
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!is_local(u) || partitioned(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
       const char* shard = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * es;
-      if (!staged.empty()) {
-        char* dst = staged.as<char>() + static_cast<size_t>(at) * es;
+      if (!persistent_upload_.empty()) {
+        char* dst = persistent_upload_.as<char>() + static_cast<size_t>(at) * es;
         at += fu.shard;
-        dev_.copy_from_host(dst, shard, static_cast<size_t>(fu.shard) * es);
+        copies_->compute_waits(copies_->to_device(dst, shard, static_cast<size_t>(fu.shard) * es, after));
         shard = dst;
       }
       all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);

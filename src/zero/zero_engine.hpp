@@ -171,6 +171,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   std::vector<int> upload_user_;  // unit whose gather uses pool buffer i, -1 = free
   std::vector<int> upload_order_; // units holding a pool buffer, oldest first
   int64_t upload_elems_ = 1;  // elements per pool buffer
+  Buffer persistent_upload_;  // the shards of the units kept whole, on the device
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
   std::vector<PendingCollective> pending_reduce_;
   static constexpr int kMaxReducing = 2;  // units with reductions in flight (overlap_comm)
