@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <string>
@@ -29,7 +30,9 @@ using aio_detail::PieceQueue;
 // most 0x7ffff000 bytes per call.
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
 
-// One submit_*: its lanes report to it; the first error wins.
+// One submit_*: its lanes report to it. Of several failing pieces the one at
+// the lowest file offset is reported, whichever lane finished first, so the
+// message is the same on every run.
 struct Request {
   std::string path;
   bool write = false;
@@ -37,11 +40,16 @@ struct Request {
   bool done = false;   // guarded by LaneEngine::done_mu_
   std::mutex mu;
   std::string error;   // guarded by mu
+  int64_t error_at = std::numeric_limits<int64_t>::max();  // guarded by mu
   std::atomic<bool> failed{false};
 
-  void fail(const std::string& msg) {
+  // `at`: the file offset of the failing piece (-1: the engine itself broke).
+  void fail(const std::string& msg, int64_t at = -1) {
     std::lock_guard<std::mutex> lock(mu);
-    if (error.empty()) error = msg;
+    if (error.empty() || at < error_at) {
+      error = msg;
+      error_at = at;
+    }
     failed = true;
   }
 };
@@ -311,13 +319,15 @@ void Lane::run(const Slice& s) {
     const size_t want = p->len - p->done;
     if (p->res < 0) {
       r.fail(detail::concat("aio ", op_name(p->write), " of ", r.path, " at offset ", at, " (", want,
-                            " bytes) failed: ", describe_errno(static_cast<int>(-p->res))));
+                            " bytes) failed: ", describe_errno(static_cast<int>(-p->res))),
+             at);
       return;
     }
     if (p->res == 0) {
       r.fail(detail::concat("aio ", op_name(p->write), " of ", r.path, " at offset ", at, " (", want,
                             " bytes): short ", op_name(p->write), ", no bytes moved (",
-                            p->write ? "the device accepts no more" : "end of file", ")"));
+                            p->write ? "the device accepts no more" : "end of file", ")"),
+             at);
       return;
     }
     p->done += static_cast<size_t>(p->res);
