@@ -69,7 +69,8 @@ class Unit {
   virtual DType output_dtype(DType act_dtype) const = 0;
   // Deterministic initial value of elements [begin, begin+count) of own
   // parameter `param`, a pure function of (seed, unit index, param, element),
-  // so that any sharding of the parameters initialises identically.
+  // so that any sharding of the parameters initialises identically. Called
+  // from several threads at once on disjoint ranges.
   virtual void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                           int unit_index) const = 0;
 

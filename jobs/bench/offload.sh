@@ -5,7 +5,8 @@
 #     gradient accumulation 1 and 8;
 #   - under a 24 GiB device cap (train.device_memory_cap_gib), ZeRO-3 with
 #     the optimizer and the parameters on the CPU and activation
-#     checkpointing: GPTs of growing size until one does not fit;
+#     checkpointing: GPTs of growing size until one does not fit (CAP_RUNS
+#     picks sizes, accumulation and the delayed update);
 #   - NVMe (optimizer on NVMe files) when OFFLOAD_NVME_DIR is set;
 #   - parity: the tiny model on the GPU, 20 steps, with each offload mode
 #     against no offload: the loss bits must be equal (parity.txt).
@@ -14,6 +15,7 @@
 # wall_clock_breakdown. A table is printed last (results.tsv).
 #
 #   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 cap nvme; default parity z2 cap)
+#   RUN_TIMEOUT=S bounds each run (default 600 s).
 set -uo pipefail
 ztrain=${1:?usage: offload.sh ZTRAIN OUT_DIR [PLAN...]}
 out=${2:?}
@@ -29,7 +31,7 @@ config() {  # config NAME LAYERS DIM HEADS MICRO ACCUM STEPS
  "gradient_clipping": 1.0, "bf16": {"enabled": true}, "wall_clock_breakdown": true,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0001, "betas": [0.9, 0.999], "weight_decay": 0.01}},
  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none", "pin_memory": true},
-                       "offload_param": {"device": "none", "pin_memory": true, "buffer_size": 200000000}},
+                       "offload_param": {"device": "none", "pin_memory": true, "buffer_size": 300000000}},
  "model": {"n_layer": $2, "d_model": $3, "n_head": $4, "seq_len": 1024, "vocab_size": 50304},
  "train": {"steps": $7, "eval_interval": 0}}
 JSON
@@ -40,7 +42,8 @@ run() {  # run NAME CONFIG SKIP SETTINGS...: SKIP = steps left out of the mean
   shift 3
   local sets=()
   for s in "$@"; do sets+=(--set "$s"); done
-  "$ztrain" "$out/$cfg.json" --device cuda --log-dir "$out/$name" "${sets[@]}" > "$out/$name.log" 2>&1
+  timeout "${RUN_TIMEOUT:-600}" "$ztrain" "$out/$cfg.json" --device cuda --log-dir "$out/$name" "${sets[@]}" \
+    > "$out/$name.log" 2>&1
   local rc=$?
   python3 - "$out/$name/metrics.jsonl" "$name" "$skip" "$rc" "$out/$name.log" >> "$results" <<'PY'
 import json, re, statistics, sys
@@ -120,11 +123,22 @@ JSON
       # 24 GiB cap, ZeRO-3, optimizer and parameters on the CPU, checkpointing.
       CAP=(train.device_memory_cap_gib=24 zero_optimization.stage=3 "$CPU"
            'zero_optimization.offload_param.device="cpu"' model.activation_checkpointing=true)
-      for m in "2.7b 32 2560 32" "3.8b 32 3072 24" "4.6b 36 3200 25" "6.7b 32 4096 32"; do
-        set -- $m
-        config "c$1" "$2" "$3" "$4" 8 1 5
-        run "$1-cap24-z3-cpu-cpu" "c$1" 2 "${CAP[@]}"
-        [ "$1" = 3.8b ] && run "$1-cap24-z3-cpu-cpu-delayed" "c$1" 3 "${CAP[@]}" "${DELAY[@]}"
+      # CAP_RUNS: SIZE:ACCUM[:delayed|exact[:MICRO]] entries (default: each
+      # size at accumulation 1); micro-batch 8 unless given, so accumulation
+      # 8 is 64k tokens a step.
+      declare -A shape=([2.7b]="32 2560 32" [3.8b]="32 3072 24" [4.6b]="36 3200 25" [6.2b]="30 4096 32"
+                        [6.7b]="32 4096 32")
+      for r in ${CAP_RUNS:-2.7b:1 3.8b:1 4.6b:1 6.2b:1 6.7b:1}; do
+        IFS=: read -r size acc mode micro <<< "$r"
+        micro=${micro:-8}
+        steps=$((acc == 1 ? 5 : 4))
+        name="$size-cap24-z3-cpu-cpu-mb$micro-a$acc"
+        config "c$size-mb$micro-a$acc" ${shape[$size]} "$micro" "$acc" "$steps"
+        if [ "$mode" = delayed ]; then
+          run "$name-delayed" "c$size-mb$micro-a$acc" 3 "${CAP[@]}" "${DELAY[@]}"
+        else
+          run "$name" "c$size-mb$micro-a$acc" 2 "${CAP[@]}"
+        fi
       done
       ;;
     nvme)

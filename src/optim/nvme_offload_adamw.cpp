@@ -160,6 +160,8 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
 
   const char* name() const override { return "nvme offload"; }
   bool states_on_device() const override { return false; }
+  // [Note: gradients on the host]; two buffers for the delayed update.
+  int host_gradient_buffers() const override { return opts_.delay_after >= 0 ? 2 : 1; }
   const OffloadStepTimes& last_times() const override { return times_; }
 
   void attach(const std::vector<OwnedShard>& shards) override {
@@ -195,10 +197,11 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
     // The pool: buffer_count / 3 sets ([Note: NVMe optimizer step]).
     const int64_t buffer_bytes = align_up(largest * static_cast<int64_t>(sizeof(float)), a);
     const int sets = opts_.buffer_count / kNumOptimizerStates;
+    const bool fetch = std::any_of(shards.begin(), shards.end(), [](const OwnedShard& sh) { return !sh.grad_on_host; });
     for (int i = 0; i < sets; ++i) {
       Set st;
       for (AlignedBuffer& b : st.state) b = AlignedBuffer(pool_mem_, buffer_bytes, a);
-      st.grad = Buffer(pinned_, DType::f32, Shape{largest}, MemTag::offload);
+      if (fetch) st.grad = Buffer(pinned_, DType::f32, Shape{largest}, MemTag::offload);
       st.out = Buffer(pinned_, DType::f32, Shape{largest}, MemTag::offload);  // large enough for any dtype
       sets_.push_back(std::move(st));
     }
@@ -215,7 +218,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
 
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
     usable();
-    pending_.push_back({&sh, s});
+    pending_.push_back({&sh, s, sh.grad});
   }
 
   void finish() override {
@@ -321,6 +324,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
   struct Pending {
     const OwnedShard* shard;
     OptimizerStepScalars s;
+    const float* grad;  // the shard's gradient at update(): it moves by step when on the host
   };
 
   // Runs `f`; on any error, the files go with the states ([Note: NVMe
@@ -426,8 +430,8 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
           std::memset(st.state[k].data, 0, static_cast<size_t>(g.bytes));  // never written: zeros
         }
       }
-      if (!delayed) {
-        st.fetched = copies_->to_host(st.grad.data(), s.sh->grad + g.off, static_cast<size_t>(g.n) * sizeof(float));
+      if (!delayed && !s.sh->grad_on_host) {
+        st.fetched = copies_->to_host(st.grad.data(), items[i].p->grad + g.off, static_cast<size_t>(g.n) * sizeof(float));
         t.d2h_bytes += static_cast<double>(g.n) * sizeof(float);
       }
     };
@@ -451,7 +455,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
       const float* grad;
       void* out;
       if (delayed) {
-        grad = s.grad.as<float>() + g.off;
+        grad = (sh.grad_on_host ? it.p->grad : s.grad.as<float>()) + g.off;
         out = s.param.as<char>() + static_cast<size_t>(g.off) * es;
       } else {
         copies_->wait(st.fetched);
@@ -459,15 +463,16 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
         const double now = now_s();
         t.d2h_wait_s += now - c;
         c = now;
-        grad = st.grad.as<float>();
-        out = st.out.data();
+        grad = sh.grad_on_host ? it.p->grad + g.off : st.grad.as<float>();
+        // Offloaded parameters are written in place (no slot, no copy).
+        out = sh.param_on_host ? static_cast<char*>(sh.param) + static_cast<size_t>(g.off) * es : st.out.data();
       }
       AdamWParams hp = hp_;
       hp.lr = it.p->s.lr;
       host_adamw(sh, st.state[0].data_f32(), grad, st.state[1].data_f32(), st.state[2].data_f32(), g.n,
                  tile_ranges(sh, g.off, g.n), hp, it.p->s.step, it.p->s.grad_scale, out);
       t.cpu_s += now_s() - c;
-      if (!delayed) {
+      if (!delayed && !sh.param_on_host) {
         st.stored = put_param(*copies_, sh, static_cast<size_t>(g.off) * es, out, static_cast<size_t>(g.n) * es);
         t.h2d_bytes += static_cast<double>(g.n) * static_cast<double>(es);
       }
@@ -519,11 +524,12 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
     for (const Pending& p : pending_) {
       const OwnedShard& sh = *p.shard;
       Shard& s = shard(sh);
-      if (s.grad.empty()) {
-        s.grad = Buffer(pinned_, DType::f32, Shape{sh.numel()}, MemTag::offload);
+      if (s.param.empty()) {
+        if (!sh.grad_on_host) s.grad = Buffer(pinned_, DType::f32, Shape{sh.numel()}, MemTag::offload);
         s.param = Buffer(pinned_, sh.param_dtype, Shape{sh.numel()}, MemTag::offload);
       }
-      copies_->to_host(s.grad.data(), sh.grad, s.grad.bytes());
+      if (sh.grad_on_host) continue;  // the engine's other buffer takes the next step's
+      copies_->to_host(s.grad.data(), p.grad, s.grad.bytes());
       times_.d2h_bytes += static_cast<double>(s.grad.bytes());
     }
     issue_delayed_uploads();

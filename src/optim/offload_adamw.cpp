@@ -46,6 +46,10 @@ class HostOffloadAdamW final : public OffloadAdamW {
 
   const char* name() const override { return "host offload"; }
   bool states_on_device() const override { return false; }
+  // [Note: gradients on the host] With every state on the host (ratio 1) the
+  // gradients are there too; the delayed update reads step N's while step
+  // N+1's backward writes the other buffer.
+  int host_gradient_buffers() const override { return opts_.ratio < 1.0 ? 0 : opts_.delay_after >= 0 ? 2 : 1; }
   const OffloadStepTimes& last_times() const override { return times_; }
 
   void attach(const std::vector<OwnedShard>& shards) override {
@@ -77,13 +81,15 @@ class HostOffloadAdamW final : public OffloadAdamW {
     int64_t largest = 1;
     for (const OwnedShard& sh : shards) largest = std::max(largest, sh.numel());
     const int64_t tile = std::min(opts_.tile_elements, largest);
+    // Gradient slots only for gradients that are on the device.
+    const bool fetch = std::any_of(shards.begin(), shards.end(), [](const OwnedShard& sh) { return !sh.grad_on_host; });
     for (int i = 0; i < opts_.slots; ++i) {
-      grad_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);
+      if (fetch) grad_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);
       out_slots_.emplace_back(pinned_, DType::f32, Shape{tile}, MemTag::offload);  // large enough for any dtype
     }
   }
 
-  void update(const OwnedShard& sh, const OptimizerStepScalars& s) override { pending_.push_back({&sh, s}); }
+  void update(const OwnedShard& sh, const OptimizerStepScalars& s) override { pending_.push_back({&sh, s, sh.grad}); }
 
   void finish() override {
     const double t0 = now_s();
@@ -104,11 +110,14 @@ class HostOffloadAdamW final : public OffloadAdamW {
       for (int64_t off = 0; off < p.shard->numel(); off += opts_.tile_elements)
         tiles.push_back({&p, off, std::min(opts_.tile_elements, p.shard->numel() - off)});
     }
-    const size_t K = grad_slots_.size();
+    const size_t K = out_slots_.size();
     std::vector<TransferTicket> fetched(tiles.size()), stored(tiles.size());
+    // A tile's gradient: in host memory already ([Note: gradients on the
+    // host]), or fetched into a grad slot.
     auto fetch = [&](size_t i) {
       const Tile& t = tiles[i];
-      fetched[i] = copies_->to_host(grad_slots_[i % K].data(), t.p->shard->grad + t.off,
+      if (t.p->shard->grad_on_host) return;
+      fetched[i] = copies_->to_host(grad_slots_[i % K].data(), t.p->grad + t.off,
                                     static_cast<size_t>(t.n) * sizeof(float));
       times_.d2h_bytes += static_cast<double>(t.n) * sizeof(float);
     };
@@ -122,8 +131,11 @@ class HostOffloadAdamW final : public OffloadAdamW {
       if (i >= K) copies_->wait(stored[i - K]);  // the out slot's last upload has run
       const double c = now_s();
       times_.d2h_wait_s += c - w;
-      float* g = grad_slots_[i % K].as<float>();
-      void* out = out_slots_[i % K].data();
+      const float* g = sh.grad_on_host ? t.p->grad + t.off : grad_slots_[i % K].as<float>();
+      // Offloaded parameters are written in place (no slot, no copy).
+      const size_t es = dtype_size(sh.param_dtype);
+      void* out = sh.param_on_host ? static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es
+                                   : out_slots_[i % K].data();
       AdamWParams hp = hp_;
       hp.lr = t.p->s.lr;
       float* master = h.state[0].as<float>() + t.off;
@@ -135,7 +147,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       times_.cpu_s += w - c;
       // The grad slot is free: fetch the tile K ahead into it.
       if (i + K < tiles.size()) fetch(i + K);
-      const size_t es = dtype_size(sh.param_dtype);
+      if (sh.param_on_host) continue;
       stored[i] = put_param(*copies_, sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
       times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
     }
@@ -150,7 +162,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     join();
     const Buffer& b = home(sh).state[static_cast<int>(which)];
     if (home(sh).on_host) {
-      std::memcpy(host_dst, b.data(), b.bytes());
+      host_memcpy(host_dst, b.data(), b.bytes());
     } else {
       dev_.copy_to_host(host_dst, b.data(), b.bytes());
     }
@@ -161,7 +173,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     Home& h = home(sh);
     const Buffer& b = h.state[static_cast<int>(which)];
     if (h.on_host) {
-      std::memcpy(b.data(), host_src, b.bytes());
+      host_memcpy(b.data(), host_src, b.bytes());
     } else {
       dev_.copy_from_host(b.data(), host_src, b.bytes());
     }
@@ -179,11 +191,15 @@ class HostOffloadAdamW final : public OffloadAdamW {
   struct Home {
     bool on_host = true;
     Buffer state[kNumOptimizerStates];  // master, exp_avg, exp_avg_sq
-    Buffer grad, param;                 // delayed update: the step's gradient; the 16-bit result
+    // Delayed update: the step's gradient (unless it is on the host
+    // already) and the 16-bit result; `delayed` once it had one.
+    Buffer grad, param;
+    bool delayed = false;
   };
   struct Pending {
     const OwnedShard* shard;
     OptimizerStepScalars s;
+    const float* grad;  // the shard's gradient at update(): it moves by step when on the host
   };
   struct Tile {
     const Pending* p;
@@ -206,11 +222,13 @@ class HostOffloadAdamW final : public OffloadAdamW {
       const OwnedShard& sh = *p.shard;
       Home& h = home(sh);
       if (!h.on_host) continue;
-      if (h.grad.empty()) {
-        h.grad = Buffer(pinned_, DType::f32, Shape{sh.numel()}, MemTag::offload);
+      if (!h.delayed) {
+        h.delayed = true;
+        if (!sh.grad_on_host) h.grad = Buffer(pinned_, DType::f32, Shape{sh.numel()}, MemTag::offload);
         if (sh.param_dtype != DType::f32) h.param = Buffer(pinned_, sh.param_dtype, Shape{sh.numel()}, MemTag::offload);
       }
-      copies_->to_host(h.grad.data(), sh.grad, h.grad.bytes());
+      if (sh.grad_on_host) continue;  // the engine's other buffer takes the next step's
+      copies_->to_host(h.grad.data(), p.grad, h.grad.bytes());
       times_.d2h_bytes += static_cast<double>(h.grad.bytes());
     }
     issue_delayed_uploads();
@@ -225,7 +243,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     worker_ = std::thread([this, work = std::move(work)] {
       try {
         const double c = now_s();
-        for (const Pending& p : work) update_whole_on_host(*p.shard, p.s);
+        for (const Pending& p : work) update_whole_on_host(p);
         worker_cpu_s_ = now_s() - c;
       } catch (...) {
         worker_error_ = std::current_exception();
@@ -234,8 +252,11 @@ class HostOffloadAdamW final : public OffloadAdamW {
     uploads_due_ = true;
   }
 
-  // The host update of a whole shard from its delayed gradient copy.
-  void update_whole_on_host(const OwnedShard& sh, const OptimizerStepScalars& s) {
+  // The host update of a whole shard from its delayed gradient (the host
+  // copy, or the engine's host buffer of that step).
+  void update_whole_on_host(const Pending& p) {
+    const OwnedShard& sh = *p.shard;
+    const OptimizerStepScalars& s = p.s;
     Home& h = home(sh);
     AdamWParams hp = hp_;
     hp.lr = s.lr;
@@ -243,7 +264,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     float* m = h.state[1].as<float>();
     float* v = h.state[2].as<float>();
     const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
-    const float* g = h.grad.as<float>();
+    const float* g = sh.grad_on_host ? p.grad : h.grad.as<float>();
     host_adamw(sh, master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
                sh.param_dtype == DType::f32 ? static_cast<void*>(master) : h.param.data());
   }
@@ -272,7 +293,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     const TransferTicket after = copies_->mark_compute();
     for (size_t i = 0; i < homes_.size(); ++i) {
       Home& h = homes_[i];
-      if (!h.on_host || h.grad.empty()) continue;
+      if (!h.on_host || !h.delayed) continue;
       const OwnedShard& sh = *shards_[i];
       const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
       put_param(*copies_, sh, 0, src.data(), src.bytes(), after);

@@ -11,18 +11,24 @@
 //   host cores        |  AdamW t | AdamW t+1| AdamW t+2| ...
 //   copy stream H2D   |          | param t  | param t+1| ...
 //
-// A tile's fp32 gradient goes to a pinned slot (a ring of `slots`), the
-// host updates master, m and v in place and writes the new parameter in the
+// A tile's fp32 gradient is read where it is: in host memory when ZeRO
+// keeps the gradients there ([Note: gradients on the host], ratio 1: the
+// D2H row above is then empty, the copies ran during the backward), else
+// copied to a pinned slot (a ring of `slots`). The host updates master, m
+// and v in place and writes the new parameter in the
 // working dtype into a pinned out slot in the same pass, and the out slot is
 // copied into the shard's working copy on the device. The step costs about
 // the slowest of the three streams plus one tile of each of the others; the
-// host holds 12 bytes per owned parameter plus the slots. The arithmetic is
+// host holds 12 bytes per owned parameter plus the slots (and ZeRO's 4
+// of the gradient). The arithmetic is
 // adamw.hpp's, so the master weights follow the same bits as on the device.
 //
 // [Note: delayed parameter update] With delay_after = W >= 0, the updates
 // after the first W run delayed, as in the ZeRO-Offload paper: finish() of
 // step N copies the step's gradients to the host and returns while a host
-// thread updates the states; step N+1's forward and backward run meanwhile on
+// thread updates the states (with the gradients on the host, straight from
+// ZeRO's buffer of step N: step N+1 lands its gradients in the other one);
+// step N+1's forward and backward run meanwhile on
 // the parameters of update N-1, and its finish() waits for update N, uploads
 // its parameters (used from step N+2 on) and starts update N+1. The step then
 // costs about max(device compute, host update) instead of their sum. Every
@@ -31,8 +37,9 @@
 // weights follow exactly the arithmetic of the exact update; only the point
 // at which the device sees them moves. A checkpoint saves the latest master,
 // so a resumed run starts one update fresher than the continuing run would
-// have been. Extra host memory: the gradients (4 bytes per owned element)
-// and, for 16-bit working parameters, their copy (2 bytes).
+// have been. Extra host memory: the gradients (4 bytes per owned element:
+// ZeRO's second buffer, or the copy here) and, for 16-bit working
+// parameters, their copy (2 bytes).
 //
 // [Note: NVMe optimizer step] With offload_optimizer.device "nvme"
 // (ZeRO-Infinity, make_nvme_offload_adamw) the master weights and moments
@@ -126,6 +133,12 @@ struct OffloadStepTimes {
   double nvme_write_bytes = 0;
   double nvme_read_wait_s = 0;
   double nvme_write_wait_s = 0;
+  // [Note: gradients on the host]: the gradients ZeRO copied to the host
+  // during the backward, the host's wait for those copies, and its adds of
+  // accumulated pieces. Zero when the gradients stay on the device.
+  double grads_landed_bytes = 0;
+  double grads_landed_wait_s = 0;
+  double grads_add_s = 0;
 };
 
 class OffloadAdamW : public OptimizerPlacement {

@@ -11,6 +11,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "optim/adamw.hpp"
+#include "runtime/device.hpp"
 #include "runtime/transfer.hpp"
 #include "zero/owned_shard.hpp"
 
@@ -23,7 +24,7 @@ inline TransferTicket put_param(TransferQueue& copies, const OwnedShard& sh, siz
                                 size_t bytes, TransferTicket after_compute = {}) {
   char* dst = static_cast<char*>(sh.param) + byte_offset;
   if (!sh.param_on_host) return copies.to_device(dst, src, bytes, after_compute);
-  std::memcpy(dst, src, bytes);
+  host_memcpy(dst, src, bytes);
   return TransferTicket{};
 }
 
@@ -35,11 +36,13 @@ inline double now_s() {
 // cast kernel does.
 inline void to_working(void* dst, DType t, const float* src, int64_t n) {
   switch (t) {
-    case DType::f32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::f32: host_memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::bf16:
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 20))
       for (int64_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = from_f32<bf16>(src[i]);
       return;
     case DType::f16:
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 20))
       for (int64_t i = 0; i < n; ++i) static_cast<f16*>(dst)[i] = from_f32<f16>(src[i]);
       return;
     default: ZT_THROW("offloaded optimizer: working parameters in ", dtype_name(t), " are not supported");

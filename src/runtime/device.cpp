@@ -1,11 +1,38 @@
 #include "runtime/device.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "runtime/transfer.hpp"
+
+namespace zt {
+namespace {
+constexpr size_t kHostPiece = size_t{16} << 20;
+}  // namespace
+
+void host_memset_zero(void* p, size_t bytes) {
+  const int64_t pieces = static_cast<int64_t>((bytes + kHostPiece - 1) / kHostPiece);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (int64_t i = 0; i < pieces; ++i) {
+    const size_t at = static_cast<size_t>(i) * kHostPiece;
+    std::memset(static_cast<char*>(p) + at, 0, std::min(kHostPiece, bytes - at));
+  }
+}
+
+void host_memcpy(void* dst, const void* src, size_t bytes) {
+  const int64_t pieces = static_cast<int64_t>((bytes + kHostPiece - 1) / kHostPiece);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (int64_t i = 0; i < pieces; ++i) {
+    const size_t at = static_cast<size_t>(i) * kHostPiece;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, std::min(kHostPiece, bytes - at));
+  }
+}
+
+}  // namespace zt
 
 namespace zt {
 
@@ -101,7 +128,7 @@ void* CpuDevice::raw_allocate(size_t bytes) {
   return std::aligned_alloc(64, rounded);
 }
 void CpuDevice::raw_deallocate(void* p, size_t) noexcept { std::free(p); }
-void CpuDevice::memset_zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+void CpuDevice::memset_zero(void* p, size_t bytes) { host_memset_zero(p, bytes); }
 void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
@@ -214,7 +241,7 @@ class HostMemory final : public Device {
   explicit HostMemory(bool pinned) : pinned_(pinned) {}
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return pinned_ ? "host-pinned" : "host"; }
-  void memset_zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  void memset_zero(void* p, size_t bytes) override { host_memset_zero(p, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 

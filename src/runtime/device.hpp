@@ -110,6 +110,12 @@ class CpuDevice final : public Device {
 };
 
 // Move-only owner of one allocation on a Device.
+// Host memory in parallel (all OpenMP threads, 16 MiB pieces): zeroing and
+// copying the tens of GiB that offloaded states take at start would
+// otherwise take a core tens of seconds. Small sizes run on the caller.
+void host_memset_zero(void* p, size_t bytes);
+void host_memcpy(void* dst, const void* src, size_t bytes);
+
 class Buffer {
  public:
   Buffer() = default;

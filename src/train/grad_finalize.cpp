@@ -1,6 +1,8 @@
 #include "train/grad_finalize.hpp"
 
 #include <cmath>
+#include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "core/log.hpp"
@@ -14,9 +16,14 @@ GradientFinalizer::GradientFinalizer(ZeroEngine& zero, Kernels& kernels, Device&
     : zero_(zero), kernels_(kernels), dev_(dev), comms_(comms), units_(units), mirror_(mirror),
       clip_(opts.gradient_clipping), fault_(fault) {
   if (opts.loss_scaler) scaler_ = std::make_unique<LossScaler>(*opts.loss_scaler);
-  norm_acc_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
-  overflow_ = Buffer(dev, DType::i32, Shape{std::max<int64_t>(1, static_cast<int64_t>(zero.owned_shards().size()))},
-                     MemTag::workspace);
+  const int64_t shards = std::max<int64_t>(1, static_cast<int64_t>(zero.owned_shards().size()));
+  if (zero.grads_on_host()) {
+    host_norm_acc_.assign(1, 0.0);
+    host_overflow_.assign(static_cast<size_t>(shards), 0);
+  } else {
+    norm_acc_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
+    overflow_ = Buffer(dev, DType::i32, Shape{shards}, MemTag::workspace);
+  }
 }
 
 GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
@@ -30,7 +37,10 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
     for (OwnedShard& sh : zero_.owned_shards())
       if (sh.unit == fault_.unit) {
         const float inf = std::numeric_limits<float>::infinity();
-        dev_.copy_from_host(sh.grad, &inf, sizeof inf);
+        if (sh.grad_on_host)
+          *sh.grad = inf;
+        else
+          dev_.copy_from_host(sh.grad, &inf, sizeof inf);
       }
   v.loss_scale = loss_scale();
   if (scaler_) v.skipped = check_overflow(step);
@@ -58,18 +68,50 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
 void GradientFinalizer::reduce_tied_copies() {
   const CommAxis& tie = comms_.tie();
   if (!tie.present()) return;
+  // The pipeline's tie group exists whenever P > 1; a model without tied
+  // parameters (Llama's untied lm_head) has nothing to sum over it.
+  if (std::none_of(units_.begin(), units_.end(), [](const Unit* u) { return !u->tied().empty(); })) return;
   const int tied = mirror_ >= 0 ? mirror_ : 0;
-  for (const OwnedShard& sh : zero_.owned_shards())
-    if (sh.unit == tied) all_reduce_sync(*tie.tensors, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()));
+  for (const OwnedShard& sh : zero_.owned_shards()) {
+    if (sh.unit != tied) continue;
+    if (!sh.grad_on_host || dev_.kind() == DeviceKind::cpu) {
+      all_reduce_sync(*tie.tensors, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()));
+      continue;
+    }
+    // A host gradient goes through the device for the device communicator.
+    Buffer b(dev_, DType::f32, Shape{sh.numel()}, MemTag::comm);
+    dev_.copy_from_host(b.data(), sh.grad, b.bytes());
+    all_reduce_sync(*tie.tensors, b.tensor());
+    dev_.copy_to_host(sh.grad, b.data(), b.bytes());
+  }
+}
+
+Tensor GradientFinalizer::norm_acc() {
+  if (norm_acc_.empty()) return Tensor(host_norm_acc_.data(), DType::f64, Shape{1}, DeviceKind::cpu);
+  return norm_acc_.tensor();
+}
+
+Tensor GradientFinalizer::overflow() {
+  if (overflow_.empty())
+    return Tensor(host_overflow_.data(), DType::i32, Shape{static_cast<int64_t>(host_overflow_.size())}, DeviceKind::cpu);
+  return overflow_.tensor();
+}
+
+Tensor GradientFinalizer::grad_of(const OwnedShard& sh) const {
+  return Tensor(sh.grad, DType::f32, Shape{sh.numel()}, sh.grad_on_host ? DeviceKind::cpu : dev_.kind());
 }
 
 double GradientFinalizer::owned_grad_sq() {
-  kernels_.zero(norm_acc_.tensor());
+  Kernels& k = grad_kernels();
+  k.zero(norm_acc());
   for (const OwnedShard& sh : zero_.owned_shards())
     if (sh.unit != mirror_)  // the tied copy is counted on the first stage
-      kernels_.sum_squares(Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()), norm_acc_.tensor());
+      k.sum_squares(grad_of(sh), norm_acc());
   double sq = 0;
-  dev_.copy_to_host(&sq, norm_acc_.data(), sizeof sq);  // the step's one read of the gradients
+  if (norm_acc_.empty())
+    sq = host_norm_acc_[0];
+  else
+    dev_.copy_to_host(&sq, norm_acc_.data(), sizeof sq);  // the step's one read of the gradients
   return sq;
 }
 
@@ -81,11 +123,14 @@ bool GradientFinalizer::check_overflow(int64_t step) {
   const std::vector<OwnedShard>& shards = zero_.owned_shards();
   std::vector<double> bad(units_.size(), 0.0);  // by unit: the same length on every rank
   std::vector<int32_t> flags(shards.size(), 0);
-  kernels_.zero(overflow_.tensor());
+  Kernels& k = grad_kernels();
+  k.zero(overflow());
   for (size_t i = 0; i < shards.size(); ++i)
-    kernels_.check_overflow(Tensor(shards[i].grad, DType::f32, Shape{shards[i].numel()}, dev_.kind()),
-                            overflow_.tensor().slice1d(static_cast<int64_t>(i), 1));
-  dev_.copy_to_host(flags.data(), overflow_.data(), flags.size() * sizeof(int32_t));
+    k.check_overflow(grad_of(shards[i]), overflow().slice1d(static_cast<int64_t>(i), 1));
+  if (overflow_.empty())
+    std::copy_n(host_overflow_.begin(), flags.size(), flags.begin());
+  else
+    dev_.copy_to_host(flags.data(), overflow_.data(), flags.size() * sizeof(int32_t));
   bool any = false;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (flags[i] != 0) bad[static_cast<size_t>(shards[i].unit)] = 1;

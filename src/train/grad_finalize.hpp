@@ -8,12 +8,17 @@
 //   3. the global gradient norm over every owned shard of every stage, with
 //      the stop signal riding on its reduction ([Note: stop agreement]);
 //   4. the clipping coefficient, folded into AdamW's gradient scale.
+// With the gradient shards in host memory ([Note: gradients on the host]),
+// the norm and the overflow check run on the host's cores (CpuKernels: the
+// same arithmetic as the CPU backend's device path), and the tied copies are
+// summed through a device buffer.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "comm/comm_bundle.hpp"
+#include "modules/cpu_kernels.hpp"
 #include "modules/kernels.hpp"
 #include "optim/loss_scaler.hpp"
 #include "train/fault_injection.hpp"
@@ -49,6 +54,10 @@ class GradientFinalizer {
   void reduce_tied_copies();
   bool check_overflow(int64_t step);
   double owned_grad_sq();
+  // The gradient shard of `sh` as a tensor where it lives, and the kernels
+  // that run there.
+  Tensor grad_of(const OwnedShard& sh) const;
+  Kernels& grad_kernels() { return zero_.grads_on_host() ? host_kernels_ : kernels_; }
 
   ZeroEngine& zero_;
   Kernels& kernels_;
@@ -59,8 +68,14 @@ class GradientFinalizer {
   double clip_;
   std::unique_ptr<LossScaler> scaler_;  // fp16 only
   InjectedFault fault_;
-  Buffer norm_acc_;  // (1) f64 on the device
-  Buffer overflow_;  // (owned shards) i32 on the device
+  // Where the gradients are: on the device, or in host memory.
+  Buffer norm_acc_;  // (1) f64
+  Buffer overflow_;  // (owned shards) i32
+  std::vector<double> host_norm_acc_;
+  std::vector<int32_t> host_overflow_;
+  Tensor norm_acc();
+  Tensor overflow();
+  CpuKernels host_kernels_;
 };
 
 }  // namespace zt

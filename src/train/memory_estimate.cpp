@@ -69,6 +69,7 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.offload_param = z.offload_param.device;
   in.param_dtype = c.bf16.enabled ? DType::bf16 : c.fp16.enabled ? DType::f16 : DType::f32;
   in.micro_batch = c.batch.micro_batch;
+  in.micro_batches_per_step = c.batch.grad_accum;
   in.activation_checkpointing = m.activation_checkpointing;
   // overlap_comm's default depends on the stage: keep it unset unless the
   // config gives it, so that the table's other stages get their own default.

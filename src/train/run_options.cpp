@@ -44,6 +44,7 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   o.zero.param_dtype = o.param_dtype;
   o.zero.offload_params = z.offload_param.device != "none";
   o.zero.param_pin_memory = z.offload_param.pin_memory;
+  o.zero.grad_pin_memory = z.offload_optimizer.pin_memory;
   o.zero.param_buffer_count = z.offload_param.buffer_count;
   o.zero.param_buffer_size = z.offload_param.buffer_size;
 

@@ -98,7 +98,9 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
 void StepReporter::report_offload(const OffloadStepTimes& o, nlohmann::json& rec) {
   rec["offload"] = {{"d2h_bytes", o.d2h_bytes},   {"h2d_bytes", o.h2d_bytes},   {"d2h_wait_s", o.d2h_wait_s},
                     {"h2d_wait_s", o.h2d_wait_s}, {"host_adamw_s", o.cpu_s},    {"total_s", o.total_s},
-                    {"delayed", o.delayed},       {"delayed_wait_s", o.delayed_wait_s}};
+                    {"delayed", o.delayed},       {"delayed_wait_s", o.delayed_wait_s},
+                    {"grads_landed_bytes", o.grads_landed_bytes}, {"grads_landed_wait_s", o.grads_landed_wait_s},
+                    {"grads_add_s", o.grads_add_s}};
   char line[320];
   if (o.delayed) {
     const double hidden = o.cpu_s > 0 ? std::max(0.0, 1.0 - o.delayed_wait_s / o.cpu_s) : 1.0;
@@ -115,6 +117,13 @@ void StepReporter::report_offload(const OffloadStepTimes& o, nlohmann::json& rec
                   o.total_s * 1e3);
   }
   log_info(line);
+  if (o.grads_landed_bytes > 0) {
+    std::snprintf(line, sizeof line,
+                  "  offload: gradients to the host during the backward %.1f MB (host waited %.1f ms, added "
+                  "accumulated pieces %.1f ms)",
+                  o.grads_landed_bytes / 1e6, o.grads_landed_wait_s * 1e3, o.grads_add_s * 1e3);
+    log_info(line);
+  }
 }
 
 // Per-stage forward, backward, p2p wait and idle time of the step, and the

@@ -2,10 +2,16 @@
 
 #include <algorithm>
 
+#include "zero/grad_landing.hpp"
+
 namespace zt {
 
 void PendingCollective::finish() {
   wait(request);
+  if (landing != nullptr) {
+    landing->land(accumulate_into, std::move(staging), count);
+    return;
+  }
   const DeviceKind where = staging.tensor().device;
   if (accumulate_into != nullptr) {
     const Tensor acc(accumulate_into, DType::f32, Shape{count}, where);
@@ -27,7 +33,7 @@ void finish_all(std::vector<PendingCollective>& pending) {
 }
 
 void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
-                         int64_t bucket_elems, std::vector<PendingCollective>& out) {
+                         int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing) {
   const int dp = comm.size();
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(S, bucket_elems / dp));
   for (int64_t off = 0; off < S; off += piece) {
@@ -36,6 +42,7 @@ void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     p.kernels = &k;
     p.count = c;
     p.accumulate_into = shard + off;
+    p.landing = landing;
     p.staging = Buffer(dev, DType::f32, Shape{c}, MemTag::comm);
     if (c == S) {  // the whole unit in one call, straight from its buffer
       p.request = comm.reduce_scatter(Tensor(const_cast<float*>(full), DType::f32, Shape{dp * S}, dev.kind()),

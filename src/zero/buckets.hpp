@@ -20,11 +20,16 @@
 namespace zt {
 
 // One collective in flight with the buffers it needs until it completes.
+class GradLanding;
+
 struct PendingCollective {
   Kernels* kernels = nullptr;  // adds and copies on the buffers' device
   CommRequest request;
   Buffer staging;       // packed input/output of a piece, or the shard-sized output
   float* accumulate_into = nullptr;  // reduce-scatter: add `staging` (count elements) here
+  // [Note: gradients on the host]: accumulate_into is host memory, and the
+  // piece lands there through `landing` instead.
+  GradLanding* landing = nullptr;
   int64_t count = 0;
   // all-gather of a piece: unpack `staging` into dp strided blocks.
   void* unpack_into = nullptr;
@@ -37,8 +42,10 @@ struct PendingCollective {
 
 // Reduce-scatter (sum) the fp32 unit buffer `full` (dp*S elements) and add the
 // result for this rank into `shard` (S elements). Appends the calls it issued.
+// With `landing`, `shard` is host memory and the pieces land there
+// ([Note: gradients on the host]).
 void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
-                         int64_t bucket_elems, std::vector<PendingCollective>& out);
+                         int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing = nullptr);
 
 // All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
 void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "modules/llama_desc.hpp"
+#include "zero/grad_landing.hpp"
 
 // [Note: memory estimate] Bytes per rank; Ψ = parameters, N = dp size.
 // The ZeRO paper counts 2Ψ (16-bit parameters) + 2Ψ (16-bit gradients) + KΨ
@@ -35,12 +36,17 @@
 // for publishing the updated shards, stage 3 one for units gathered in pieces.
 // Offload (stage >= 1, docs/offload.md): offload_optimizer moves master, m and
 // v (12 bytes per owned element, of `ratio` of the elements) to host memory,
-// pinned or pageable per pin_memory; the device keeps the fp32 gradient shard
-// (norm and overflow are computed there) and a working shard in the param
-// dtype that the host refreshes. The host step streams tiles through pinned
-// slots (a gradient and a parameter slot each); the delayed update adds a
-// pinned copy of the gradient shard and, for 16-bit parameters, of the new
-// working shard. nvme: the states go to the NVMe files, staged through
+// pinned or pageable per pin_memory, and the device keeps a working shard in
+// the param dtype that the host refreshes. With ratio 1 the fp32 gradient
+// shard lives in host memory too ([Note: gradients on the host]; two of them
+// with the delayed update), each reduced piece staged on the device until
+// its copy is done (up to GradLanding::kDefaultInFlight pieces), and with
+// more than one micro-batch per step as many pinned slots of the largest
+// piece take the later pieces; with ratio < 1 the device keeps it. The host step streams tiles
+// through pinned parameter slots (and gradient slots when the gradients are
+// on the device); the delayed update adds, for 16-bit parameters, a pinned
+// copy of the new working shard (and a pinned gradient copy when the
+// gradients are on the device). nvme: the states go to the NVMe files, staged through
 // buffer_count / 3 sets of master, m and v buffers of one sub-group
 // (min(sub_group_size, largest shard) fp32 elements), each set with its
 // pinned gradient and parameter slots. offload_param (stage 3): the working shard lives in host memory
@@ -232,7 +238,16 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // Optimizer: stage 0 keeps a master only for 16-bit parameters; stages >= 1
   // keep an fp32 master shard whatever the dtype.
   const int64_t K = stage == 0 ? (f32 ? 8 : 12) : 12;
-  device_grads += grad_shard;
+  // [Note: gradients on the host]: with the whole optimizer offloaded.
+  const bool host_grads = stage >= 1 && offloaded(in.offload_optimizer) && in.offload_ratio >= 1.0;
+  const int64_t piece = std::min(in.reduce_bucket_size / std::max(1, in.dp), unit_max / n_layout);
+  if (host_grads) {
+    int64_t& grads_host = in.optimizer_pin_memory ? r.host_pinned : r.host_pageable;
+    grads_host += grad_shard * 4 * (in.delayed_update ? 2 : 1);
+    if (in.micro_batches_per_step > 1) r.host_pinned += GradLanding::kDefaultInFlight * piece * 4;
+  } else {
+    device_grads += grad_shard;
+  }
   if (!offloaded(in.offload_optimizer)) {
     r.optimizer = K * shard;
   } else {
@@ -243,10 +258,10 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     // Pinned slots of the host step: a gradient and a parameter slot each,
     // one tile or the largest owned shard.
     const int64_t largest_shard = std::max<int64_t>(1, unit_max / n_layout);
-    if (in.delayed_update) r.host_pinned += on_host * (4 + (f32 ? 0 : pb));
+    if (in.delayed_update) r.host_pinned += on_host * ((host_grads ? 0 : 4) + (f32 ? 0 : pb));
     int64_t& states_host = in.optimizer_pin_memory ? r.host_pinned : r.host_pageable;
     if (in.offload_optimizer == "cpu") {
-      r.host_pinned += 2 * in.offload_slots * std::min(in.offload_tile_elements, largest_shard) * 4;
+      r.host_pinned += (host_grads ? 1 : 2) * in.offload_slots * std::min(in.offload_tile_elements, largest_shard) * 4;
       states_host += 12 * on_host;
     } else {
       // [Note: NVMe optimizer step]: buffer_count / 3 sets of master, m and
@@ -256,7 +271,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       const int64_t sets = in.optimizer_buffer_count / 3;
       r.nvme += 12 * on_host;
       states_host += sets * 3 * round_up(4 * L, 4096);
-      r.host_pinned += sets * 8 * L;
+      r.host_pinned += sets * (host_grads ? 4 : 8) * L;
     }
   }
   // Parameter offload: the device's upload pool ([Note: parameter offload]).
@@ -268,6 +283,8 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // Communication staging (stage 0 all-reduces in place): one reduce bucket
   // (fp32) and, where units are all-gathered in pieces, one all-gather bucket.
   if (stage >= 1) r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
+  // Pieces staged until their copies to the host are done (one is counted above).
+  if (host_grads) r.comm += (GradLanding::kDefaultInFlight - 1) * piece * 4;
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
   r.comm += upload_pool;

@@ -42,6 +42,9 @@ struct EstimateInput {
   std::string offload_param = "none";      // none|cpu|nvme (stage 3)
   DType param_dtype = DType::bf16;         // f32|bf16|f16; activations use it too
   int64_t micro_batch = 1;
+  // Micro-batches per step (gradient accumulation x pipeline): more than
+  // one, and gradients on the host add later pieces through pinned slots.
+  int64_t micro_batches_per_step = 1;
   bool activation_checkpointing = false;
   std::optional<bool> overlap_comm;  // unset: DeepSpeed's default, on for stage 3 only
   // zero_optimization, in elements (DeepSpeed's defaults).

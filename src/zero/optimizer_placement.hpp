@@ -39,6 +39,12 @@ class OptimizerPlacement {
   // master itself. False: the placement keeps the states and leaves each
   // shard's `param` fresh after update() and write_state(master).
   virtual bool states_on_device() const = 0;
+  // [Note: gradients on the host] 0: the gradient shards are device memory.
+  // 1: ZeRO keeps them in host memory (the placement reads them there). 2:
+  // in two host buffers that alternate by step (each zero_grads() moves
+  // OwnedShard::grad to the other), so an update may still read step N's
+  // gradients while step N+1's backward writes its own (delayed update).
+  virtual int host_gradient_buffers() const { return 0; }
   // Called once by ZeroEngine with every owned shard, before any other call:
   // an offloading placement allocates its states here (moments zero).
   virtual void attach(const std::vector<OwnedShard>& shards) { (void)shards; }

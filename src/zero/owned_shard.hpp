@@ -16,7 +16,10 @@ struct OwnedShard {
   int unit = 0;
   int64_t begin = 0;  // unit-local element range
   int64_t end = 0;
-  float* grad = nullptr;  // fp32 gradient on the device, summed over the data-parallel group
+  float* grad = nullptr;  // fp32 gradient, summed over the data-parallel group
+  // [Note: gradients on the host]: `grad` is host memory (it moves between
+  // two buffers by step when the placement asks for two).
+  bool grad_on_host = false;
   // fp32 master weights and Adam moments on the device, when the placement
   // keeps its states there (OptimizerPlacement::states_on_device); null
   // when they are offloaded.

@@ -85,9 +85,22 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   } else {
     working_shard_ = zeroed(pt, shard, MemTag::params);
   }
+  shard_elems_ = shard;
+  const int host_grads = opts.stage >= 1 ? placement.host_gradient_buffers() : 0;
+  ZT_CHECK(host_grads >= 0 && host_grads <= 2 && (host_grads == 0 || !states_on_device_),
+           "host gradient buffers ", host_grads, " from the ", placement.name(), " optimizer placement");
   if (opts.stage >= 1) {
     if (opts.stage == 1) grads_ = zeroed(DType::f32, padded, MemTag::grads);
-    grad_shard_ = zeroed(DType::f32, shard, MemTag::grads);
+    if (host_grads == 0) {
+      grad_shard_ = zeroed(DType::f32, shard, MemTag::grads);
+    } else {
+      // [Note: gradients on the host]
+      Device& host = dev.host_memory(opts.grad_pin_memory);
+      grad_shard_ = zeroed_on(host, DType::f32, shard, MemTag::offload);
+      if (host_grads == 2) grad_shard_alt_ = zeroed_on(host, DType::f32, shard, MemTag::offload);
+      if (!copies_) copies_ = dev.make_transfer_queue();
+      landing_ = std::make_unique<GradLanding>(*copies_, dev.host_memory(true));
+    }
   }
 
   for (int u = 0; u < n; ++u) {
@@ -108,6 +121,7 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       s.begin = layout_.shard_begin(u, rank_);
       s.end = layout_.shard_end(u, rank_);
       s.grad = grad_shard_.as<float>() + shard_offset_[u];
+      s.grad_on_host = landing_ != nullptr;
       if (states_on_device_) {
         s.master = master_.as<float>() + shard_offset_[u];
         s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];
@@ -133,7 +147,7 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     // Buffers as large as the largest shard they carry (at most buffer_size).
     for (int u = 0; u < n; ++u)
       if (is_local(u) && partitioned(u)) upload_elems_ = std::max(upload_elems_, layout_.unit(u).shard);
-    copies_ = dev.make_transfer_queue();
+    if (!copies_) copies_ = dev.make_transfer_queue();
     int64_t whole = 0;  // the shards of the units kept whole, uploaded at each publish
     for (int u = 0; u < n; ++u)
       if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
@@ -151,8 +165,10 @@ ZeroEngine::~ZeroEngine() {
   try {
     progress_reductions(true);
     for (int u = 0; u < layout_.num_units(); ++u) finish_all(state_[u].gather);
+    if (landing_) landing_->drain();
   } catch (...) {
   }
+  landing_.reset();  // before the transfer queue it uses
 }
 
 bool ZeroEngine::partitioned(int u) const {
@@ -178,7 +194,16 @@ void ZeroEngine::init_params(uint64_t seed) {
       const int64_t b = std::max(s.begin, slot.offset);
       const int64_t e = std::min(s.end, slot.offset + slot.numel());
       if (b >= e) continue;
-      units_[s.unit]->init_param(p, b - slot.offset, e - b, host.data() + (b - s.begin), seed, s.unit);
+      // init_param is a pure function of the element index: pieces on all
+      // threads give the values of one call (billions of elements at start).
+      constexpr int64_t kPiece = int64_t{1} << 20;
+      const int64_t pieces = (e - b + kPiece - 1) / kPiece;
+      const Unit& unit = *units_[s.unit];
+#pragma omp parallel for schedule(dynamic) if (pieces > 1)
+      for (int64_t i = 0; i < pieces; ++i) {
+        const int64_t at = b + i * kPiece, n = std::min(kPiece, e - at);
+        unit.init_param(p, at - slot.offset, n, host.data() + (at - s.begin), seed, s.unit);
+      }
     }
     placement_.write_state(s, OptimizerState::master, host.data());
   }
@@ -360,7 +385,7 @@ void ZeroEngine::done(int unit) {
   UnitState& st = state_[unit];
   const FlatUnit& fu = layout_.unit(unit);
   reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
-                      opts_.reduce_bucket_size, st.reduce);
+                      opts_.reduce_bucket_size, st.reduce, landing_.get());
   // Pieces packed through staging finish at once; a whole-unit call may stay
   // in flight with overlap_comm, holding the gradient buffer until it is done.
   // At most kMaxReducing units stay in flight (the estimator's count): a GPU
@@ -399,7 +424,18 @@ void ZeroEngine::progress_reductions(bool wait_all) {
 
 void ZeroEngine::zero_grads() {
   if (!grads_.empty()) dev_.memset_zero(grads_.data(), grads_.bytes());
-  if (!grad_shard_.empty()) dev_.memset_zero(grad_shard_.data(), grad_shard_.bytes());
+  if (!landing_) {
+    if (!grad_shard_.empty()) dev_.memset_zero(grad_shard_.data(), grad_shard_.bytes());
+    return;
+  }
+  // [Note: gradients on the host] The first piece of each element is copied
+  // over whatever the shard held, so nothing is zeroed. With two buffers,
+  // the step's gradients go to the other one (an update may still read the
+  // last step's).
+  landing_->begin_step();
+  if (grad_shard_alt_.empty()) return;
+  std::swap(grad_shard_, grad_shard_alt_);
+  for (OwnedShard& s : owned_) s.grad = grad_shard_.as<float>() + shard_offset_[s.unit];
 }
 
 void ZeroEngine::reduce_gradients() {
@@ -418,11 +454,18 @@ void ZeroEngine::reduce_gradients() {
       if (!is_local(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
       reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + grad_offset_[u], grad_shard_.as<float>() + shard_offset_[u],
-                          fu.shard, opts_.reduce_bucket_size, pending);
+                          fu.shard, opts_.reduce_bucket_size, pending, landing_.get());
     }
     finish_all(pending);
   } else {
     progress_reductions(true);
+  }
+  if (landing_) {
+    landing_->drain();
+    // Every owned element has its gradient: a unit whose reduction never
+    // landed would leave an earlier step's values in the shard.
+    ZT_CHECK(landing_->first_landed() == shard_elems_, "gradients on the host: ", landing_->first_landed(), " of ",
+             shard_elems_, " owned elements landed this step");
   }
 }
 

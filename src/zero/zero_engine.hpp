@@ -38,6 +38,11 @@
 // of use too. The device then holds only gathered units and the pool. A unit
 // whose shard exceeds param_buffer_size is refused by name; with every pool
 // buffer in flight, the oldest gather is completed first.
+//
+// When the placement asks for the gradients on the host
+// (OptimizerPlacement::host_gradient_buffers, [Note: gradients on the
+// host]), the owned gradient shards are host memory and every reduced piece
+// lands there through a GradLanding as its reduction ends.
 #pragma once
 
 #include <memory>
@@ -48,6 +53,7 @@
 #include "runtime/transfer.hpp"
 #include "zero/buckets.hpp"
 #include "zero/flat_layout.hpp"
+#include "zero/grad_landing.hpp"
 #include "zero/optimizer_placement.hpp"
 #include "zero/owned_shard.hpp"
 
@@ -70,6 +76,9 @@ struct ZeroOptions {
   bool param_pin_memory = true;
   int param_buffer_count = 5;
   int64_t param_buffer_size = 100000000;
+  // [Note: gradients on the host]: the host gradient shards page-locked
+  // (offload_optimizer.pin_memory).
+  bool grad_pin_memory = true;
 };
 
 class ZeroEngine final : public ParamProvider, public GradSink {
@@ -101,8 +110,13 @@ class ZeroEngine final : public ParamProvider, public GradSink {
 
   void zero_grads();
   // Completes the gradient reduction of the step: stage 0 all-reduces, stage
-  // 1 reduce-scatters, stages 2-3 wait for the reductions issued in backward.
+  // 1 reduce-scatters, stages 2-3 wait for the reductions issued in backward
+  // (and, with the gradients on the host, for their copies there).
   void reduce_gradients();
+  // [Note: gradients on the host]: whether the owned gradient shards are in
+  // host memory, and the step's copies there (null when not).
+  bool grads_on_host() const { return landing_ != nullptr; }
+  const GradLandingTimes* grad_landing_times() const { return landing_ ? &landing_->times() : nullptr; }
   std::vector<OwnedShard>& owned_shards() { return owned_; }
   OptimizerPlacement& placement() { return placement_; }
   // The optimizer step: every owned shard through the placement, then finish().
@@ -158,7 +172,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Buffer working_shard_;  // owned range of every unit, param dtype: stage 3, or offloaded states
   Buffer master_;         // fp32 master: full (stage 0) or shards; empty if working is the fp32 master
   Buffer grads_;          // fp32 full gradients (stages 0-1)
-  Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3)
+  Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3), on the device or the host
+  Buffer grad_shard_alt_; // the other host buffer when the placement asks for two
+  int64_t shard_elems_ = 0;
   Buffer exp_avg_, exp_avg_sq_;
   std::vector<int64_t> shard_offset_;  // element offset of unit u in the shard buffers
   std::vector<int64_t> grad_offset_;   // element offset of unit u in the full gradient buffer
@@ -177,6 +193,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   static constexpr int kMaxReducing = 2;  // units with reductions in flight (overlap_comm)
   std::vector<int> reducing_;             // those units, oldest first
   int64_t live_ = 0, peak_live_ = 0;
+  // [Note: gradients on the host] Declared after copies_, which it uses, so
+  // that it goes first (also when the constructor throws).
+  std::unique_ptr<GradLanding> landing_;
 };
 
 }  // namespace zt

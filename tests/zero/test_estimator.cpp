@@ -12,6 +12,7 @@
 #include "../modules/module_test_support.hpp"
 #include "modules/llama_desc.hpp"
 #include "zero/estimator.hpp"
+#include "zero/grad_landing.hpp"
 #include "zero/flat_layout.hpp"
 
 namespace zt::test {
@@ -178,31 +179,42 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
     const int64_t shard = dev.optimizer / 12;
     const int64_t pb = 2;  // bf16 working parameters
     EXPECT_EQ(cpu.optimizer, 0);
-    // Master, m and v go to pageable host memory (pin_memory false), the
-    // pinned slots of the host step beside them.
-    EXPECT_EQ(cpu.host_pageable, 12 * shard);
+    // Master, m and v and the fp32 gradient shard ([Note: gradients on the
+    // host]) go to pageable host memory (pin_memory false), the pinned
+    // parameter slots of the host step beside them.
+    EXPECT_EQ(cpu.host_pageable, 16 * shard);
     EXPECT_GT(cpu.host_pinned, 0);
-    EXPECT_LT(cpu.host_pinned, 2 * 4 * (int64_t{1} << 22) * 4 + 1);
-    // The device keeps the gradient shard and, below stage 3, gains the working shard the host refreshes.
-    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer + (stage < 3 ? pb * shard : 0));
+    EXPECT_LT(cpu.host_pinned, 4 * (int64_t{1} << 22) * 4 + 1);
+    // The device loses the gradient shard and the optimizer, gains pieces
+    // staged for their copies to the host and, below stage 3, the working
+    // shard the host refreshes.
+    const int64_t piece = cpu.comm - dev.comm;
+    EXPECT_GT(piece, 0);
+    EXPECT_EQ(cpu.total(), dev.total() - dev.optimizer - 4 * shard + piece + (stage < 3 ? pb * shard : 0));
     EXPECT_EQ(nvme.total(), cpu.total());
     EXPECT_EQ(nvme.nvme, 12 * shard);
-    EXPECT_GT(nvme.host_pageable, 0) << "one set of sub-group buffers";
+    EXPECT_GT(nvme.host_pageable, 4 * shard) << "the gradient shard and one set of sub-group buffers";
     EXPECT_LT(nvme.host(), cpu.host());
     EXPECT_EQ(dev.host() + dev.nvme, 0);
-    // Pinned states, the delayed update's copies, a ratio.
+    // Pinned states and gradients, the delayed update's second gradient
+    // buffer and 16-bit copy, gradient accumulation's slots, a ratio.
     in.offload_optimizer = "cpu";
     in.optimizer_pin_memory = true;
     const MemoryEstimateRow pinned = estimate(in);
-    EXPECT_EQ(pinned.host_pinned, cpu.host_pinned + 12 * shard);
+    EXPECT_EQ(pinned.host_pinned, cpu.host_pinned + 16 * shard);
     in.delayed_update = true;
     EXPECT_EQ(estimate(in).host_pinned, pinned.host_pinned + (4 + pb) * shard);
+    in.delayed_update = false;
+    in.micro_batches_per_step = 4;
+    EXPECT_EQ(estimate(in).host_pinned, pinned.host_pinned + GradLanding::kDefaultInFlight * piece / 3);
+    in.micro_batches_per_step = 1;
     in.delayed_update = false;
     in.optimizer_pin_memory = false;
     in.offload_ratio = 0.25;
     const MemoryEstimateRow quarter = estimate(in);
-    EXPECT_EQ(quarter.host_pageable, 12 * (shard / 4));
+    EXPECT_EQ(quarter.host_pageable, 12 * (shard / 4)) << "with a ratio the gradient shard stays on the device";
     EXPECT_EQ(quarter.optimizer, 12 * (shard - shard / 4));
+    EXPECT_EQ(quarter.grads, dev.grads);
   }
   EstimateInput in = input_for(s, 8, 3);
   in.offload_optimizer = "cpu";

@@ -321,7 +321,7 @@ void* PinnedHostDevice::raw_allocate(size_t bytes) {
 }
 
 void PinnedHostDevice::raw_deallocate(void* p, size_t) noexcept { (void)cudaFreeHost(p); }
-void PinnedHostDevice::memset_zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+void PinnedHostDevice::memset_zero(void* p, size_t bytes) { host_memset_zero(p, bytes); }
 void PinnedHostDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void PinnedHostDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 

@@ -1,0 +1,84 @@
+#include "zero/grad_landing.hpp"
+
+#include <chrono>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace zt {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+GradLanding::GradLanding(TransferQueue& copies, Device& pinned, int max_in_flight)
+    : copies_(copies), pinned_(pinned), max_in_flight_(max_in_flight) {
+  ZT_CHECK(max_in_flight >= 1, "gradient landing with ", max_in_flight, " pieces in flight");
+  slots_.resize(static_cast<size_t>(max_in_flight));
+  slot_busy_.assign(slots_.size(), false);
+}
+
+GradLanding::~GradLanding() {
+  // Never free a staging buffer a copy still reads.
+  try {
+    copies_.wait_all();
+  } catch (...) {
+  }
+}
+
+void GradLanding::begin_step() {
+  ZT_CHECK(queue_.empty(), "a new step while gradient pieces are still landing");
+  seen_.clear();
+  first_landed_ = 0;
+  times_ = GradLandingTimes{};
+}
+
+void GradLanding::land(float* host_dst, Buffer staging, int64_t count) {
+  while (static_cast<int>(queue_.size()) >= max_in_flight_) retire_oldest();
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  InFlight f;
+  f.staging = std::move(staging);
+  f.dst = host_dst;
+  f.count = count;
+  if (seen_.insert(host_dst).second) {
+    f.ticket = copies_.to_host(host_dst, f.staging.data(), bytes);
+    first_landed_ += count;
+  } else {
+    int slot = 0;
+    while (slot_busy_[static_cast<size_t>(slot)]) ++slot;  // one is free: fewer than max_in_flight are queued
+    Buffer& b = slots_[static_cast<size_t>(slot)];
+    if (b.empty() || b.tensor().numel() < count) b = Buffer(pinned_, DType::f32, Shape{count}, MemTag::offload);
+    slot_busy_[static_cast<size_t>(slot)] = true;
+    f.slot = slot;
+    f.ticket = copies_.to_host(b.data(), f.staging.data(), bytes);
+  }
+  times_.bytes += static_cast<double>(bytes);
+  queue_.push_back(std::move(f));
+}
+
+void GradLanding::retire_oldest() {
+  InFlight& f = queue_.front();
+  const double w = now_s();
+  copies_.wait(f.ticket);
+  const double a = now_s();
+  times_.wait_s += a - w;
+  if (f.slot >= 0) {
+    float* dst = f.dst;
+    const float* src = slots_[static_cast<size_t>(f.slot)].as<float>();
+    const int64_t n = f.count;
+    // What the device path computes (Kernels::add of the reduced piece into
+    // the shard): one float add per element.
+#pragma omp parallel for simd schedule(static) if (n > (int64_t{1} << 16))
+    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
+    slot_busy_[static_cast<size_t>(f.slot)] = false;
+    times_.add_s += now_s() - a;
+  }
+  queue_.pop_front();  // frees the staging buffer
+}
+
+void GradLanding::drain() {
+  while (!queue_.empty()) retire_oldest();
+}
+
+}  // namespace zt

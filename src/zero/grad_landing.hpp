@@ -1,0 +1,83 @@
+// GradLanding: where reduced gradient pieces leave the device when the
+// optimizer runs on the host (offload with ratio 1).
+//
+// [Note: gradients on the host] With the optimizer's states off the device,
+// the owned fp32 gradient shard lives in host memory too, so the device
+// holds no gradient shard at all (4 bytes per owned parameter less). Each
+// unit's reduce-scatter output (a staging buffer on the device) is handed
+// here as soon as its reduction is issued, and copied to the host on the
+// transfer queue's device-to-host stream while the backward goes on:
+//
+//   compute stream   | backward u | backward u-1 | backward u-2 | ...
+//   reduction        |            | reduce u     | reduce u-1   | ...
+//   copy stream D2H  |            |              | grad u       | grad u-1 ...
+//
+// The first piece that lands on an element in a step is copied straight into
+// the host shard (the shard needs no zeroing); a later one (gradient
+// accumulation, pipeline micro-batches) goes to a pinned slot and is added
+// on the host (float adds, in the order the device would add them, so the
+// bits equal those of the device path). At most `max_in_flight` pieces are
+// in flight: before another is taken, the oldest is waited for (issued that
+// many units earlier, so normally done) and its staging buffer freed. drain()
+// completes every piece; the host shard is then the step's gradient.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/device.hpp"
+#include "runtime/transfer.hpp"
+
+namespace zt {
+
+struct GradLandingTimes {
+  double bytes = 0;     // device-to-host gradient bytes this step
+  double wait_s = 0;    // host time spent waiting for those copies (not hidden)
+  double add_s = 0;     // host time adding accumulated pieces
+};
+
+class GradLanding {
+ public:
+  // `copies` moves the pieces; slots come from `pinned` (page-locked host memory).
+  static constexpr int kDefaultInFlight = 4;
+  GradLanding(TransferQueue& copies, Device& pinned, int max_in_flight = kDefaultInFlight);
+  ~GradLanding();
+  GradLanding(const GradLanding&) = delete;
+  GradLanding& operator=(const GradLanding&) = delete;
+
+  // A new step: every element's next piece is its first.
+  void begin_step();
+  // Lands `count` floats of device memory `staging` (owned from now on) on
+  // host memory `host_dst`: copied there if no piece landed on it this step,
+  // else added. A piece lands on the same host_dst every micro-batch.
+  void land(float* host_dst, Buffer staging, int64_t count);
+  // Every landed piece is in host memory.
+  void drain();
+  // Elements landed for the first time this step (each host element once).
+  int64_t first_landed() const { return first_landed_; }
+  const GradLandingTimes& times() const { return times_; }
+
+ private:
+  struct InFlight {
+    TransferTicket ticket;
+    Buffer staging;
+    int slot = -1;  // >= 0: added from slots_[slot]
+    float* dst = nullptr;
+    int64_t count = 0;
+  };
+  void retire_oldest();
+
+  TransferQueue& copies_;
+  Device& pinned_;
+  int max_in_flight_;
+  std::deque<InFlight> queue_;
+  std::vector<Buffer> slots_;
+  std::vector<bool> slot_busy_;
+  std::unordered_set<const float*> seen_;
+  int64_t first_landed_ = 0;
+  GradLandingTimes times_;
+};
+
+}  // namespace zt
