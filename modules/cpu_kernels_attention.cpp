@@ -1,4 +1,5 @@
-// CpuKernels: causal multi-head self-attention, forward and backward.
+// CpuKernels: causal multi-head and grouped-query self-attention, forward
+// and backward.
 //
 // [Note: attention recomputation] The forward keeps only the log-sum-exp of
 // each query's scaled scores (B, NH, T); the backward recomputes every
@@ -7,9 +8,10 @@
 // (B, NH, T, T) probability tensor, which at GPT-2 124M sizes (B 8, T 1024)
 // would be 400 MB per layer.
 //
-// Work is split over (batch, head) pairs; each pair writes only its own
-// columns of the output, so there are no races and no reduction-order
-// differences between thread counts.
+// Work is split over (batch, key/value head) pairs; each pair writes only its
+// own columns of the outputs, so there are no races and no reduction-order
+// differences between thread counts. Multi-head attention (GPT-2) is the case
+// of one query head per key/value head.
 #include <cmath>
 #include <limits>
 
@@ -22,17 +24,39 @@ namespace {
 using cpu::load;
 using cpu::narrow;
 
+// Where q, k and v of each token and head live: q of head h at token t of
+// sequence b is q + (b T + t) qs + h hs, k and v of key/value head g likewise
+// with ks, vs. Query head h reads key/value head h / (NH / NKV) (grouped-query
+// attention; NKV = NH is multi-head). The packed GPT-2 layout (B, T, 3C) is
+// q = qkv, k = qkv + C, v = qkv + 2C with strides 3C; Llama's q, k, v are
+// separate tensors.
 struct AttnDims {
-  int64_t B, T, C, NH, hs;
+  int64_t B, T, NH, NKV, hs;
+  int64_t qs, ks, vs;  // elements per token of q, k, v (and of their gradients)
+  int64_t C() const { return NH * hs; }  // out and dout: (B, T, NH hs)
 };
 
 AttnDims attn_dims(const Tensor& qkv, int n_head) {
   ZT_CHECK(qkv.shape.rank() == 3 && qkv.shape[2] % 3 == 0, "attention: qkv must be (B, T, 3C), got ",
            qkv.shape.str());
-  AttnDims d{qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3, n_head, 0};
-  ZT_CHECK(n_head > 0 && d.C % n_head == 0, "attention: C ", d.C, " not divisible by n_head ", n_head);
-  d.hs = d.C / n_head;
-  return d;
+  const int64_t C = qkv.shape[2] / 3;
+  ZT_CHECK(n_head > 0 && C % n_head == 0, "attention: C ", C, " not divisible by n_head ", n_head);
+  return AttnDims{qkv.shape[0], qkv.shape[1], n_head, n_head, C / n_head, 3 * C, 3 * C, 3 * C};
+}
+
+AttnDims gqa_dims(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
+  ZT_CHECK(q.shape.rank() == 3 && k.shape.rank() == 3 && v.shape == k.shape && q.shape[0] == k.shape[0] &&
+               q.shape[1] == k.shape[1],
+           "gqa attention: q (B, T, NH hs), k and v (B, T, NKV hs), got q ", q.shape.str(), " k ", k.shape.str(),
+           " v ", v.shape.str());
+  ZT_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && q.shape[2] % n_head == 0,
+           "gqa attention: n_kv_head ", n_kv_head, " must divide n_head ", n_head, " and n_head the width ",
+           q.shape[2]);
+  const int64_t hs = q.shape[2] / n_head;
+  ZT_CHECK(k.shape[2] == n_kv_head * hs, "gqa attention: k width ", k.shape[2], " is not n_kv_head ", n_kv_head,
+           " x head size ", hs);
+  ZT_CHECK(q.dtype == k.dtype && q.dtype == v.dtype, "gqa attention: q, k, v dtypes differ");
+  return AttnDims{q.shape[0], q.shape[1], n_head, n_kv_head, hs, q.shape[2], k.shape[2], k.shape[2]};
 }
 
 // Per (b, h) pair, K and V are first transposed into (hs, T) math-precision
@@ -46,8 +70,8 @@ void gather_transposed(M* dst, const S* src, int64_t T, int64_t stride, int64_t 
 }
 
 template <typename S, typename M>
-void attention_fwd_impl(M* work, S* out, M* lse, const S* qkv, const AttnDims& d) {
-  const int64_t T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
+void attention_fwd_impl(M* work, S* out, M* lse, const S* qp, const S* kp, const S* vp, const AttnDims& d) {
+  const int64_t T = d.T, C = d.C(), hs = d.hs, G = d.NH / d.NKV;
   const M scale = M(1) / std::sqrt(static_cast<M>(hs));
   const bool par = d.B * d.NH * T * T * hs > 2 * cpu::kParallelGrain;
 #pragma omp parallel if (par)
@@ -59,39 +83,41 @@ void attention_fwd_impl(M* work, S* out, M* lse, const S* qkv, const AttnDims& d
     M* q = p + T;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < d.B; ++b) {
-      for (int64_t h = 0; h < d.NH; ++h) {
-        const S* base = qkv + b * T * C3 + h * hs;  // q of token 0, head h
-        gather_transposed(kt, base + C, T, C3, hs);
-        gather_transposed(vt, base + 2 * C, T, C3, hs);
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t n = t + 1;  // causal: keys 0..t
-          for (int64_t i = 0; i < hs; ++i) q[i] = load<M>(base[t * C3 + i]) * scale;
-          for (int64_t t2 = 0; t2 < n; ++t2) p[t2] = 0;
-          for (int64_t i = 0; i < hs; ++i) {
-            const M qi = q[i];
-            const M* kr = kt + i * T;
+      for (int64_t kh = 0; kh < d.NKV; ++kh) {
+        gather_transposed(kt, kp + b * T * d.ks + kh * hs, T, d.ks, hs);
+        gather_transposed(vt, vp + b * T * d.vs + kh * hs, T, d.vs, hs);
+        for (int64_t h = kh * G; h < (kh + 1) * G; ++h) {
+          const S* base = qp + b * T * d.qs + h * hs;  // q of token 0, head h
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t n = t + 1;  // causal: keys 0..t
+            for (int64_t i = 0; i < hs; ++i) q[i] = load<M>(base[t * d.qs + i]) * scale;
+            for (int64_t t2 = 0; t2 < n; ++t2) p[t2] = 0;
+            for (int64_t i = 0; i < hs; ++i) {
+              const M qi = q[i];
+              const M* kr = kt + i * T;
 #pragma omp simd
-            for (int64_t t2 = 0; t2 < n; ++t2) p[t2] += qi * kr[t2];
-          }
-          M mx = p[0];
+              for (int64_t t2 = 0; t2 < n; ++t2) p[t2] += qi * kr[t2];
+            }
+            M mx = p[0];
 #pragma omp simd reduction(max : mx)
-          for (int64_t t2 = 1; t2 < n; ++t2) mx = p[t2] > mx ? p[t2] : mx;
-          M sum = 0;
+            for (int64_t t2 = 1; t2 < n; ++t2) mx = p[t2] > mx ? p[t2] : mx;
+            M sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int64_t t2 = 0; t2 < n; ++t2) {
-            p[t2] = cpu::fast_exp(p[t2] - mx);
-            sum += p[t2];
-          }
-          const M inv = M(1) / sum;
-          S* o = out + (b * T + t) * C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) {
-            const M* vr = vt + i * T;
-            M acc = 0;
+            for (int64_t t2 = 0; t2 < n; ++t2) {
+              p[t2] = cpu::fast_exp(p[t2] - mx);
+              sum += p[t2];
+            }
+            const M inv = M(1) / sum;
+            S* o = out + (b * T + t) * C + h * hs;
+            for (int64_t i = 0; i < hs; ++i) {
+              const M* vr = vt + i * T;
+              M acc = 0;
 #pragma omp simd reduction(+ : acc)
-            for (int64_t t2 = 0; t2 < n; ++t2) acc += p[t2] * vr[t2];
-            o[i] = narrow<S>(acc * inv);
+              for (int64_t t2 = 0; t2 < n; ++t2) acc += p[t2] * vr[t2];
+              o[i] = narrow<S>(acc * inv);
+            }
+            lse[(b * d.NH + h) * T + t] = mx + std::log(sum);
           }
-          lse[(b * d.NH + h) * T + t] = mx + std::log(sum);
         }
       }
     }
@@ -100,12 +126,13 @@ void attention_fwd_impl(M* work, S* out, M* lse, const S* qkv, const AttnDims& d
 
 // With s = q.k * scale, p = exp(s - lse), o = sum p v and D = do . o:
 //   dv += p do;  dp = do . v;  ds = p (dp - D);  dq += ds scale k;  dk += ds scale q.
-// dk and dv of a pair accumulate over queries in (hs, T) buffers and are
-// written to dqkv once at the end.
+// dk and dv of a key/value head accumulate over the queries of every head
+// of its group, in order, in (hs, T) buffers, and are written once at the
+// end (one thread owns each (b, key/value head): no races).
 template <typename S, typename M>
-void attention_bwd_impl(M* work, M* dqkv, const M* dout, const S* qkv, const S* out, const M* lse,
-                        const AttnDims& d) {
-  const int64_t T = d.T, C = d.C, C3 = 3 * d.C, hs = d.hs;
+void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S* qp, const S* kp, const S* vp,
+                        const S* out, const M* lse, const AttnDims& d) {
+  const int64_t T = d.T, C = d.C(), hs = d.hs, G = d.NH / d.NKV;
   const M scale = M(1) / std::sqrt(static_cast<M>(hs));
   const bool par = d.B * d.NH * T * T * hs > 2 * cpu::kParallelGrain;
 #pragma omp parallel if (par)
@@ -120,56 +147,60 @@ void attention_bwd_impl(M* work, M* dqkv, const M* dout, const S* qkv, const S* 
     M* q = ds + T;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < d.B; ++b) {
-      for (int64_t h = 0; h < d.NH; ++h) {
-        const S* base = qkv + b * T * C3 + h * hs;
-        M* dbase = dqkv + b * T * C3 + h * hs;
-        gather_transposed(kt, base + C, T, C3, hs);
-        gather_transposed(vt, base + 2 * C, T, C3, hs);
+      for (int64_t kh = 0; kh < d.NKV; ++kh) {
+        gather_transposed(kt, kp + b * T * d.ks + kh * hs, T, d.ks, hs);
+        gather_transposed(vt, vp + b * T * d.vs + kh * hs, T, d.vs, hs);
         for (int64_t j = 0; j < 2 * hs * T; ++j) dkt[j] = 0;  // dkt and dvt
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t n = t + 1;
-          for (int64_t i = 0; i < hs; ++i) q[i] = load<M>(base[t * C3 + i]);
-          const M* g = dout + (b * T + t) * C + h * hs;
-          const S* o = out + (b * T + t) * C + h * hs;
-          M D = 0;
-          for (int64_t i = 0; i < hs; ++i) D += g[i] * load<M>(o[i]);
-          const M L = lse[(b * d.NH + h) * T + t];
-          for (int64_t t2 = 0; t2 < n; ++t2) p[t2] = 0, ds[t2] = 0;
-          for (int64_t i = 0; i < hs; ++i) {
-            const M qi = q[i] * scale, gi = g[i];
-            const M* kr = kt + i * T;
-            const M* vr = vt + i * T;
+        for (int64_t h = kh * G; h < (kh + 1) * G; ++h) {
+          const S* base = qp + b * T * d.qs + h * hs;
+          M* dbase = dqp + b * T * d.qs + h * hs;
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t n = t + 1;
+            for (int64_t i = 0; i < hs; ++i) q[i] = load<M>(base[t * d.qs + i]);
+            const M* g = dout + (b * T + t) * C + h * hs;
+            const S* o = out + (b * T + t) * C + h * hs;
+            M D = 0;
+            for (int64_t i = 0; i < hs; ++i) D += g[i] * load<M>(o[i]);
+            const M L = lse[(b * d.NH + h) * T + t];
+            for (int64_t t2 = 0; t2 < n; ++t2) p[t2] = 0, ds[t2] = 0;
+            for (int64_t i = 0; i < hs; ++i) {
+              const M qi = q[i] * scale, gi = g[i];
+              const M* kr = kt + i * T;
+              const M* vr = vt + i * T;
+#pragma omp simd
+              for (int64_t t2 = 0; t2 < n; ++t2) {
+                p[t2] += qi * kr[t2];   // scaled score
+                ds[t2] += gi * vr[t2];  // dp
+              }
+            }
 #pragma omp simd
             for (int64_t t2 = 0; t2 < n; ++t2) {
-              p[t2] += qi * kr[t2];   // scaled score
-              ds[t2] += gi * vr[t2];  // dp
+              p[t2] = cpu::fast_exp(p[t2] - L);
+              ds[t2] = p[t2] * (ds[t2] - D) * scale;
             }
-          }
-#pragma omp simd
-          for (int64_t t2 = 0; t2 < n; ++t2) {
-            p[t2] = cpu::fast_exp(p[t2] - L);
-            ds[t2] = p[t2] * (ds[t2] - D) * scale;
-          }
-          M* dq = dbase + t * C3;
-          for (int64_t i = 0; i < hs; ++i) {
-            const M qi = q[i], gi = g[i];
-            const M* kr = kt + i * T;
-            M* dkr = dkt + i * T;
-            M* dvr = dvt + i * T;
-            M acc = 0;
+            M* dq = dbase + t * d.qs;
+            for (int64_t i = 0; i < hs; ++i) {
+              const M qi = q[i], gi = g[i];
+              const M* kr = kt + i * T;
+              M* dkr = dkt + i * T;
+              M* dvr = dvt + i * T;
+              M acc = 0;
 #pragma omp simd reduction(+ : acc)
-            for (int64_t t2 = 0; t2 < n; ++t2) {
-              acc += ds[t2] * kr[t2];
-              dkr[t2] += ds[t2] * qi;
-              dvr[t2] += p[t2] * gi;
+              for (int64_t t2 = 0; t2 < n; ++t2) {
+                acc += ds[t2] * kr[t2];
+                dkr[t2] += ds[t2] * qi;
+                dvr[t2] += p[t2] * gi;
+              }
+              dq[i] = acc;
             }
-            dq[i] = acc;
           }
         }
+        M* dkb = dkp + b * T * d.ks + kh * hs;
+        M* dvb = dvp + b * T * d.vs + kh * hs;
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t i = 0; i < hs; ++i) {
-            dbase[t * C3 + C + i] = dkt[i * T + t];
-            dbase[t * C3 + 2 * C + i] = dvt[i * T + t];
+            dkb[t * d.ks + i] = dkt[i * T + t];
+            dvb[t * d.vs + i] = dvt[i * T + t];
           }
         }
       }
@@ -182,7 +213,8 @@ void attention_bwd_impl(M* work, M* dqkv, const M* dout, const S* qkv, const S* 
 void CpuKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                                int n_head) {
   const AttnDims d = attn_dims(qkv, n_head);
-  ZT_CHECK(out.shape == (Shape{d.B, d.T, d.C}) && out.dtype == qkv.dtype, "attention_fwd: out ",
+  const int64_t C = d.C();
+  ZT_CHECK(out.shape == (Shape{d.B, d.T, C}) && out.dtype == qkv.dtype, "attention_fwd: out ",
            out.shape.str(), " for qkv ", qkv.shape.str());
   ZT_CHECK(lse.numel() == d.B * d.NH * d.T, "attention_fwd: lse must be (B, NH, T)");
   cpu::Staging st(ws);
@@ -190,15 +222,16 @@ void CpuKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, 
     using S = decltype(qt);
     using M = cpu::math_t<S>;
     M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (2 * d.hs * d.T + d.T + d.hs));
-    attention_fwd_impl<S, M>(work, cpu::typed<S>(out), cpu::math_ptr<M>(lse, "lse"),
-                             cpu::typed<const S>(qkv), d);
+    const S* p = cpu::typed<const S>(qkv);
+    attention_fwd_impl<S, M>(work, cpu::typed<S>(out), cpu::math_ptr<M>(lse, "lse"), p, p + C, p + 2 * C, d);
   });
 }
 
 void CpuKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                const Tensor& out, const Tensor& lse, int n_head) {
   const AttnDims d = attn_dims(qkv, n_head);
-  ZT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == d.B * d.T * d.C && out.numel() == dout.numel() &&
+  const int64_t C = d.C();
+  ZT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == d.B * d.T * C && out.numel() == dout.numel() &&
                lse.numel() == d.B * d.NH * d.T && out.dtype == qkv.dtype,
            "attention_bwd shapes");
   cpu::Staging st(ws);
@@ -206,9 +239,45 @@ void CpuKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout
     using S = decltype(qt);
     using M = cpu::math_t<S>;
     M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (4 * d.hs * d.T + 2 * d.T + d.hs));
-    attention_bwd_impl<S, M>(work, cpu::math_ptr<M>(dqkv, "dqkv"), cpu::math_ptr<const M>(dout, "dout"),
-                             cpu::typed<const S>(qkv), cpu::typed<const S>(out),
-                             cpu::math_ptr<const M>(lse, "lse"), d);
+    const S* p = cpu::typed<const S>(qkv);
+    M* dp = cpu::math_ptr<M>(dqkv, "dqkv");
+    attention_bwd_impl<S, M>(work, dp, dp + C, dp + 2 * C, cpu::math_ptr<const M>(dout, "dout"), p, p + C,
+                             p + 2 * C, cpu::typed<const S>(out), cpu::math_ptr<const M>(lse, "lse"), d);
+  });
+}
+
+void CpuKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
+  const AttnDims d = gqa_dims(q, k, v, n_head, n_kv_head);
+  ZT_CHECK(out.shape == q.shape && out.dtype == q.dtype, "gqa_attention_fwd: out ", out.shape.str(), " for q ",
+           q.shape.str());
+  ZT_CHECK(lse.numel() == d.B * d.NH * d.T, "gqa_attention_fwd: lse must be (B, NH, T)");
+  cpu::Staging st(ws);
+  cpu::with_storage(q.dtype, [&](auto qt) {
+    using S = decltype(qt);
+    using M = cpu::math_t<S>;
+    M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (2 * d.hs * d.T + d.T + d.hs));
+    attention_fwd_impl<S, M>(work, cpu::typed<S>(out), cpu::math_ptr<M>(lse, "lse"), cpu::typed<const S>(q),
+                             cpu::typed<const S>(k), cpu::typed<const S>(v), d);
+  });
+}
+
+void CpuKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                   const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& lse, int n_head, int n_kv_head) {
+  const AttnDims d = gqa_dims(q, k, v, n_head, n_kv_head);
+  ZT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
+               dout.numel() == q.numel() && out.numel() == q.numel() && lse.numel() == d.B * d.NH * d.T &&
+               out.dtype == q.dtype,
+           "gqa_attention_bwd shapes");
+  cpu::Staging st(ws);
+  cpu::with_storage(q.dtype, [&](auto qt) {
+    using S = decltype(qt);
+    using M = cpu::math_t<S>;
+    M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (4 * d.hs * d.T + 2 * d.T + d.hs));
+    attention_bwd_impl<S, M>(work, cpu::math_ptr<M>(dq, "dq"), cpu::math_ptr<M>(dk, "dk"), cpu::math_ptr<M>(dv, "dv"),
+                             cpu::math_ptr<const M>(dout, "dout"), cpu::typed<const S>(q), cpu::typed<const S>(k),
+                             cpu::typed<const S>(v), cpu::typed<const S>(out), cpu::math_ptr<const M>(lse, "lse"), d);
   });
 }
 

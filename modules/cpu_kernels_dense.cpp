@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <climits>
+#include <string>
 #include <cmath>
 #include <cstring>
 
@@ -119,8 +120,10 @@ void CpuKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Te
   ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2];
   const int64_t V = wte.shape[0];
-  ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C && wpe.shape[1] == C && wpe.shape[0] >= T,
-           "embedding shapes: out ", out.shape.str(), " wte ", wte.shape.str(), " wpe ", wpe.shape.str());
+  const bool pos = wpe.defined();  // no wpe: rotary positions (Llama), a plain lookup
+  ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C && (!pos || (wpe.shape[1] == C && wpe.shape[0] >= T)),
+           "embedding shapes: out ", out.shape.str(), " wte ", wte.shape.str(), " wpe ",
+           pos ? wpe.shape.str() : std::string("none"));
   const int32_t* tok = cpu::typed<const int32_t>(tokens);
   for (int64_t i = 0; i < B * T; ++i) ZT_CHECK(tok[i] >= 0 && tok[i] < V, "token ", tok[i], " outside vocabulary of ", V);
   cpu::with_storage(wte.dtype, [&](auto wt) {
@@ -128,10 +131,19 @@ void CpuKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Te
       using TW = decltype(wt);
       using TO = decltype(ot);
       using M = cpu::math_t<TW, TO>;
-      ZT_CHECK(wpe.dtype == wte.dtype, "embedding: wte and wpe dtypes differ");
       const TW* e = cpu::typed<const TW>(wte);
-      const TW* p = cpu::typed<const TW>(wpe);
       TO* o = cpu::typed<TO>(out);
+      if (!pos) {
+#pragma omp parallel for schedule(static) if (B * T * C > cpu::kParallelGrain)
+        for (int64_t bt = 0; bt < B * T; ++bt) {
+          const TW* er = e + tok[bt] * C;
+          TO* orow = o + bt * C;
+          for (int64_t c = 0; c < C; ++c) orow[c] = narrow<TO>(load<M>(er[c]));
+        }
+        return;
+      }
+      ZT_CHECK(wpe.dtype == wte.dtype, "embedding: wte and wpe dtypes differ");
+      const TW* p = cpu::typed<const TW>(wpe);
 #pragma omp parallel for schedule(static) if (B * T * C > cpu::kParallelGrain)
       for (int64_t bt = 0; bt < B * T; ++bt) {
         const TW* er = e + tok[bt] * C;
@@ -155,6 +167,11 @@ static void embedding_bwd_impl(M* dwte, M* dwpe, const M* dout, const int32_t* t
     for (int64_t bt = 0; bt < B * T; ++bt) {
       const M* d = dout + bt * C;
       M* we = dwte + tok[bt] * C;
+      if (dwpe == nullptr) {
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) we[c] += d[c];
+        continue;
+      }
       M* wp = dwpe + (bt % T) * C;
 #pragma omp simd
       for (int64_t c = c0; c < c1; ++c) {
@@ -169,15 +186,16 @@ void CpuKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Ten
                                const Tensor& tokens) {
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cpu::cols(dout);
   const int64_t V = dwte.shape[0];
-  ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C && dwpe.shape[1] == C && dwpe.shape[0] >= T,
+  const bool pos = dwpe.defined();
+  ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C && (!pos || (dwpe.shape[1] == C && dwpe.shape[0] >= T)),
            "embedding_bwd shapes");
   const int32_t* tok = cpu::typed<const int32_t>(tokens);
   for (int64_t i = 0; i < B * T; ++i) ZT_CHECK(tok[i] >= 0 && tok[i] < V, "token ", tok[i], " outside vocabulary of ", V);
   if (dout.dtype == DType::f64) {
-    embedding_bwd_impl(cpu::math_ptr<double>(dwte, "dwte"), cpu::math_ptr<double>(dwpe, "dwpe"),
+    embedding_bwd_impl(cpu::math_ptr<double>(dwte, "dwte"), pos ? cpu::math_ptr<double>(dwpe, "dwpe") : nullptr,
                        cpu::math_ptr<double>(dout, "dout"), tok, B, T, C);
   } else {
-    embedding_bwd_impl(cpu::math_ptr<float>(dwte, "dwte"), cpu::math_ptr<float>(dwpe, "dwpe"),
+    embedding_bwd_impl(cpu::math_ptr<float>(dwte, "dwte"), pos ? cpu::math_ptr<float>(dwpe, "dwpe") : nullptr,
                        cpu::math_ptr<float>(dout, "dout"), tok, B, T, C);
   }
 }

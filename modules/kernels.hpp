@@ -1,5 +1,5 @@
-// The Kernels table: every numeric operation a GPT-2 unit performs, on
-// non-owning Tensor views. CpuKernels is the reference; a CUDA implementation
+// The Kernels table: every numeric operation a GPT-2 or Llama unit performs,
+// on non-owning Tensor views. CpuKernels is the reference; a CUDA implementation
 // provides the same table. Units never touch element data themselves.
 //
 // Dtypes. A call mixes at most three kinds of tensors:
@@ -16,6 +16,7 @@
 #pragma once
 
 #include "core/tensor.hpp"
+#include "modules/rope.hpp"
 #include "runtime/device.hpp"
 
 namespace zt {
@@ -57,6 +58,36 @@ class Kernels {
   virtual void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& out, const Tensor& lse, int n_head) = 0;
 
+  // ---- Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU --
+  // RMSNorm over the last dimension: out (N, C) = x * rstd * w, rstd (N) =
+  // 1 / sqrt(mean(x^2) + eps) in math dtype.
+  virtual void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
+                           double eps) = 0;
+  // dx (N, C) = (or += when accumulate_dx) the input gradient; dw (C) +=.
+  virtual void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
+                           const Tensor& x, const Tensor& w, const Tensor& rstd) = 0;
+  // x (B, T, H * head_dim), storage dtype, rotated in place: token t of every
+  // sequence is at position t (rope.hpp gives the convention and frequencies).
+  virtual void rope_fwd(const Tensor& x, const RopeConfig& rope) = 0;
+  // dx (B, T, H * head_dim), math dtype, in place: the transpose (inverse
+  // rotation), so dx becomes the gradient of the unrotated input.
+  virtual void rope_bwd(const Tensor& dx, const RopeConfig& rope) = 0;
+  // Causal grouped-query attention on separate q (B, T, n_head * hs), k and v
+  // (B, T, n_kv_head * hs): query head h reads key/value head
+  // h / (n_head / n_kv_head) (n_kv_head = 1: multi-query). out (B, T,
+  // n_head * hs) and lse (B, n_head, T) as attention_fwd's.
+  virtual void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, int n_head, int n_kv_head) = 0;
+  // dq, dk, dv (shapes of q, k, v; math dtype) written from dout.
+  virtual void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& lse, int n_head, int n_kv_head) = 0;
+  // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); all (N, F).
+  virtual void swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // dgate, dup (math dtype) written from dout (math dtype).
+  virtual void swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                          const Tensor& up) = 0;
+
   // ---- GELU, tanh approximation ------------------------------------------
   virtual void gelu_fwd(const Tensor& out, const Tensor& x) = 0;
   // din = dout * gelu'(x); din may alias dout.
@@ -77,6 +108,8 @@ class Kernels {
 
   // ---- token + position embedding ---------------------------------------
   // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wte (V, C), wpe (T_max, C).
+  // An undefined wpe (Tensor()) means no position embedding (Llama, whose
+  // positions are rotary): out = wte[tokens[b, t]], and dwpe is not written.
   virtual void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                              const Tensor& wpe) = 0;
   // dwte (V, C) +=, dwpe (T_max, C) += from dout (B, T, C).

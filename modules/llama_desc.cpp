@@ -17,6 +17,9 @@ ModelShape llama2_70b_shape() {
   s.ffn_hidden = 28672;
   s.vocab = 32000;
   s.seq_len = 4096;
+  s.rms_norm_eps = 1e-5;
+  s.rope.head_dim = s.head_dim();
+  s.rope.theta = 10000.0;
   return s;
 }
 
@@ -62,13 +65,18 @@ UnitDesc llama_block(const ModelShape& s, int layer) {
   return d;
 }
 
+// Untied: lm_head.weight is the head's own; tied (tie_word_embeddings): the
+// LM head reads the embedding's table, as GPT-2's does.
 UnitDesc llama_head(const ModelShape& s) {
   const int64_t C = s.d_model;
   UnitDesc d;
   d.name = "head";
   d.kind = UnitKind::head;
-  d.tensors = {{"norm.weight", Shape{C}, false, "model.norm.weight"},
-               {"lm_head.weight", Shape{s.vocab, C}, true, "lm_head.weight"}};
+  d.tensors = {{"norm.weight", Shape{C}, false, "model.norm.weight"}};
+  if (s.tie_word_embeddings)
+    d.tied = {TiedParam{0, 0}};
+  else
+    d.tensors.push_back({"lm_head.weight", Shape{s.vocab, C}, true, "lm_head.weight"});
   // As GPT-2's head (gpt.cpp) with one rstd instead of mean and rstd.
   d.act.output = {0, 1};
   d.act.stash = {C, 2};
@@ -82,13 +90,20 @@ UnitDesc llama_head(const ModelShape& s) {
 ModelDesc describe_llama(const ModelShape& s) {
   s.validate();
   ZT_CHECK(s.arch == "llama", "describe_llama of a ", s.arch, " shape");
+  if (s.head_dim() % 2 != 0)
+    ZT_USER_ERROR("model shape ", s.name, " (llama): the head size d_model / n_head = ", s.head_dim(),
+                  " must be even for rotary embeddings");
+  ZT_CHECK(s.rope.head_dim == s.head_dim(), "model shape ", s.name, ": rope.head_dim ", s.rope.head_dim,
+           " is not the head size ", s.head_dim());
   ModelDesc d;
   d.shape = s;
   d.units.push_back(llama_embedding(s));
   for (int l = 0; l < s.n_layer; ++l) d.units.push_back(llama_block(s, l));
   d.units.push_back(llama_head(s));
-  // As GPT-2's estimate (gpt.hpp), with the untied embedding table a lookup.
-  const double n = static_cast<double>(d.num_params()) - static_cast<double>(s.vocab * s.d_model);
+  // As GPT-2's estimate (gpt.hpp): an untied embedding table is a lookup
+  // only; a tied one is also the LM head's matrix.
+  const double n = static_cast<double>(d.num_params()) -
+                   (s.tie_word_embeddings ? 0.0 : static_cast<double>(s.vocab * s.d_model));
   d.flops_per_token = 6.0 * n + 12.0 * static_cast<double>(s.n_layer * s.d_model * s.seq_len);
   return d;
 }

@@ -1,6 +1,6 @@
-// Llama, described only: its units, tensors (with Hugging Face names) and
-// activations as the memory estimator needs them (docs/memory.md's
-// Llama-2 70B table). ztrain has no Llama units yet; build_model refuses it.
+// Llama's description: its units, tensors (with Hugging Face names) and
+// activations, what build_model builds (llama.hpp) and the memory estimator
+// counts (docs/memory.md's Llama-2 70B table).
 #pragma once
 
 #include "modules/model_desc.hpp"
@@ -12,8 +12,8 @@ namespace zt {
 ModelShape llama2_70b_shape();
 
 // Embedding (embed_tokens), n_layer blocks (RMSNorm, grouped-query attention
-// with rotary positions, SwiGLU MLP), head (final RMSNorm and an untied
-// lm_head); no biases.
+// with rotary positions, SwiGLU MLP), head (final RMSNorm and lm_head, the
+// head's own or, with tie_word_embeddings, the embedding's table); no biases.
 ModelDesc describe_llama(const ModelShape& s);
 
 }  // namespace zt

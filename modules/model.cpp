@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "modules/gpt.hpp"
+#include "modules/llama.hpp"
 
 namespace zt {
 
@@ -11,10 +12,10 @@ Model::Model(ModelDesc desc, std::vector<std::unique_ptr<Unit>> units)
 }
 
 Model build_model(const ModelDesc& desc) {
-  if (desc.arch() != "gpt2")
-    ZT_USER_ERROR("model ", desc.shape.name, ": architecture \"", desc.arch(),
-                  "\" is described (for the memory estimate) but ztrain cannot build it; it builds \"gpt2\"");
-  return Model(desc, gpt2_units(desc));
+  if (desc.arch() == "gpt2") return Model(desc, gpt2_units(desc));
+  if (desc.arch() == "llama") return Model(desc, llama_units(desc));
+  ZT_USER_ERROR("model ", desc.shape.name, ": ztrain cannot build architecture \"", desc.arch(),
+                "\"; it builds \"gpt2\" and \"llama\"");
 }
 
 }  // namespace zt

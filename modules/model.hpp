@@ -33,8 +33,7 @@ class Model {
   std::vector<const Unit*> views_;
 };
 
-// The units of `desc`, each made from its unit description. UserError for an
-// architecture that is described but cannot be built (llama).
+// The units of `desc`, each made from its unit description (gpt2, llama).
 Model build_model(const ModelDesc& desc);
 
 }  // namespace zt

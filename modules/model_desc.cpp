@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "modules/gpt.hpp"
+#include "modules/llama_desc.hpp"
 
 namespace zt {
 
@@ -85,6 +86,29 @@ ModelDesc describe_model(const ModelConfig& cfg) {
   if (cfg.arch == "gpt2")
     return describe_gpt2(
         gpt2_shape(GptConfig{cfg.n_layer, cfg.n_head, cfg.d_model, cfg.seq_len, cfg.vocab_size}, report_name(cfg)));
+  if (cfg.arch == "llama") {
+    ModelShape s;
+    s.arch = "llama";
+    s.name = report_name(cfg);
+    s.n_layer = cfg.n_layer;
+    s.d_model = cfg.d_model;
+    s.n_head = cfg.n_head;
+    s.n_kv_head = cfg.num_key_value_heads;
+    s.ffn_hidden = cfg.intermediate_size;
+    s.vocab = cfg.vocab_size;
+    s.seq_len = cfg.seq_len;
+    s.rms_norm_eps = cfg.rms_norm_eps;
+    s.tie_word_embeddings = cfg.tie_word_embeddings;
+    s.rope.head_dim = cfg.n_head > 0 ? cfg.d_model / cfg.n_head : 0;
+    s.rope.theta = cfg.rope_theta;
+    const RopeScalingConfig& rs = cfg.rope_scaling;
+    s.rope.llama3 = rs.llama3;
+    s.rope.factor = rs.factor;
+    s.rope.low_freq_factor = rs.low_freq_factor;
+    s.rope.high_freq_factor = rs.high_freq_factor;
+    s.rope.original_max_position_embeddings = rs.original_max_position_embeddings;
+    return describe_llama(s);
+  }
   std::string known;
   for (const std::string& a : model_architectures()) known += (known.empty() ? "\"" : ", \"") + a + "\"";
   ZT_USER_ERROR("model.arch: unknown architecture \"", cfg.arch, "\"; known architectures: ", known);

@@ -8,7 +8,7 @@
 // static describe function (GPT-2: EmbeddingUnit::describe, ... in gpt.hpp),
 // next to the forward that allocates what they describe; a unit built from a
 // description returns that description's tensors (DescribedUnit). Llama is
-// described only (llama_desc.hpp), for the estimator; it cannot be built yet.
+// described in llama_desc.hpp and built from that description (llama.hpp).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "modules/rope.hpp"
 #include "modules/unit.hpp"
 
 namespace zt {
@@ -26,7 +27,7 @@ namespace zt {
 // head tied to wte; Llama has RMSNorm, no biases, rotary positions, SwiGLU
 // and an untied head.
 struct ModelShape {
-  std::string arch;        // "gpt2" (built and trained) | "llama" (described only)
+  std::string arch;        // "gpt2" | "llama"
   std::string name;        // for reports: "gpt2-124m", "gpt2 (custom sizes)", "llama2-70b"
   int64_t n_layer = 0;
   int64_t d_model = 0;     // C
@@ -35,6 +36,12 @@ struct ModelShape {
   int64_t ffn_hidden = 0;  // F: MLP width
   int64_t vocab = 0;       // V
   int64_t seq_len = 0;     // T: training sequence (and rows of wpe when learned)
+  // Llama only (GPT-2 keeps the defaults and ignores them): RMSNorm's eps,
+  // the rotary embedding (rope.head_dim = head_dim()), and whether lm_head
+  // is the embedding table itself.
+  double rms_norm_eps = 1e-5;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
 
   int64_t head_dim() const { return d_model / n_head; }
   int64_t kv_width() const { return n_kv_head * head_dim(); }  // width of k and of v

@@ -6,6 +6,7 @@
 #include "modules/cuda/embedding.cuh"
 #include "modules/cuda/gelu.cuh"
 #include "modules/cuda/layernorm.cuh"
+#include "modules/cuda/llama.cuh"
 #include "modules/cuda/matmul.cuh"
 #include "modules/cuda/reduce.cuh"
 
@@ -15,6 +16,17 @@ using cuda::check_dtype;
 using cuda::check_on_device;
 using cuda::cols;
 using cuda::rows;
+
+namespace {
+
+// The Llama operations without a GPU kernel yet (grouped-query attention, the
+// embedding without a position table).
+[[noreturn]] void llama_not_yet(const char* op) {
+  ZT_USER_ERROR("model.arch \"llama\" is not yet available on the CUDA backend (", op,
+                " has no GPU kernel); run it with --device cpu");
+}
+
+}  // namespace
 
 CudaKernels::CudaKernels(CudaDevice& dev, const CudaKernelsOptions& opts) : CudaKernels(dev, dev.stream(), opts) {}
 
@@ -107,6 +119,7 @@ void CudaKernels::gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& 
 // ---- embedding -------------------------------------------------------------------------
 
 void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  if (!wpe.defined()) llama_not_yet("embedding without a position table");
   ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2], V = wte.shape[0];
   ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C && wpe.shape[1] == C && wpe.shape[0] >= T,
@@ -119,6 +132,7 @@ void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const T
 }
 
 void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  if (!dwpe.defined()) llama_not_yet("embedding without a position table");
   ZT_CHECK(tokens.shape.rank() == 2, "embedding_bwd: tokens (B, T)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cols(dout), V = dwte.shape[0];
   ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C && dwpe.shape[1] == C && dwpe.shape[0] >= T,
@@ -129,6 +143,76 @@ void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Te
   cuda::embedding_bwd(static_cast<float*>(dwte.data), static_cast<float*>(dwpe.data),
                       static_cast<const float*>(dout.data), static_cast<const int32_t*>(tokens.data), B, T, C, V,
                       scratch(cuda::embedding_bwd_workspace_bytes(B, T, V)), stream_);
+}
+
+// ---- Llama -------------------------------------------------------------------------------
+// RMSNorm, RoPE and SwiGLU run here (llama.cu); grouped-query attention does
+// not yet, so ztrain still refuses model.arch "llama" on this backend.
+
+void CudaKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) {
+  const int64_t C = cols(x), N = rows(x);
+  ZT_CHECK(out.shape == x.shape && out.dtype == x.dtype && w.numel() == C && rstd.numel() == N,
+           "rmsnorm_fwd: out ", out.shape.str(), " x ", x.shape.str(), " w ", w.shape.str());
+  ZT_CHECK(eps > 0, "rmsnorm_fwd: eps must be > 0, got ", eps);
+  for (const Tensor* t : {&out, &rstd, &x, &w}) check_on_device(*t, "rmsnorm_fwd tensor");
+  check_dtype(rstd, DType::f32, "rmsnorm rstd");
+  cuda::rmsnorm_fwd(out.data, static_cast<float*>(rstd.data), x.data, x.dtype, w.data, w.dtype, N, C,
+                    static_cast<float>(eps), stream_);
+}
+
+void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
+                              const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  const int64_t C = cols(x), N = rows(x);
+  ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C && dw.numel() == C &&
+               rstd.numel() == N,
+           "rmsnorm_bwd shapes: x ", x.shape.str(), " dx ", dx.shape.str());
+  for (const Tensor* t : {&dx, &dw, &dout, &x, &w, &rstd}) check_on_device(*t, "rmsnorm_bwd tensor");
+  for (const Tensor* t : {&dx, &dw, &dout, &rstd}) check_dtype(*t, DType::f32, "rmsnorm_bwd gradient");
+  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), accumulate_dx, static_cast<float*>(dw.data),
+                    static_cast<const float*>(dout.data), x.data, x.dtype, w.data, w.dtype,
+                    static_cast<const float*>(rstd.data), N, C, scratch(cuda::rmsnorm_bwd_workspace_bytes(N, C)),
+                    stream_);
+}
+
+void CudaKernels::rope_fwd(const Tensor& x, const RopeConfig& rope) {
+  ZT_CHECK(x.shape.rank() == 3, "rope_fwd: x must be (B, T, H * head_dim), got ", x.shape.str());
+  check_on_device(x, "rope_fwd x");
+  cuda::rope(x.data, x.dtype, x.shape[0], x.shape[1], x.shape[2], rope, false, stream_);
+}
+
+void CudaKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope) {
+  ZT_CHECK(dx.shape.rank() == 3, "rope_bwd: dx must be (B, T, H * head_dim), got ", dx.shape.str());
+  check_on_device(dx, "rope_bwd dx");
+  check_dtype(dx, DType::f32, "rope_bwd gradient");
+  cuda::rope(dx.data, dx.dtype, dx.shape[0], dx.shape[1], dx.shape[2], rope, true, stream_);
+}
+
+void CudaKernels::gqa_attention_fwd(Arena&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                    int, int) {
+  llama_not_yet("gqa_attention_fwd");
+}
+void CudaKernels::gqa_attention_bwd(Arena&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int) {
+  llama_not_yet("gqa_attention_bwd");
+}
+
+void CudaKernels::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  ZT_CHECK(out.numel() == gate.numel() && up.numel() == gate.numel() && out.dtype == gate.dtype &&
+               up.dtype == gate.dtype,
+           "swiglu_fwd: out ", out.shape.str(), " gate ", gate.shape.str(), " up ", up.shape.str());
+  for (const Tensor* t : {&out, &gate, &up}) check_on_device(*t, "swiglu_fwd tensor");
+  cuda::swiglu_fwd(out.data, gate.data, up.data, gate.dtype, gate.numel(), stream_);
+}
+
+void CudaKernels::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                             const Tensor& up) {
+  const int64_t n = gate.numel();
+  ZT_CHECK(dgate.numel() == n && dup.numel() == n && dout.numel() == n && up.numel() == n && up.dtype == gate.dtype,
+           "swiglu_bwd shapes: dgate ", dgate.shape.str(), " gate ", gate.shape.str());
+  for (const Tensor* t : {&dgate, &dup, &dout, &gate, &up}) check_on_device(*t, "swiglu_bwd tensor");
+  for (const Tensor* t : {&dgate, &dup, &dout}) check_dtype(*t, DType::f32, "swiglu_bwd gradient");
+  cuda::swiglu_bwd(static_cast<float*>(dgate.data), static_cast<float*>(dup.data),
+                   static_cast<const float*>(dout.data), gate.data, up.data, gate.dtype, n, stream_);
 }
 
 // ---- element-wise ------------------------------------------------------------------------

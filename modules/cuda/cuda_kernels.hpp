@@ -71,6 +71,23 @@ class CudaKernels final : public Kernels {
   void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, int n_head) override;
 
+  // Llama: RMSNorm, RoPE and SwiGLU (llama.cuh); grouped-query attention
+  // throws a UserError naming it (ztrain refuses model.arch "llama" on this
+  // backend before it gets here).
+  void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
+  void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
+                   const Tensor& w, const Tensor& rstd) override;
+  void rope_fwd(const Tensor& x, const RopeConfig& rope) override;
+  void rope_bwd(const Tensor& dx, const RopeConfig& rope) override;
+  void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                         const Tensor& v, int n_head, int n_kv_head) override;
+  void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                         int n_head, int n_kv_head) override;
+  void swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                  const Tensor& up) override;
+
   void gelu_fwd(const Tensor& out, const Tensor& x) override;
   void gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& x) override;
 

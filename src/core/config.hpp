@@ -20,26 +20,58 @@ namespace zt {
 // Architectures that model.arch accepts (modules/model_desc.hpp describes each).
 const std::vector<std::string>& model_architectures();
 
+// Llama 3's rotary frequency scaling (model.rope_scaling, rope_type "llama3";
+// transformers' names and meanings).
+struct RopeScalingConfig {
+  bool llama3 = false;  // false: no scaling (rope_scaling absent or null)
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
+
 struct ModelConfig {
-  // One of model_architectures(); every preset is a "gpt2".
+  // One of model_architectures(); a preset names its own ("tiny", "gpt2-*":
+  // gpt2; "llama-tiny", "llama2-*", "llama3*": llama).
   std::string arch = "gpt2";
-  // "tiny", "gpt2-124m", "gpt2-350m", "gpt2-1.3b"; "" when sizes were given
-  // without a preset (missing sizes then come from tiny).
+  // "tiny", "gpt2-124m", ..., "llama-tiny", "llama2-7b", ...; "" when sizes
+  // were given without a preset (missing sizes then come from the arch's
+  // tiny preset).
   std::string preset = "tiny";
   int n_layer = 2;
   int n_head = 4;
   int d_model = 64;
   int seq_len = 64;
   int vocab_size = 256;  // tokens are stored as uint16: 2..65536
+  // Llama only (keys of another arch are refused by name): the MLP width,
+  // key/value heads (dividing n_head; 1 = multi-query), RMSNorm's eps, the
+  // rotary base and scaling, and whether lm_head is the embedding table.
+  int intermediate_size = 0;
+  int num_key_value_heads = 0;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  bool tie_word_embeddings = false;
   // Recompute each block's forward during backward instead of keeping its
   // activations.
   bool activation_checkpointing = false;
+  // Weights to start from (a fine-tuning run: these weights, fresh optimizer
+  // state, step 0): a Hugging Face model directory (config.json + safetensors)
+  // or a ztrain checkpoint (a step directory or a checkpoint.dir); "" = the
+  // random initialisation. Read by train/init_from.hpp; its model must be
+  // this config's. A --resume that finds a checkpoint takes precedence.
+  std::string init_from;
 };
 
 struct DataConfig {
   std::string train;     // token file; must exist (its format is the io layer's check)
   std::string val;       // "" = none
   bool embedded = true;  // no "data" section: use the built-in synthetic corpus
+  // The tokenizer that made the token files (a tokenizer.json or a
+  // SentencePiece .model), absolute; "" = none named. The trainer reads only
+  // ids; the path goes into checkpoint manifests, and `zckpt export` copies
+  // the file beside the weights (with its BOS/EOS ids in config.json).
+  std::string tokenizer;
 };
 
 struct TrainConfig {

@@ -51,12 +51,29 @@ json model_json(const ModelConfig& m) {
             {"n_layer", m.n_layer},   {"n_head", m.n_head},         {"d_model", m.d_model},
             {"seq_len", m.seq_len},   {"vocab_size", m.vocab_size}, {"activation_checkpointing", m.activation_checkpointing}};
   if (!m.preset.empty()) j["preset"] = m.preset;  // "" (custom sizes) has no key
+  if (!m.init_from.empty()) j["init_from"] = m.init_from;
+  if (m.arch == "llama") {  // another arch refuses these keys
+    j["intermediate_size"] = m.intermediate_size;
+    j["num_key_value_heads"] = m.num_key_value_heads;
+    j["rms_norm_eps"] = m.rms_norm_eps;
+    j["rope_theta"] = m.rope_theta;
+    const RopeScalingConfig& r = m.rope_scaling;
+    j["rope_scaling"] = r.llama3 ? json{{"rope_type", "llama3"},
+                                        {"factor", r.factor},
+                                        {"low_freq_factor", r.low_freq_factor},
+                                        {"high_freq_factor", r.high_freq_factor},
+                                        {"original_max_position_embeddings", r.original_max_position_embeddings}}
+                                 : json{{"rope_type", "default"}};
+    j["tie_word_embeddings"] = m.tie_word_embeddings;
+  }
   return j;
 }
 
 json data_json(const DataConfig& d) {
   if (d.embedded) return {{"embedded", true}};
-  return {{"train", d.train}, {"val", null_if_empty(d.val)}};
+  json j = {{"train", d.train}, {"val", null_if_empty(d.val)}};
+  if (!d.tokenizer.empty()) j["tokenizer"] = d.tokenizer;
+  return j;
 }
 
 json zero_json(const ZeroConfig& z) {

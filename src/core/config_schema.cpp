@@ -144,9 +144,15 @@ std::vector<SectionSchema> build_schemas() {
                 {"use_reentrant", true, ""}}});
 
   s.push_back({"model", "model",
-               {"arch", "preset", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "activation_checkpointing"},
+               {"arch", "preset", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "activation_checkpointing",
+                "intermediate_size", "num_key_value_heads", "rms_norm_eps", "rope_theta", "rope_scaling",
+                "tie_word_embeddings", "init_from"},
                {}});
-  s.push_back({"data", "data", {"train", "val", "embedded"}, {}});
+  s.push_back({"model.rope_scaling", "model.rope_scaling",
+               {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings"},
+               {}});
+  s.push_back({"data", "data", {"train", "val", "embedded", "tokenizer"}, {}});
   s.push_back({"train", "train", {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib"}, {}});
   s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend"}, {}});
   s.push_back({"checkpoint", "checkpoint",

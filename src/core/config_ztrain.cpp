@@ -14,25 +14,97 @@ struct ModelPreset {
   const char* name;
   const char* arch;
   int n_layer, n_head, d_model, seq_len, vocab_size;
+  // Llama only: intermediate_size, num_key_value_heads, rms_norm_eps,
+  // rope_theta, rope_scaling, tie_word_embeddings.
+  int ffn = 0, kv_heads = 0;
+  double eps = 1e-5, theta = 10000.0;
+  RopeScalingConfig scaling = {};
+  bool tie = false;
 };
 
+constexpr RopeScalingConfig kNoScaling{};
+// Llama 3.1's published scaling (its config.json rope_scaling).
+constexpr RopeScalingConfig kLlama31Scaling{true, 8.0, 1.0, 4.0, 8192};
+// llama-tiny's: its 16-wide heads have wavelengths from 6 to 20,000
+// positions, so with original 256 (high band < 64, low band > 256) every
+// regime of the llama3 scaling is exercised.
+constexpr RopeScalingConfig kTinyScaling{true, 4.0, 1.0, 4.0, 256};
+
 // GPT-2 shapes as in the GPT-2 and GPT-3 papers; "tiny" is the test model.
+// Llama shapes as the published Hugging Face config.json files (meta-llama/
+// Llama-2-{7b,13b,70b}-hf, Meta-Llama-3-{8B,70B}, Llama-3.1-{8B,70B}); seq_len
+// is max_position_embeddings, except Llama 3.1's 131,072, which is reached by
+// the rope scaling from its original 8,192 (the training length here).
+// "llama-tiny" is the Llama test model: grouped-query (2 kv heads of 4) with
+// the llama3 scaling.
 const ModelPreset kModelPresets[] = {
     {"tiny", "gpt2", 2, 4, 64, 64, 256},
     {"gpt2-124m", "gpt2", 12, 12, 768, 1024, 50257},
     {"gpt2-350m", "gpt2", 24, 16, 1024, 1024, 50257},
     {"gpt2-1.3b", "gpt2", 24, 32, 2048, 1024, 50257},
+    {"llama-tiny", "llama", 2, 4, 64, 64, 256, 176, 2, 1e-5, 10000.0, kTinyScaling, false},
+    {"llama2-7b", "llama", 32, 32, 4096, 4096, 32000, 11008, 32, 1e-5, 10000.0, kNoScaling, false},
+    {"llama2-13b", "llama", 40, 40, 5120, 4096, 32000, 13824, 40, 1e-5, 10000.0, kNoScaling, false},
+    {"llama2-70b", "llama", 80, 64, 8192, 4096, 32000, 28672, 8, 1e-5, 10000.0, kNoScaling, false},
+    {"llama3-8b", "llama", 32, 32, 4096, 8192, 128256, 14336, 8, 1e-5, 500000.0, kNoScaling, false},
+    {"llama3-70b", "llama", 80, 64, 8192, 8192, 128256, 28672, 8, 1e-5, 500000.0, kNoScaling, false},
+    {"llama3.1-8b", "llama", 32, 32, 4096, 8192, 128256, 14336, 8, 1e-5, 500000.0, kLlama31Scaling, false},
+    {"llama3.1-70b", "llama", 80, 64, 8192, 8192, 128256, 28672, 8, 1e-5, 500000.0, kLlama31Scaling, false},
 };
 
-// Tokens are stored as uint16, so ids must fit in 0..65535.
-constexpr int64_t kMaxVocab = 65536;
+// The keys that only one architecture reads: given for another, refused by name.
+const char* const kLlamaKeys[] = {"intermediate_size", "num_key_value_heads", "rms_norm_eps",
+                                  "rope_theta",        "rope_scaling",        "tie_word_embeddings"};
+
+// Token shards hold uint16 or uint32 ids (src/io/token_shard.hpp) and the
+// trainer's token tensors are int32. 2^24 is far above any published
+// vocabulary (Llama 3: 128,256) and keeps the CUDA classifier's row grid
+// (ceil(V / 512) <= 65535 blocks) and its int-sized chunks in range.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+// model.rope_scaling: absent or null keeps the preset's; an object is
+// rope_type (transformers' older configs say "type") "default" (no scaling,
+// as in transformers) or "llama3" with all four numbers. Other types
+// (linear, dynamic, yarn, ...) are refused by name.
+RopeScalingConfig parse_rope_scaling(const SectionReader& m, const RopeScalingConfig& def) {
+  if (!m.has("rope_scaling")) return def;
+  if (!m.find("rope_scaling")->is_object())
+    m.fail("rope_scaling", "expected an object (\"rope_type\": \"llama3\" and its four keys) or null, found " +
+                               show(*m.find("rope_scaling")));
+  const SectionReader r = m.section("rope_scaling", "model.rope_scaling");
+  const std::string type_key = r.pick_alias({"rope_type", "type"});
+  if (!r.has(type_key)) r.fail("rope_type", "required (\"llama3\")");
+  const std::string type = r.string(type_key, "");
+  const char* const numbers[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  RopeScalingConfig s;
+  if (type == "default") {
+    for (const char* key : numbers)
+      if (r.has(key)) r.fail(key, "applies to rope_type \"llama3\" only; this rope_type is \"default\"");
+    return s;
+  }
+  if (type != "llama3")
+    r.fail(type_key, "rope scaling \"" + type + "\" is not supported; ztrain implements \"llama3\" (and \"default\": none)");
+  s.llama3 = true;
+  for (const char* key : numbers)
+    if (!r.has(key)) r.fail(key, "required for rope_type \"llama3\"");
+  s.factor = r.number("factor", 0, above(0));
+  s.low_freq_factor = r.number("low_freq_factor", 0, above(0));
+  s.high_freq_factor = r.number("high_freq_factor", 0, above(0));
+  s.original_max_position_embeddings =
+      static_cast<int>(r.integer("original_max_position_embeddings", 0, 1, kIntMax));
+  if (s.high_freq_factor <= s.low_freq_factor)
+    r.fail("high_freq_factor", "must be greater than low_freq_factor (" + show(s.low_freq_factor) + "), found " +
+                                   show(s.high_freq_factor));
+  return s;
+}
 
 void parse_model(const SectionReader& top, Config& cfg) {
   const SectionReader r = top.section("model", "model");
   ModelConfig& m = cfg.model;
   std::vector<std::string> names;
   for (const ModelPreset& p : kModelPresets) names.push_back(p.name);
-  // Explicit sizes override the preset's; without a preset they override tiny's.
+  // Explicit sizes override the preset's; without a preset they override the
+  // tiny preset of the architecture ("tiny", "llama-tiny").
   const std::string preset_name = r.choice("preset", "", names);
   ModelPreset base = kModelPresets[0];
   for (const ModelPreset& p : kModelPresets)
@@ -40,6 +112,14 @@ void parse_model(const SectionReader& top, Config& cfg) {
 
   // The architecture: the preset's (tiny's without one) unless given.
   m.arch = r.choice("arch", base.arch, model_architectures());
+  if (!preset_name.empty() && m.arch != base.arch)
+    r.fail("arch", "\"" + m.arch + "\" contradicts preset \"" + preset_name + "\", a \"" + base.arch + "\"");
+  if (preset_name.empty() && m.arch == "llama")
+    for (const ModelPreset& p : kModelPresets)
+      if (std::string(p.name) == "llama-tiny") base = p;
+  if (m.arch != "llama")
+    for (const char* key : kLlamaKeys)
+      if (r.has(key)) r.fail(key, "applies to model.arch \"llama\" only; this model is a \"" + m.arch + "\"");
 
   bool any_size = false;
   auto size = [&](const std::string& key, int def, int64_t lo, int64_t hi) {
@@ -51,14 +131,40 @@ void parse_model(const SectionReader& top, Config& cfg) {
   m.d_model = size("d_model", base.d_model, 1, kIntMax);
   m.seq_len = size("seq_len", base.seq_len, 1, kIntMax);
   m.vocab_size = size("vocab_size", base.vocab_size, 2, kMaxVocab);
+  if (m.arch == "llama") {
+    m.intermediate_size = size("intermediate_size", base.ffn, 1, kIntMax);
+    m.num_key_value_heads = size("num_key_value_heads", base.kv_heads, 1, kIntMax);
+    m.rms_norm_eps = r.number("rms_norm_eps", base.eps, above(0));
+    m.rope_theta = r.number("rope_theta", base.theta, above(0));
+    m.rope_scaling = parse_rope_scaling(r, base.scaling);
+    m.tie_word_embeddings = r.boolean("tie_word_embeddings", base.tie);
+    any_size = any_size || r.has("rms_norm_eps") || r.has("rope_theta") || r.has("rope_scaling") ||
+               r.has("tie_word_embeddings");
+  }
   m.activation_checkpointing = r.boolean("activation_checkpointing", ModelConfig{}.activation_checkpointing);
-  // No preset: "tiny" when the sizes are tiny's, "" (custom) once any is given.
-  m.preset = !preset_name.empty() ? preset_name : any_size ? "" : "tiny";
+  m.init_from = r.string("init_from", "");
+  if (r.has("init_from") && m.init_from.empty()) r.fail("init_from", "expected a directory, found \"\"");
+  // Absolute, for checkpoint manifests (zckpt export follows it to a
+  // tokenizer); whether it exists is the trainer's check when it reads it,
+  // so a manifest naming a directory removed since still parses.
+  if (!m.init_from.empty()) m.init_from = std::filesystem::absolute(m.init_from).lexically_normal().string();
+  // No preset: the tiny one when the sizes are its, "" (custom) once any is given.
+  m.preset = !preset_name.empty() ? preset_name : any_size ? "" : base.name;
 
   if (m.d_model % m.n_head != 0)
     r.fail(r.has("d_model") || !r.has("n_head") ? "d_model" : "n_head",
            "d_model (" + std::to_string(m.d_model) + ") must be divisible by n_head (" + std::to_string(m.n_head) +
                ")");
+  if (m.arch == "llama") {
+    if (m.n_head % m.num_key_value_heads != 0)
+      r.fail(r.has("num_key_value_heads") || !r.has("n_head") ? "num_key_value_heads" : "n_head",
+             "num_key_value_heads (" + std::to_string(m.num_key_value_heads) + ") must divide n_head (" +
+                 std::to_string(m.n_head) + ")");
+    if ((m.d_model / m.n_head) % 2 != 0)
+      r.fail(r.has("d_model") ? "d_model" : "n_head",
+             "the head size d_model / n_head (" + std::to_string(m.d_model / m.n_head) +
+                 ") must be even for rotary embeddings");
+  }
 }
 
 // Existence is checked here so a typo fails at start-up on every rank with the
@@ -87,7 +193,7 @@ void parse_data(const SectionReader& top, Config& cfg) {
   // resolved_json writes {"embedded": true} for the built-in corpus.
   d.embedded = r.boolean("embedded", false);
   if (d.embedded) {
-    for (const char* key : {"train", "val"})
+    for (const char* key : {"train", "val", "tokenizer"})
       if (r.has(key)) r.fail(key, "cannot be given together with data.embedded: true");
     return;
   }
@@ -98,6 +204,11 @@ void parse_data(const SectionReader& top, Config& cfg) {
   check_readable_file(r, "train", d.train);
   d.val = r.string("val", "");
   if (r.has("val")) check_readable_file(r, "val", d.val);
+  if (r.has("tokenizer")) {
+    d.tokenizer = r.string("tokenizer", "");
+    check_readable_file(r, "tokenizer", d.tokenizer);
+    d.tokenizer = std::filesystem::absolute(d.tokenizer).lexically_normal().string();  // read later by zckpt export
+  }
 }
 
 void parse_train(const SectionReader& top, Config& cfg) {
@@ -171,7 +282,7 @@ void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
 namespace zt {
 
 const std::vector<std::string>& model_architectures() {
-  static const std::vector<std::string> names = {"gpt2"};
+  static const std::vector<std::string> names = {"gpt2", "llama"};
   return names;
 }
 

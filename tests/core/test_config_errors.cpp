@@ -74,8 +74,8 @@ TEST(ConfigErrors, AutoOutsideTheBatchTripletIsExplained) {
 TEST(ConfigErrors, OutOfRangeNamesBounds) {
   EXPECT_EQ(parse_error(R"({"zero_optimization": {"stage": 7}})"),
             "config.json: zero_optimization.stage: expected 0..3, found 7");
-  EXPECT_EQ(parse_error(R"({"model": {"vocab_size": 70000}})"),
-            "config.json: model.vocab_size: expected 2..65536, found 70000");
+  EXPECT_EQ(parse_error(R"({"model": {"vocab_size": 16777217}})"),
+            "config.json: model.vocab_size: expected 2..16777216, found 16777217");
   EXPECT_EQ(parse_error(R"({"train": {"steps": 0}})"), "config.json: train.steps: expected a positive integer, found 0");
   EXPECT_EQ(parse_error(R"({"optimizer": {"params": {"lr": 0}}})"),
             "config.json: optimizer.params.lr: expected a number > 0, found 0");
@@ -110,12 +110,14 @@ TEST(ConfigErrors, EnumValueSuggestsNearest) {
 }
 
 TEST(ConfigErrors, UnknownModelArchitectureListsTheKnownOnes) {
-  EXPECT_EQ(parse_error(R"({"model": {"arch": "llama"}})"),
-            "config.json: model.arch: expected one of \"gpt2\", found \"llama\"");
+  EXPECT_EQ(parse_error(R"({"model": {"arch": "mamba"}})"),
+            "config.json: model.arch: expected one of \"gpt2\", \"llama\", found \"mamba\"");
   EXPECT_EQ(parse_error(R"({"model": {"arch": "gpt-2", "preset": "gpt2-124m"}})"),
-            "config.json: model.arch: expected one of \"gpt2\", found \"gpt-2\"; did you mean \"gpt2\"?");
-  EXPECT_EQ(parse_error(R"({"model": {"arch": 2}})"), "config.json: model.arch: expected one of \"gpt2\", found 2");
-  EXPECT_CONTAINS(parse_error("{}", {"model.arch=bert"}), "model.arch: expected one of \"gpt2\", found \"bert\"");
+            "config.json: model.arch: expected one of \"gpt2\", \"llama\", found \"gpt-2\"; did you mean \"gpt2\"?");
+  EXPECT_EQ(parse_error(R"({"model": {"arch": 2}})"),
+            "config.json: model.arch: expected one of \"gpt2\", \"llama\", found 2");
+  EXPECT_CONTAINS(parse_error("{}", {"model.arch=bert"}),
+                  "model.arch: expected one of \"gpt2\", \"llama\", found \"bert\"");
 }
 
 TEST(ConfigErrors, InconsistentBatchTripletShowsArithmetic) {

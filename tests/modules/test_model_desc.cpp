@@ -1,12 +1,13 @@
 // The model description (modules/model_desc.hpp): GPT-2's is the model that
 // build_model builds, with the Hugging Face names and Conv1D layouts that
 // transformers' GPT2LMHeadModel loads; describe_model follows model.arch;
-// Llama is described (counts, names, untied head) but not built.
+// Llama's presets have the published parameter counts and build.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "modules/gpt.hpp"
 #include "modules/llama_desc.hpp"
@@ -97,10 +98,10 @@ TEST(ModelDesc, ArchitecturesAndPresetNames) {
   EXPECT_EQ(describe_model(c).shape.name, "gpt2 tiny");
   c.arch = "mamba";
   EXPECT_EQ(user_error([&] { describe_model(c); }),
-            "model.arch: unknown architecture \"mamba\"; known architectures: \"gpt2\"");
+            "model.arch: unknown architecture \"mamba\"; known architectures: \"gpt2\", \"llama\"");
 }
 
-TEST(ModelDesc, LlamaIsDescribedNotBuilt) {
+TEST(ModelDesc, LlamaIsDescribedAndBuilt) {
   const ModelDesc d = describe_llama(llama2_70b_shape());
   EXPECT_EQ(d.num_units(), 82);
   EXPECT_EQ(d.num_params(), 68976648192);
@@ -111,9 +112,55 @@ TEST(ModelDesc, LlamaIsDescribedNotBuilt) {
   EXPECT_EQ(block.tensors[2].shape, (Shape{1024, 8192}));  // 8 kv heads of 128
   EXPECT_TRUE(d.units.back().tied.empty()) << "Llama's lm_head is its own";
   EXPECT_EQ(d.units.back().tensors[1].hf_name, "lm_head.weight");
-  const std::string e = user_error([&] { build_model(d); });
-  EXPECT_NE(e.find("\"llama\""), std::string::npos) << e;
-  EXPECT_NE(e.find("cannot build"), std::string::npos) << e;
+  const Model m = build_model(d);
+  EXPECT_EQ(m.num_units(), 82);
+  EXPECT_EQ(m.unit(81).params().size(), 2u);
+}
+
+ModelConfig preset(const std::string& name) {
+  return parse_config(nlohmann::json{{"model", {{"preset", name}}}}, "test").model;
+}
+
+// The presets' parameter counts are the published checkpoints' (the sums of
+// their safetensors shapes), and their rotary settings their config.json's.
+TEST(ModelDesc, LlamaPresetsHavePublishedShapes) {
+  EXPECT_EQ(describe_model(preset("llama2-7b")).num_params(), 6738415616);
+  EXPECT_EQ(describe_model(preset("llama2-13b")).num_params(), 13015864320);
+  EXPECT_EQ(describe_model(preset("llama2-70b")).num_params(), 68976648192);
+  EXPECT_EQ(describe_model(preset("llama3-8b")).num_params(), 8030261248);
+  EXPECT_EQ(describe_model(preset("llama3-70b")).num_params(), 70553706496);
+  EXPECT_EQ(describe_model(preset("llama3.1-8b")).num_params(), 8030261248);
+  const ModelDesc l3 = describe_model(preset("llama3-8b"));
+  EXPECT_EQ(l3.shape.n_kv_head, 8);
+  EXPECT_EQ(l3.shape.ffn_hidden, 14336);
+  EXPECT_EQ(l3.shape.vocab, 128256);
+  EXPECT_EQ(l3.shape.rope.theta, 500000.0);
+  EXPECT_FALSE(l3.shape.rope.llama3);
+  const ModelDesc l31 = describe_model(preset("llama3.1-70b"));
+  EXPECT_TRUE(l31.shape.rope.llama3);
+  EXPECT_EQ(l31.shape.rope.factor, 8.0);
+  EXPECT_EQ(l31.shape.rope.low_freq_factor, 1.0);
+  EXPECT_EQ(l31.shape.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(l31.shape.rope.original_max_position_embeddings, 8192.0);
+  EXPECT_EQ(l31.shape.rope.head_dim, 128);
+  const ModelDesc l2 = describe_model(preset("llama2-7b"));
+  EXPECT_EQ(l2.shape.n_kv_head, 32);
+  EXPECT_EQ(l2.shape.rope.theta, 10000.0);
+  EXPECT_EQ(l2.shape.rms_norm_eps, 1e-5);
+  EXPECT_EQ(l2.shape.name, "llama2-7b");
+}
+
+// A tied Llama has no lm_head tensor; its head reads the embedding's table.
+TEST(ModelDesc, LlamaTiedHead) {
+  nlohmann::json j = {{"model", {{"preset", "llama-tiny"}, {"tie_word_embeddings", true}}}};
+  const ModelDesc tied = describe_model(parse_config(j, "test").model);
+  j["model"]["tie_word_embeddings"] = false;
+  const ModelDesc untied = describe_model(parse_config(j, "test").model);
+  EXPECT_EQ(untied.num_params() - tied.num_params(), 256 * 64);
+  ASSERT_EQ(tied.units.back().tied.size(), 1u);
+  EXPECT_EQ(tied.units.back().tied[0].unit, 0);
+  EXPECT_EQ(tied.units.back().tensors.size(), 1u);
+  EXPECT_EQ(tied.unit_ties().back(), std::vector<int>{0});
 }
 
 }  // namespace

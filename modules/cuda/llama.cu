@@ -1,0 +1,199 @@
+// RMSNorm, rotary embeddings and SwiGLU on the GPU (llama.cuh). Plain
+// formulations first: one warp per row for RMSNorm (column sums through
+// column_reduce.cuh), one thread per rotated pair for RoPE, one thread per
+// element for SwiGLU. Parity with the CPU reference: tests/cuda/test_llama_parity.cpp.
+#include "modules/cuda/column_reduce.cuh"
+#include "modules/cuda/llama.cuh"
+
+namespace zt::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kThreads = 256;
+constexpr int kMaxHalf = 256;  // head_dim <= 512
+
+template <typename TX, typename TW>
+__global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* w, int64_t N, int C, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const TX* xr = x + row * C;
+  float ss = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float v = to_float(xr[c]);
+    ss += v * v;
+  }
+  const float r = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(C) + eps);
+  TX* orow = out + row * C;
+  for (int c = lane; c < C; c += 32) orow[c] = from_float<TX>(to_float(xr[c]) * r * to_float(w[c]));
+  if (lane == 0) rstd[row] = r;
+}
+
+template <typename TX, typename TW>
+__global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dout, const TX* x, const TW* w,
+                                      const float* rstd, int64_t N, int C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const TX* xr = x + row * C;
+  const float* dr = dout + row * C;
+  const float r = rstd[row];
+  float gx = 0.0f;
+  for (int c = lane; c < C; c += 32) gx += dr[c] * to_float(w[c]) * to_float(xr[c]) * r;
+  const float gx_mean = warp_sum(gx) / static_cast<float>(C);
+  float* dxr = dx + row * C;
+  for (int c = lane; c < C; c += 32) {
+    const float v = r * (dr[c] * to_float(w[c]) - to_float(xr[c]) * r * gx_mean);
+    dxr[c] = accumulate ? dxr[c] + v : v;
+  }
+}
+
+// dw's column sums: dout xhat.
+template <typename TX>
+struct RmsNormParamLoad {
+  const float* dout;
+  const TX* x;
+  const float* rstd;
+  int64_t C;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
+    v[0] = dout[r * C + c] * to_float(x[r * C + c]) * rstd[r];
+  }
+};
+
+template <typename F>
+void with_norm_types(DType xt, DType wt, F&& f) {
+  with_float_type(xt, "rmsnorm", [&](auto tx) {
+    if (wt == xt) {
+      f(tx, tx);
+    } else if (wt == DType::f32) {
+      f(tx, Type<float>{});
+    } else {
+      ZT_THROW("rmsnorm: weights ", dtype_name(wt), " with activations ", dtype_name(xt),
+               " (weights must match the activations or be f32)");
+    }
+  });
+}
+
+struct RopeFreqs {
+  double f[kMaxHalf];
+};
+
+// One thread per (row, head, i < half): the pair (i, i + half).
+template <typename T>
+__global__ void rope_kernel(T* x, int64_t rows, int64_t T_len, int64_t width, int64_t half, RopeFreqs freqs,
+                            double sign) {
+  const int64_t hd = 2 * half, heads = width / hd;
+  const int64_t n = rows * heads * half;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
+    const int64_t i = j % half, h = (j / half) % heads, row = j / (half * heads);
+    const int64_t t = row % T_len;
+    double s, c;
+    sincos(static_cast<double>(t) * freqs.f[i], &s, &c);
+    const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
+    T* p = x + row * width + h * hd;
+    const float x0 = to_float(p[i]), x1 = to_float(p[i + half]);
+    p[i] = from_float<T>(x0 * cf - x1 * sf);
+    p[i + half] = from_float<T>(x1 * cf + x0 * sf);
+  }
+}
+
+__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+template <typename T>
+__global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = to_float(gate[i]);
+    out[i] = from_float<T>(g * sigmoid(g) * to_float(up[i]));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_bwd_kernel(float* dgate, float* dup, const float* dout, const T* gate, const T* up,
+                                  int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = to_float(gate[i]), u = to_float(up[i]), d = dout[i];
+    const float sg = sigmoid(g);
+    dup[i] = d * g * sg;
+    dgate[i] = d * u * sg * (1.0f + g * (1.0f - sg));
+  }
+}
+
+}  // namespace
+
+void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w, DType wt, int64_t N, int64_t C,
+                 float eps, cudaStream_t stream) {
+  if (N <= 0) return;
+  ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "rmsnorm: C = ", C);
+  const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  with_norm_types(xt, wt, [&](auto tx, auto tw) {
+    using TX = typename decltype(tx)::type;
+    using TW = typename decltype(tw)::type;
+    rmsnorm_fwd_kernel<TX, TW><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<TX*>(out), rstd, static_cast<const TX*>(x), static_cast<const TW*>(w), N, static_cast<int>(C), eps);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C) { return column_partials_floats(1, N, C) * sizeof(float); }
+
+void rmsnorm_bwd(float* dx, bool accumulate_dx, float* dw, const float* dout, const void* x, DType xt,
+                 const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
+                 cudaStream_t stream) {
+  if (N <= 0) return;
+  ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "rmsnorm: C = ", C);
+  const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  with_norm_types(xt, wt, [&](auto tx, auto tw) {
+    using TX = typename decltype(tx)::type;
+    using TW = typename decltype(tw)::type;
+    // dw first: dx may alias dout.
+    column_sums_into<1>(RmsNormParamLoad<TX>{dout, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
+                        static_cast<float*>(workspace), N, C, stream);
+    rmsnorm_bwd_dx_kernel<TX, TW><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+        dx, accumulate_dx, dout, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N, static_cast<int>(C));
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfig& rope, bool inverse,
+          cudaStream_t stream) {
+  const int64_t half = rope.head_dim / 2;
+  ZT_CHECK(half >= 1 && half <= kMaxHalf && width % rope.head_dim == 0, "rope: head_dim ", rope.head_dim,
+           " (at most ", 2 * kMaxHalf, ") must divide the width ", width);
+  const int64_t n = B * T * (width / rope.head_dim) * half;
+  if (n <= 0) return;
+  RopeFreqs freqs{};
+  const std::vector<double> f = rope_inv_freq(rope);
+  for (int64_t i = 0; i < half; ++i) freqs.f[i] = f[static_cast<size_t>(i)];
+  with_float_type(t, "rope", [&](auto tx) {
+    using TT = typename decltype(tx)::type;
+    rope_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<TT*>(x), B * T, T, width, half,
+                                                                     freqs, inverse ? -1.0 : 1.0);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void swiglu_fwd(void* out, const void* gate, const void* up, DType t, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  with_float_type(t, "swiglu_fwd", [&](auto tx) {
+    using TT = typename decltype(tx)::type;
+    swiglu_fwd_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<TT*>(out), static_cast<const TT*>(gate), static_cast<const TT*>(up), n);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void swiglu_bwd(float* dgate, float* dup, const float* dout, const void* gate, const void* up, DType t, int64_t n,
+                cudaStream_t stream) {
+  if (n <= 0) return;
+  with_float_type(t, "swiglu_bwd", [&](auto tx) {
+    using TT = typename decltype(tx)::type;
+    swiglu_bwd_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        dgate, dup, dout, static_cast<const TT*>(gate), static_cast<const TT*>(up), n);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,41 @@
+// The Llama operations on raw device pointers: RMSNorm, rotary embeddings and
+// SwiGLU. Arithmetic in fp32 as the other CUDA kernels; storage f32, bf16 or
+// f16; every gradient fp32. (Grouped-query attention is not here yet:
+// CudaKernels refuses it, and ztrain refuses model.arch "llama" on CUDA.)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.hpp"
+#include "modules/rope.hpp"
+
+namespace zt::cuda {
+
+// out (N, C) = x * rstd * w, rstd (N) = 1 / sqrt(mean(x^2) + eps). One warp
+// per row. w's dtype is x's or f32.
+void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w, DType wt, int64_t N, int64_t C,
+                 float eps, cudaStream_t stream);
+size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C);
+// dx (N, C) = (or += when accumulate_dx) rstd (g - xhat mean(g xhat)), g =
+// dout w; dw (C) += column sums of dout xhat (deterministic, no atomics). dx
+// may alias dout.
+void rmsnorm_bwd(float* dx, bool accumulate_dx, float* dw, const float* dout, const void* x, DType xt,
+                 const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
+                 cudaStream_t stream);
+
+// x (B, T, width) rotated in place (rotate-half, position t within each
+// sequence); inverse: the transpose, for gradients. The angles t f_i are
+// formed and their cos/sin taken in double, as on the CPU. head_dim <= 512.
+void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfig& rope, bool inverse,
+          cudaStream_t stream);
+
+// out = silu(gate) * up, all (n) in storage dtype t.
+void swiglu_fwd(void* out, const void* gate, const void* up, DType t, int64_t n, cudaStream_t stream);
+// dgate, dup (fp32) from dout (fp32); dgate or dup may alias dout.
+void swiglu_bwd(float* dgate, float* dup, const float* dout, const void* gate, const void* up, DType t, int64_t n,
+                cudaStream_t stream);
+
+}  // namespace zt::cuda
