@@ -1,12 +1,16 @@
 // zdata: prepares token shards in llm.c's format for ztrain.
 //
 //   zdata text --out DIR [--val-fraction F] FILE...   byte-level tokens of text files
+//   zdata tokenize --tokenizer T --out DIR FILE...     tokenizer.json / SentencePiece tokens
 //   zdata markov --out DIR [--states K] ...            the synthetic Markov corpus
 //   zdata inspect FILE                                  header and token statistics
 //
 // Exit status: 0 on success, 2 for bad usage, 1 for any other error.
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -25,6 +30,8 @@
 #include "io/synthetic.hpp"
 #include "io/token_dataset.hpp"
 #include "io/token_shard.hpp"
+#include "io/tokenize_text.hpp"
+#include "io/tokenizer.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -39,12 +46,17 @@ struct UsageError : std::runtime_error {
 const char* kUsage =
     "usage: zdata COMMAND [options]\n"
     "\n"
-    "Prepares token shards in llm.c's format (int32 header[256], uint16 tokens) for ztrain.\n"
+    "Prepares token shards in llm.c's format (int32 header[256], then uint16 tokens, or\n"
+    "uint32 tokens when the vocabulary exceeds 65,536 ids) for ztrain.\n"
     "\n"
     "commands:\n"
     "  text --out DIR [--val-fraction F] FILE...\n"
     "      byte-level tokens (vocab 256) of the files, concatenated in order; the last\n"
     "      fraction F goes to DIR/val.bin, the rest to DIR/train.bin\n"
+    "  tokenize --tokenizer FILE --out DIR [--val-fraction F] [--docs MODE] [--bos B]\n"
+    "         [--eos E] [--threads N] [--progress] [--split-special] FILE...\n"
+    "      tokens of the files by a Hugging Face tokenizer.json (byte-level BPE: GPT-2,\n"
+    "      Llama 3) or a SentencePiece .model (Llama 2), on N threads; train.bin, val.bin\n"
     "  markov --out DIR [--states K] [--successors M] [--background B]\n"
     "         [--train-tokens N] [--val-tokens N] [--seed S]\n"
     "      a seeded first-order Markov source of known entropy rate: DIR/train.bin,\n"
@@ -151,6 +163,112 @@ int cmd_text(int argc, char** argv) {
   return 0;
 }
 
+// A one-line progress bar on stderr, redrawn in place.
+void draw_progress(int64_t done, int64_t total, std::chrono::steady_clock::time_point t0) {
+  const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  constexpr int kWidth = 40;
+  const int filled = static_cast<int>(frac * kWidth);
+  std::string bar = "\rzdata: [" + std::string(static_cast<size_t>(filled), '#') +
+                    std::string(static_cast<size_t>(kWidth - filled), ' ') + "] " + fixed(100.0 * frac, 1) + "% " +
+                    fixed(static_cast<double>(done) / 1e6, 1) + "/" + fixed(static_cast<double>(total) / 1e6, 1) +
+                    " MB " + fixed(secs > 0 ? static_cast<double>(done) / 1e6 / secs : 0.0, 1) + " MB/s ";
+  std::fputs(bar.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+int cmd_tokenize(int argc, char** argv) {
+  po::options_description opts("zdata tokenize --tokenizer FILE --out DIR [options] FILE...");
+  opts.add_options()
+      ("tokenizer", po::value<std::string>()->required(), "tokenizer.json (byte-level BPE) or SentencePiece .model")
+      ("out", po::value<std::string>()->required(), "output directory (created if missing)")
+      ("val-fraction", po::value<double>()->default_value(0.1), "fraction of tokens, at the end, for val.bin [0, 1)")
+      ("docs", po::value<std::string>()->default_value("file"),
+       "documents: file (each file), line (each line), blank-line (paragraphs)")
+      ("bos", po::value<std::string>()->default_value("auto"),
+       "BOS before each document: auto (the tokenizer's: Llama 2's <s>, the template's <|begin_of_text|>; "
+       "none for GPT-2), none, or a token such as '<s>'")
+      ("eos", po::value<std::string>()->default_value("none"),
+       "EOS after each document: none, auto (the tokenizer's end token, e.g. <|endoftext|>), or a token")
+      ("threads", po::value<int>()->default_value(0), "threads (0: all cores)")
+      ("item-mb", po::value<double>()->default_value(1.0), "MB of text per work item")
+      ("progress", po::bool_switch(), "draw the progress bar even when stderr is not a terminal")
+      ("split-special", po::bool_switch(), "tokenizer.json: encode special tokens in the text as plain text")
+      ("files", po::value<std::vector<std::string>>(), "text files (UTF-8)");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  po::variables_map vm;
+  if (!parse(argc, argv, "tokenize", opts, pos, vm)) return 0;
+  if (!vm.count("files")) throw UsageError("tokenize: no input files given");
+  const double frac = vm["val-fraction"].as<double>();
+  if (!(frac >= 0.0 && frac < 1.0)) throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(frac));
+  const int threads_arg = vm["threads"].as<int>();
+  if (threads_arg < 0) throw UsageError("--threads must be >= 0");
+  const double item_mb = vm["item-mb"].as<double>();
+  if (!(item_mb > 0.0)) throw UsageError("--item-mb must be > 0");
+  zt::TokenizeOptions o;
+  try {
+    o.docs = zt::parse_doc_mode(vm["docs"].as<std::string>());
+  } catch (const zt::UserError& e) {
+    throw UsageError(std::string("--docs: ") + e.what());
+  }
+  o.threads = threads_arg > 0 ? threads_arg : std::max(1u, std::thread::hardware_concurrency());
+  o.item_bytes = static_cast<int64_t>(item_mb * 1e6);
+  const std::string dir = vm["out"].as<std::string>();
+  const std::string tok_path = vm["tokenizer"].as<std::string>();
+  const auto tok = zt::load_tokenizer(tok_path, vm["split-special"].as<bool>());
+
+  // --bos / --eos: none, auto, or a token of the vocabulary.
+  auto special = [&](const char* flag, const std::optional<uint32_t>& automatic) -> std::optional<uint32_t> {
+    const std::string v = vm[flag].as<std::string>();
+    if (v == "none") return std::nullopt;
+    if (v == "auto") {
+      if (!automatic && std::string(flag) == "eos")
+        throw UsageError(std::string("--eos auto: tokenizer '") + tok_path + "' has no known end token; name one");
+      return automatic;
+    }
+    const auto id = tok->token_id(v);
+    if (!id) throw UsageError(std::string("--") + flag + ": '" + v + "' is not a token of '" + tok_path + "'");
+    return id;
+  };
+  o.bos = special("bos", tok->default_bos());
+  o.eos = special("eos", tok->default_eos());
+
+  std::vector<std::string> contents;
+  for (const auto& f : vm["files"].as<std::vector<std::string>>()) contents.push_back(read_file(f));
+  std::vector<std::string_view> texts(contents.begin(), contents.end());
+  int64_t bytes = 0;
+  for (const auto& c : contents) bytes += static_cast<int64_t>(c.size());
+
+  // The bar: when asked, or on a terminal for inputs large enough to wait for.
+  const bool bar = vm["progress"].as<bool>() || (::isatty(STDERR_FILENO) && bytes >= (int64_t{16} << 20));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (bar) o.progress = [t0](int64_t done, int64_t total) { draw_progress(done, total, t0); };
+  std::vector<uint32_t> tokens = zt::tokenize_texts(*tok, texts, o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (bar) std::fputs("\n", stderr);
+  contents.clear();
+
+  const auto n_val = static_cast<size_t>(std::llround(frac * static_cast<double>(tokens.size())));
+  std::vector<uint32_t> val(tokens.end() - static_cast<std::ptrdiff_t>(n_val), tokens.end());
+  tokens.resize(tokens.size() - n_val);
+  make_dir(dir);
+  zt::write_token_shard(dir + "/train.bin", tokens, tok->vocab_size());
+  zt::write_token_shard(dir + "/val.bin", val, tok->vocab_size());
+  const int64_t n_tok = static_cast<int64_t>(tokens.size() + val.size());
+  std::cout << dir << "/train.bin: " << tokens.size() << " tokens\n"
+            << dir << "/val.bin: " << val.size() << " tokens\n"
+            << "tokenizer: " << tok_path << " (" << tok->kind() << ")\n"
+            << "vocab_size: " << tok->vocab_size() << " (" << (tok->vocab_size() <= zt::kTokenShardMaxVocab16 ? "uint16" : "uint32")
+            << " ids)\n"
+            << "throughput: " << fixed(static_cast<double>(bytes) / 1e6, 2) << " MB in " << fixed(secs, 3) << " s: "
+            << fixed(secs > 0 ? static_cast<double>(bytes) / 1e6 / secs : 0.0, 2) << " MB/s, "
+            << fixed(secs > 0 ? static_cast<double>(n_tok) / secs : 0.0, 0) << " tokens/s on " << o.threads
+            << " threads\n";
+  if (val.empty() && frac > 0.0) std::cerr << "zdata: warning: val.bin is empty\n";
+  return 0;
+}
+
 int cmd_markov(int argc, char** argv) {
   const zt::MarkovSpec defaults;
   po::options_description opts("zdata markov --out DIR [options]");
@@ -222,19 +340,25 @@ int cmd_inspect(int argc, char** argv) {
   if (!parse(argc, argv, "inspect", opts, pos, vm)) return 0;
   if (!vm.count("file")) throw UsageError("inspect: no file given");
   const zt::TokenShard shard(vm["file"].as<std::string>());  // validates the whole file
-  int min_token = -1;
+  int64_t min_token = -1;
   if (shard.size() > 0) {
-    min_token = 65535;
-    for (int64_t i = 0; i < shard.size(); ++i) min_token = std::min<int>(min_token, shard.tokens()[i]);
+    uint32_t mn = UINT32_MAX;
+    for (int64_t i = 0; i < shard.size(); ++i) mn = std::min(mn, shard.token(i));
+    min_token = mn;
   }
+  const bool wide = shard.token_bytes() == 4;
   std::cout << "file: " << shard.path() << "\n"
-            << "magic: " << zt::kTokenShardMagic << ", version: " << zt::kTokenShardVersion << "\n"
+            << "magic: " << (wide ? zt::kTokenShardMagic32 : zt::kTokenShardMagic)
+            << ", version: " << (wide ? zt::kTokenShardVersion32 : zt::kTokenShardVersion) << " ("
+            << (wide ? "uint32" : "uint16") << " tokens)\n"
             << "tokens: " << shard.size() << "\n"
-            << "bytes: " << zt::kTokenShardHeaderBytes + 2 * shard.size() << "\n";
+            << "bytes: " << zt::kTokenShardHeaderBytes + shard.token_bytes() * shard.size() << "\n";
   if (shard.size() > 0) {
+    const double h = wide ? zt::unigram_entropy_nats(shard.tokens32(), shard.size())
+                          : zt::unigram_entropy_nats(shard.tokens(), shard.size());
     std::cout << "min token: " << min_token << "\n"
               << "max token: " << shard.max_token() << " (vocab_size must be > " << shard.max_token() << ")\n"
-              << "unigram entropy: " << fixed(zt::unigram_entropy_nats(shard.tokens(), shard.size())) << " nats\n";
+              << "unigram entropy: " << fixed(h) << " nats\n";
   }
   return 0;
 }
@@ -247,9 +371,10 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (command == "text") return cmd_text(argc, argv);
+  if (command == "tokenize") return cmd_tokenize(argc, argv);
   if (command == "markov") return cmd_markov(argc, argv);
   if (command == "inspect") return cmd_inspect(argc, argv);
-  throw UsageError("unknown command '" + command + "' (expected text, markov or inspect)");
+  throw UsageError("unknown command '" + command + "' (expected text, tokenize, markov or inspect)");
 }
 
 }  // namespace

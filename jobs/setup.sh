@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config git
           openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
           libboost-program-options-dev nlohmann-json3-dev libopenblas-dev
-          libgtest-dev googletest libssl-dev liburing-dev)
+          libgtest-dev googletest libssl-dev liburing-dev
+          libpcre2-dev libsentencepiece-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

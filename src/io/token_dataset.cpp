@@ -16,7 +16,8 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
   for (const auto& p : paths) {
     ds.shards_.emplace_back(p);
     const TokenShard& s = ds.shards_.back();
-    ds.add_segment(s.tokens(), s.size());
+    ds.add_segment(s.token_bytes() == 2 ? static_cast<const void*>(s.tokens()) : s.tokens32(), s.token_bytes(),
+                   s.size());
     ds.max_token_ = std::max(ds.max_token_, s.max_token());
   }
   return ds;
@@ -43,17 +44,17 @@ TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> tokens, std::string
   ds.memory_ = std::move(tokens);
   ds.memory_name_ = std::move(name);
   // A moved vector keeps its buffer, so this pointer survives moves of ds.
-  ds.add_segment(ds.memory_.data(), static_cast<int64_t>(ds.memory_.size()));
-  for (uint16_t t : ds.memory_) ds.max_token_ = std::max(ds.max_token_, static_cast<int>(t));
+  ds.add_segment(ds.memory_.data(), 2, static_cast<int64_t>(ds.memory_.size()));
+  for (uint16_t t : ds.memory_) ds.max_token_ = std::max(ds.max_token_, static_cast<int64_t>(t));
   return ds;
 }
 
-void TokenDataset::add_segment(const uint16_t* data, int64_t size) {
-  if (size > 0) segments_.push_back({data, size, total_});
+void TokenDataset::add_segment(const void* data, int width, int64_t size) {
+  if (size > 0) segments_.push_back({data, width, size, total_});
   total_ += size;
 }
 
-int TokenDataset::max_token() const { return max_token_; }
+int64_t TokenDataset::max_token() const { return max_token_; }
 
 std::string TokenDataset::describe() const {
   if (shards_.empty()) return memory_name_;
@@ -74,8 +75,15 @@ void TokenDataset::copy_window(int64_t start, int64_t len, int32_t* out) const {
   while (done < len) {
     const int64_t offset = start + done - it->begin;
     const int64_t n = std::min(len - done, it->size - offset);
-    const uint16_t* src = it->data + offset;
-    for (int64_t i = 0; i < n; ++i) out[done + i] = static_cast<int32_t>(src[i]);
+    // uint32 ids reach the model as int32: validate_vocab (vocab_size is an
+    // int) has made sure every id is below 2^31.
+    if (it->width == 2) {
+      const uint16_t* src = static_cast<const uint16_t*>(it->data) + offset;
+      for (int64_t i = 0; i < n; ++i) out[done + i] = static_cast<int32_t>(src[i]);
+    } else {
+      const uint32_t* src = static_cast<const uint32_t*>(it->data) + offset;
+      for (int64_t i = 0; i < n; ++i) out[done + i] = static_cast<int32_t>(src[i]);
+    }
     done += n;
     ++it;
   }
@@ -92,10 +100,29 @@ void TokenDataset::validate_vocab(int vocab_size) const {
   }
 }
 
-double unigram_entropy_nats(const uint16_t* tokens, int64_t n) {
+namespace {
+
+template <typename T>
+double entropy_of(const T* tokens, int64_t n) {
   if (n <= 0) return 0.0;
-  std::vector<int64_t> counts(65536, 0);
-  for (int64_t i = 0; i < n; ++i) ++counts[tokens[i]];
+  T mx = 0;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, tokens[i]);
+  std::vector<int64_t> counts;
+  if (mx < (1u << 24)) {
+    counts.assign(static_cast<size_t>(mx) + 1, 0);
+    for (int64_t i = 0; i < n; ++i) ++counts[tokens[i]];
+  } else {
+    // Ids of any uint32 value (a shard not yet checked against a
+    // vocabulary): count runs of a sorted copy rather than a 2^32 table.
+    std::vector<T> sorted(tokens, tokens + n);
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size();) {
+      size_t j = i;
+      while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+      counts.push_back(static_cast<int64_t>(j - i));
+      i = j;
+    }
+  }
   double h = 0.0;
   const double inv_n = 1.0 / static_cast<double>(n);
   for (int64_t c : counts) {
@@ -105,5 +132,10 @@ double unigram_entropy_nats(const uint16_t* tokens, int64_t n) {
   }
   return h;
 }
+
+}  // namespace
+
+double unigram_entropy_nats(const uint16_t* tokens, int64_t n) { return entropy_of(tokens, n); }
+double unigram_entropy_nats(const uint32_t* tokens, int64_t n) { return entropy_of(tokens, n); }
 
 }  // namespace zt

@@ -1,4 +1,5 @@
-// A token corpus: the concatenation of one or more llm.c token shards, or an
+// A token corpus: the concatenation of one or more llm.c token shards (uint16
+// or uint32 ids, mixed freely), or an
 // in-memory vector (the embedded corpus). The sampler sees one stream of
 // size() tokens; a window may span the boundary between two shards, which is
 // harmless for training and keeps the sampler independent of how the data
@@ -29,7 +30,7 @@ class TokenDataset {
   TokenDataset& operator=(const TokenDataset&) = delete;
 
   int64_t size() const { return total_; }  // tokens
-  int max_token() const;                   // -1 when empty
+  int64_t max_token() const;               // -1 when empty
   // File names joined by ',' (or the in-memory name), for logs.
   std::string describe() const;
 
@@ -44,23 +45,25 @@ class TokenDataset {
 
  private:
   struct Segment {
-    const uint16_t* data;
+    const void* data;
+    int width;  // bytes per token: 2 or 4
     int64_t size;
     int64_t begin;  // offset of data[0] in the concatenated stream
   };
   TokenDataset() = default;
-  void add_segment(const uint16_t* data, int64_t size);
+  void add_segment(const void* data, int width, int64_t size);
 
   std::vector<TokenShard> shards_;     // empty for an in-memory corpus
   std::vector<uint16_t> memory_;       // the in-memory corpus
   std::string memory_name_;
   std::vector<Segment> segments_;      // non-empty pieces only, in stream order
   int64_t total_ = 0;
-  int max_token_ = -1;
+  int64_t max_token_ = -1;
 };
 
 // Unigram (order-0) entropy of the token frequencies, in nats: the loss of a
 // model that ignores context, a baseline every trained model should beat.
 double unigram_entropy_nats(const uint16_t* tokens, int64_t n);
+double unigram_entropy_nats(const uint32_t* tokens, int64_t n);
 
 }  // namespace zt

@@ -50,20 +50,28 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   const ssize_t got = ::pread(fd, header, sizeof(header), 0);
   if (got != static_cast<ssize_t>(sizeof(header)))
     ZT_USER_ERROR("token shard '", path, "': cannot read the header: ", got < 0 ? errno_text() : "short read");
-  if (header[0] != kTokenShardMagic) {
-    ZT_USER_ERROR("token shard '", path, "': wrong magic number ", header[0], " (expected ", kTokenShardMagic,
-                  ", llm.c's token shard format); is this a token file?");
-  }
-  if (header[1] != kTokenShardVersion) {
-    ZT_USER_ERROR("token shard '", path, "': unsupported version ", header[1], " (expected ", kTokenShardVersion,
-                  ": uint16 tokens)");
+  int width = 0;
+  if (header[0] == kTokenShardMagic && header[1] == kTokenShardVersion) {
+    width = 2;
+  } else if (header[0] == kTokenShardMagic32 && header[1] == kTokenShardVersion32) {
+    width = 4;
+  } else if (header[0] == kTokenShardMagic) {
+    ZT_USER_ERROR("token shard '", path, "': unsupported version ", header[1], " for magic ", kTokenShardMagic,
+                  " (expected ", kTokenShardVersion, ": uint16 tokens; uint32 tokens have magic ", kTokenShardMagic32,
+                  " and version ", kTokenShardVersion32, ")");
+  } else if (header[0] == kTokenShardMagic32) {
+    ZT_USER_ERROR("token shard '", path, "': unsupported version ", header[1], " for magic ", kTokenShardMagic32,
+                  " (expected ", kTokenShardVersion32, ": uint32 tokens)");
+  } else {
+    ZT_USER_ERROR("token shard '", path, "': wrong magic number ", header[0], " (expected ", kTokenShardMagic, " or ",
+                  kTokenShardMagic32, ", llm.c's token shard format); is this a token file?");
   }
   if (header[2] < 0) ZT_USER_ERROR("token shard '", path, "': negative token count ", header[2], " in the header");
   const int64_t count = header[2];
-  const int64_t expected_bytes = kTokenShardHeaderBytes + 2 * count;
+  const int64_t expected_bytes = kTokenShardHeaderBytes + width * count;
   if (file_bytes != expected_bytes) {
-    ZT_USER_ERROR("token shard '", path, "': header says ", count, " tokens, so the file should have ",
-                  expected_bytes, " bytes, but it has ", file_bytes,
+    ZT_USER_ERROR("token shard '", path, "': header says ", count, " tokens of ", width,
+                  " bytes, so the file should have ", expected_bytes, " bytes, but it has ", file_bytes,
                   file_bytes < expected_bytes ? " (truncated)" : " (trailing bytes)");
   }
 
@@ -71,12 +79,29 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (map == MAP_FAILED) ZT_USER_ERROR("token shard '", path, "': cannot mmap ", file_bytes, " bytes: ", errno_text());
   map_ = map;
   map_bytes_ = file_bytes;
-  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kTokenShardHeaderBytes);
+  tokens_ = static_cast<const char*>(map) + kTokenShardHeaderBytes;
+  token_bytes_ = width;
   num_tokens_ = count;
   // One sequential pass; it also warms the page cache for training.
-  uint16_t mx = 0;
-  for (int64_t i = 0; i < count; ++i) mx = std::max(mx, tokens_[i]);
-  max_token_ = count > 0 ? static_cast<int>(mx) : -1;
+  uint32_t mx = 0;
+  if (width == 2) {
+    const auto* t = static_cast<const uint16_t*>(tokens_);
+    for (int64_t i = 0; i < count; ++i) mx = std::max<uint32_t>(mx, t[i]);
+  } else {
+    const auto* t = static_cast<const uint32_t*>(tokens_);
+    for (int64_t i = 0; i < count; ++i) mx = std::max(mx, t[i]);
+  }
+  max_token_ = count > 0 ? static_cast<int64_t>(mx) : -1;
+}
+
+const uint16_t* TokenShard::tokens() const {
+  ZT_CHECK(token_bytes_ == 2, "token shard '", path_, "' has ", token_bytes_, "-byte tokens, not uint16");
+  return static_cast<const uint16_t*>(tokens_);
+}
+
+const uint32_t* TokenShard::tokens32() const {
+  ZT_CHECK(token_bytes_ == 4, "token shard '", path_, "' has ", token_bytes_, "-byte tokens, not uint32");
+  return static_cast<const uint32_t*>(tokens_);
 }
 
 TokenShard::~TokenShard() {
@@ -89,6 +114,7 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
       num_tokens_(std::exchange(other.num_tokens_, 0)),
+      token_bytes_(other.token_bytes_),
       max_token_(std::exchange(other.max_token_, -1)) {}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
@@ -99,6 +125,7 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
     num_tokens_ = std::exchange(other.num_tokens_, 0);
+    token_bytes_ = other.token_bytes_;
     max_token_ = std::exchange(other.max_token_, -1);
   }
   return *this;
@@ -108,29 +135,32 @@ void TokenShard::validate_vocab(int vocab_size) const {
   if (max_token_ < vocab_size) return;
   // Only on failure: find the first offender so the user can look at it.
   for (int64_t i = 0; i < num_tokens_; ++i) {
-    if (tokens_[i] >= vocab_size) {
-      ZT_USER_ERROR("token shard '", path_, "': token ", tokens_[i], " at position ", i,
+    if (token(i) >= static_cast<uint32_t>(vocab_size)) {
+      ZT_USER_ERROR("token shard '", path_, "': token ", token(i), " at position ", i,
                     " is outside the model's vocabulary (vocab_size ", vocab_size, "; largest token in the file ",
                     max_token_, ")");
     }
   }
 }
 
-void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
-    ZT_USER_ERROR("token shard '", path, "': ", tokens.size(), " tokens do not fit the int32 count of llm.c's header (",
+namespace {
+
+void write_shard_bytes(const std::string& path, int32_t magic, int32_t version, const void* data, size_t count,
+                       size_t width) {
+  if (count > static_cast<size_t>(INT32_MAX)) {
+    ZT_USER_ERROR("token shard '", path, "': ", count, " tokens do not fit the int32 count of llm.c's header (",
                   INT32_MAX, " at most); split the data into several shards");
   }
   int32_t header[kTokenShardHeaderInts] = {};
-  header[0] = kTokenShardMagic;
-  header[1] = kTokenShardVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(count);
 
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) ZT_USER_ERROR("token shard '", path, "': cannot create '", tmp, "': ", errno_text());
   bool ok = std::fwrite(header, sizeof(header), 1, f) == 1;
-  if (ok && !tokens.empty()) ok = std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size();
+  if (ok && count > 0) ok = std::fwrite(data, width, count, f) == count;
   ok = (std::fflush(f) == 0) && ok;
   const int saved_errno = errno;
   ok = (std::fclose(f) == 0) && ok;
@@ -143,6 +173,28 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
     const std::string why = errno_text();
     std::remove(tmp.c_str());
     ZT_USER_ERROR("token shard '", path, "': cannot rename '", tmp, "' to it: ", why);
+  }
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  write_shard_bytes(path, kTokenShardMagic, kTokenShardVersion, tokens.data(), tokens.size(), sizeof(uint16_t));
+}
+
+void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
+  if (vocab_size < 1 || vocab_size > int64_t{1} << 32)
+    ZT_USER_ERROR("token shard '", path, "': vocab_size ", vocab_size, " outside 1..2^32");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab_size)
+      ZT_USER_ERROR("token shard '", path, "': token ", tokens[i], " at position ", i, " is outside the vocabulary of ",
+                    vocab_size);
+  }
+  if (vocab_size <= kTokenShardMaxVocab16) {
+    const std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    write_token_shard(path, narrow);
+  } else {
+    write_shard_bytes(path, kTokenShardMagic32, kTokenShardVersion32, tokens.data(), tokens.size(), sizeof(uint32_t));
   }
 }
 

@@ -104,6 +104,37 @@ TEST(TokenShard, WrongVersionNamesExpectedValue) {
   expect_user_error([&] { TokenShard s(dir / "ver.bin"); }, {dir / "ver.bin", "version 2", "expected 1"});
 }
 
+TEST(TokenShard, Uint32ShardsRoundTrip) {
+  // Llama 3's vocabulary: ids above 65535 need llm.c's uint32 format.
+  TempDir dir;
+  const std::vector<uint32_t> t = {0, 65535, 65536, 128255, 7};
+  zt::write_token_shard(dir / "w.bin", t, 128256);
+  EXPECT_EQ(zt::test::read_bytes(dir / "w.bin").size(), 1024u + 4 * t.size());
+  const std::string bytes = zt::test::read_bytes(dir / "w.bin");
+  int32_t head[3];
+  std::memcpy(head, bytes.data(), sizeof(head));
+  EXPECT_EQ(head[0], 20240801);  // llm.c's "llama-3" header
+  EXPECT_EQ(head[1], 7);
+  EXPECT_EQ(head[2], 5);
+  const TokenShard s(dir / "w.bin");
+  EXPECT_EQ(s.token_bytes(), 4);
+  EXPECT_EQ(std::vector<uint32_t>(s.tokens32(), s.tokens32() + s.size()), t);
+  EXPECT_EQ(s.max_token(), 128255);
+  EXPECT_THROW(s.tokens(), zt::Error);  // no uint16 view of uint32 ids
+  expect_user_error([&] { s.validate_vocab(100000); }, {"token 128255", "position 3"});
+  // A vocabulary that fits 16 bits keeps the small format.
+  zt::write_token_shard(dir / "n.bin", std::vector<uint32_t>{1, 65535}, 65536);
+  const TokenShard n(dir / "n.bin");
+  EXPECT_EQ(n.token_bytes(), 2);
+  EXPECT_EQ(n.tokens()[1], 65535);
+  expect_user_error([&] { zt::write_token_shard(dir / "x.bin", std::vector<uint32_t>{1, 70000}, 65536); },
+                    {dir / "x.bin", "token 70000", "position 1", "65536"});
+  zt::test::write_bytes(dir / "v.bin", raw_shard(20240801, 1, 4, 16));
+  expect_user_error([&] { TokenShard x(dir / "v.bin"); }, {dir / "v.bin", "version 1", "expected 7"});
+  zt::test::write_bytes(dir / "short.bin", raw_shard(20240801, 7, 4, 8));  // 4 tokens need 16 bytes
+  expect_user_error([&] { TokenShard x(dir / "short.bin"); }, {"4 tokens of 4 bytes", "truncated"});
+}
+
 TEST(TokenShard, TruncatedNamesCountAndSizes) {
   TempDir dir;
   zt::test::write_bytes(dir / "trunc.bin", raw_shard(20240520, 1, 100, 150));
@@ -163,6 +194,19 @@ TEST(TokenDataset, WindowsSpanShardBoundaries) {
   EXPECT_EQ(ds.describe(), dir / "a.bin," + dir / "b.bin," + dir / "c.bin," + dir / "d.bin");
 }
 
+TEST(TokenDataset, MixesUint16AndUint32Shards) {
+  TempDir dir;
+  zt::write_token_shard(dir / "a.bin", std::vector<uint16_t>{1, 2, 3});
+  zt::write_token_shard(dir / "b.bin", std::vector<uint32_t>{100000, 128255, 4}, 128256);
+  const TokenDataset ds = TokenDataset::open({dir / "a.bin", dir / "b.bin"});
+  EXPECT_EQ(ds.max_token(), 128255);
+  std::vector<int32_t> out(4);
+  ds.copy_window(1, 4, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{2, 3, 100000, 128255}));
+  EXPECT_NO_THROW(ds.validate_vocab(128256));
+  expect_user_error([&] { ds.validate_vocab(65536); }, {dir / "b.bin", "token 100000", "position 0"});
+}
+
 TEST(TokenDataset, VocabValidationNamesTheShard) {
   TempDir dir;
   zt::write_token_shard(dir / "ok.bin", {1, 2, 3});
@@ -195,5 +239,7 @@ TEST(TokenDataset, UnigramEntropy) {
   EXPECT_NEAR(zt::unigram_entropy_nats(uniform.data(), 8), std::log(4.0), 1e-12);
   const std::vector<uint16_t> constant(10, 9);
   EXPECT_EQ(zt::unigram_entropy_nats(constant.data(), 10), 0.0);
-  EXPECT_EQ(zt::unigram_entropy_nats(nullptr, 0), 0.0);
+  EXPECT_EQ(zt::unigram_entropy_nats(static_cast<const uint16_t*>(nullptr), 0), 0.0);
+  const std::vector<uint32_t> wide = {0, 200000, 0, 200000};
+  EXPECT_NEAR(zt::unigram_entropy_nats(wide.data(), 4), std::log(2.0), 1e-12);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -109,11 +110,114 @@ TEST(Zdata, ErrorsNameTheFileAndExitOne) {
   EXPECT_TRUE(contains(r.err, dir / "missing.txt")) << r.err;
 }
 
+// zdata tokenize: ids of the Python packages (tests/io/data/tok_expected.json),
+// the same bytes for any thread count, BOS/EOS, uint32 shards.
+namespace {
+
+std::vector<uint32_t> read_ids(const std::string& path) {
+  const zt::TokenShard s(path);
+  std::vector<uint32_t> v;
+  for (int64_t i = 0; i < s.size(); ++i) v.push_back(s.token(i));
+  return v;
+}
+
+const nlohmann::json& tok_expected() {
+  static const nlohmann::json j =
+      nlohmann::json::parse(zt::test::read_bytes(std::string(ZT_TOKENIZER_DATA) + "/tok_expected.json"));
+  return j;
+}
+
+std::vector<uint32_t> expected_ids(const std::string& name, size_t text) {
+  return tok_expected()["cases"][name][text].get<std::vector<uint32_t>>();
+}
+
+const std::string kSample = std::string(ZT_TOKENIZER_DATA) + "/tokenizer_sample.txt";
+
+}  // namespace
+
+TEST(Zdata, TokenizeMatchesTokenizersOnAnyThreadCount) {
+  TempDir dir;
+  const std::string tok = std::string(ZT_TOKENIZER_DATA) + "/tok_llama3.json";
+  std::string first;
+  for (const char* threads : {"1", "3"}) {
+    // --item-mb 0.00005: 50-byte work items, so the sample is cut in many places.
+    const std::string out = dir / (std::string("t") + threads);
+    const Result r = zdata(dir, "tokenize --tokenizer " + tok + " --bos none --val-fraction 0 --item-mb 0.00005 --threads " +
+                                    threads + " --out " + out + " " + kSample);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(read_ids(out + "/train.bin"), expected_ids("llama3", 0)) << threads << " threads";
+    EXPECT_TRUE(contains(r.out, "MB/s")) << r.out;
+    EXPECT_TRUE(contains(r.out, "tokens/s")) << r.out;
+    const std::string bytes = zt::test::read_bytes(out + "/train.bin");
+    if (first.empty()) first = bytes;
+    EXPECT_EQ(bytes, first);
+  }
+}
+
+TEST(Zdata, TokenizeSentencePieceLinesWithBosAndEos) {
+  // Llama 2: <s> before every document (the default), </s> when asked.
+  TempDir dir;
+  const Result r = zdata(dir, "tokenize --tokenizer " + std::string(ZT_TOKENIZER_DATA) + "/tok_sp.model" +
+                                  " --docs line --eos auto --val-fraction 0 --threads 2 --out " + (dir / "s") + " " +
+                                  kSample);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto texts = tok_expected()["texts"].get<std::vector<std::string>>();
+  std::vector<uint32_t> want;
+  for (size_t i = 1; i < texts.size(); ++i) {  // texts[1..] are the lines
+    if (texts[i].empty()) continue;               // empty lines are no documents
+    want.push_back(1);
+    const auto ids = expected_ids("sp", i);
+    want.insert(want.end(), ids.begin(), ids.end());
+    want.push_back(2);
+  }
+  EXPECT_EQ(read_ids(dir / "s/train.bin"), want);
+}
+
+TEST(Zdata, TokenizeWritesUint32ShardsForLargeVocabularies) {
+  // tok_llama3.json with one more special token at id 128255 (Llama 3's last):
+  // vocab_size 128,256 needs the uint32 format.
+  TempDir dir;
+  auto j = nlohmann::json::parse(zt::test::read_bytes(std::string(ZT_TOKENIZER_DATA) + "/tok_llama3.json"));
+  j["added_tokens"].push_back({{"id", 128255}, {"content", "<|reserved_special_token_250|>"}, {"single_word", false},
+                               {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+  zt::test::write_bytes(dir / "big.json", j.dump());
+  zt::test::write_bytes(dir / "in.txt", "Hello<|reserved_special_token_250|> world");
+  const Result r = zdata(dir, "tokenize --tokenizer " + (dir / "big.json") + " --val-fraction 0 --out " + (dir / "o") +
+                                  " " + (dir / "in.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "vocab_size: 128256 (uint32 ids)")) << r.out;
+  const zt::TokenShard s(dir / "o/train.bin");
+  EXPECT_EQ(s.token_bytes(), 4);
+  const auto ids = read_ids(dir / "o/train.bin");
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), tok_expected()["bos"]["llama3"].get<uint32_t>());  // the template's BOS, by default
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 128255u), ids.end());
+  const Result i = zdata(dir, "inspect " + (dir / "o/train.bin"));
+  EXPECT_TRUE(contains(i.out, "magic: 20240801, version: 7 (uint32 tokens)")) << i.out;
+  EXPECT_TRUE(contains(i.out, "max token: 128255")) << i.out;
+}
+
+TEST(Zdata, TokenizeProgressBarWhenAsked) {
+  TempDir dir;
+  const Result r = zdata(dir, "tokenize --tokenizer " + std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json" +
+                                  " --progress --out " + (dir / "p") + " " + kSample);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "100.0%")) << r.err;
+  const Result q = zdata(dir, "tokenize --tokenizer " + std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json" +
+                                  " --out " + (dir / "p") + " " + kSample);
+  EXPECT_FALSE(contains(q.err, "%")) << q.err;  // stderr is a file here: no bar unless asked
+}
+
 TEST(Zdata, BadUsageExitsTwo) {
   TempDir dir;
-  for (const std::string args :
-       {"", "frobnicate", "markov", "markov --out x --states 1", "markov --out x --seed -3", "markov --out x --bogus",
-        "text --out x", "text --out x --val-fraction 1.5 f", "inspect", "markov --out x --train-tokens -1"}) {
+  const std::string gpt2 = std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json";
+  for (const std::string& args : std::vector<std::string>{
+           "", "frobnicate", "markov", "markov --out x --states 1", "markov --out x --seed -3", "markov --out x --bogus",
+           "text --out x", "text --out x --val-fraction 1.5 f", "inspect", "markov --out x --train-tokens -1",
+           "tokenize --out x f", "tokenize --tokenizer " + gpt2 + " --out x",
+           "tokenize --tokenizer " + gpt2 + " --out x --docs pages " + kSample,
+           "tokenize --tokenizer " + gpt2 + " --out x --bos '<s>' " + kSample,
+           "tokenize --tokenizer " + gpt2 + " --out x --threads -1 " + kSample}) {
     const Result r = zdata(dir, args);
     EXPECT_EQ(r.code, 2) << "zdata " << args << ": " << r.err;
     EXPECT_TRUE(contains(r.err, "zdata: error:")) << r.err;
