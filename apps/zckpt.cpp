@@ -1,11 +1,13 @@
 // zckpt: inspects, verifies, exports and reshards ztrain's sharded checkpoints
-// (src/io/checkpoint.hpp), and computes their model's logits.
+// (src/io/checkpoint.hpp), computes their model's logits, and imports Hugging
+// Face models as checkpoints.
 //
 //   zckpt inspect STEP_DIR   step, topology and config summary, files, units, total bytes
 //   zckpt verify STEP_DIR    manifest, SHA-256 of every file, every dataset readable
-//   zckpt export STEP_DIR --out DIR     Hugging Face GPT-2 weights (zckpt_export.cpp)
+//   zckpt export STEP_DIR --out DIR     Hugging Face GPT-2 / Llama weights (zckpt_export.cpp)
 //   zckpt reshard STEP_DIR --out DIR --dp N   re-cut for another DP size (zckpt_reshard.cpp)
 //   zckpt logits STEP_DIR --tokens IDS --out F.npy   the model's logits (zckpt_logits.cpp)
+//   zckpt import HF_DIR --out DIR       a Hugging Face model as a checkpoint (zckpt_import.cpp)
 //
 // Exit status: 0 on success ("ok" for verify), 1 when verification finds a
 // problem or on any other error, 2 for bad usage.
@@ -34,7 +36,7 @@ const char* kUsage =
     "usage: zckpt COMMAND STEP_DIR [OPTIONS]\n"
     "\n"
     "Inspects, verifies, exports and reshards ztrain checkpoints (DIR/step_<N>/: manifest.json + rank_*.h5),\n"
-    "and computes the logits of their model.\n"
+    "computes the logits of their model, and imports Hugging Face models.\n"
     "\n"
     "commands:\n"
     "  inspect STEP_DIR   step, topology and config summary, files with sizes,\n"
@@ -42,13 +44,17 @@ const char* kUsage =
     "  verify STEP_DIR    manifest, SHA-256 of every file and a full read of every\n"
     "                     dataset (Fletcher32); prints each problem, exit 1 if any\n"
     "  export STEP_DIR --out DIR [--format safetensors|hdf5] [--dtype f32|bf16]\n"
-    "                     the master weights as a Hugging Face GPT2LMHeadModel\n"
-    "                     (model.safetensors or model.h5, and config.json)\n"
+    "                     the master weights as a Hugging Face GPT2LMHeadModel or\n"
+    "                     LlamaForCausalLM (model.safetensors or model.h5, config.json,\n"
+    "                     generation_config.json and the run's tokenizer files)\n"
     "  reshard STEP_DIR --out DIR --dp N [--zero-stage S]\n"
     "                     a new committed checkpoint with every state re-cut for\n"
     "                     data-parallel size N (pipeline size 1 only)\n"
     "  logits STEP_DIR (--tokens IDS | --tokens-file FILE) --out FILE.npy\n"
     "                     the model's logits on given tokens (CPU, fp32), as NumPy\n"
+    "  import HF_DIR --out DIR\n"
+    "                     a Hugging Face GPT-2 or Llama model (safetensors) as a\n"
+    "                     checkpoint DIR/step_0 of fp32 master weights\n"
     "\n"
     "run 'zckpt COMMAND --help' for a command's options\n";
 
@@ -161,7 +167,8 @@ int run(int argc, char** argv) {
   if (command == "export") return zckpt::cmd_export(argc, argv);
   if (command == "reshard") return zckpt::cmd_reshard(argc, argv);
   if (command == "logits") return zckpt::cmd_logits(argc, argv);
-  throw UsageError("unknown command '" + command + "' (expected inspect, verify, export, reshard or logits)");
+  if (command == "import") return zckpt::cmd_import(argc, argv);
+  throw UsageError("unknown command '" + command + "' (expected inspect, verify, export, reshard, logits or import)");
 }
 
 }  // namespace

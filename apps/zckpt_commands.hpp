@@ -40,5 +40,6 @@ inline bool parse_command(int argc, char** argv, boost::program_options::options
 int cmd_export(int argc, char** argv);   // argv[1] == "export"
 int cmd_reshard(int argc, char** argv);  // argv[1] == "reshard"
 int cmd_logits(int argc, char** argv);   // argv[1] == "logits"
+int cmd_import(int argc, char** argv);   // argv[1] == "import"
 
 }  // namespace zckpt

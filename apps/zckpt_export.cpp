@@ -1,7 +1,20 @@
-// zckpt export: the fp32 master weights of a GPT-2 checkpoint as a Hugging
-// Face GPT2LMHeadModel (model.safetensors or model.h5 + config.json); the
-// names and layouts come from the checkpoint's model description
+// zckpt export: the fp32 master weights of a GPT-2 or Llama checkpoint as a
+// Hugging Face GPT2LMHeadModel / LlamaForCausalLM (model.safetensors or
+// model.h5 + config.json + generation_config.json, and the run's tokenizer);
+// the names and layouts come from the checkpoint's model description
 // (zckpt_model.hpp), the config.json from hf_config below.
+//
+// [Note: export for pipeline] transformers.pipeline("text-generation") needs
+// a tokenizer and the BOS/EOS ids. They come from, in order: the tokenizer the
+// run names (data.tokenizer: a tokenizer.json is copied as tokenizer.json
+// with a tokenizer_config.json for PreTrainedTokenizerFast, a SentencePiece
+// .model as tokenizer.model for LlamaTokenizer; BOS/EOS are the tokenizer's
+// own, tokenizer.hpp); else the Hugging Face model the weights came from
+// (`zckpt import`'s manifest, or model.init_from, followed through
+// checkpoints), whose tokenizer files are copied and whose config.json gives
+// the ids; else nothing: the byte tokenizer of the built-in corpus and of
+// `zdata text` has no Hugging Face form, and the export says so rather than
+// writing an empty tokenizer that AutoTokenizer would load silently.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -11,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +34,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "io/safetensors.hpp"
+#include "io/tokenizer.hpp"
 #include "zckpt_commands.hpp"
 #include "zckpt_model.hpp"
 
@@ -31,9 +46,44 @@ namespace {
 
 constexpr double kLayerNormEps = 1e-5;  // modules/cpu_kernels_norm.cpp and the CUDA LayerNorm
 
-// Hugging Face's config.json of the model. GPT-2 only: describe_model
-// describes no other architecture from a config yet.
+// Hugging Face's config.json of a Llama: the older rope form (rope_theta +
+// rope_scaling), which transformers 4 and 5 both read.
+nlohmann::json hf_llama_config(const zt::ModelDesc& md, const std::string& dtype) {
+  const zt::ModelShape& s = md.shape;
+  nlohmann::json scaling;  // null: default
+  if (s.rope.llama3)
+    scaling = {{"rope_type", "llama3"},
+               {"factor", s.rope.factor},
+               {"low_freq_factor", s.rope.low_freq_factor},
+               {"high_freq_factor", s.rope.high_freq_factor},
+               {"original_max_position_embeddings", static_cast<int64_t>(s.rope.original_max_position_embeddings)}};
+  return {{"model_type", "llama"},
+          {"architectures", {"LlamaForCausalLM"}},
+          {"vocab_size", s.vocab},
+          {"hidden_size", s.d_model},
+          {"intermediate_size", s.ffn_hidden},
+          {"num_hidden_layers", s.n_layer},
+          {"num_attention_heads", s.n_head},
+          {"num_key_value_heads", s.n_kv_head},
+          {"head_dim", s.head_dim()},
+          {"hidden_act", "silu"},
+          {"max_position_embeddings", s.seq_len},
+          {"rms_norm_eps", s.rms_norm_eps},
+          {"rope_theta", s.rope.theta},
+          {"rope_scaling", scaling},
+          {"attention_bias", false},
+          {"attention_dropout", 0.0},
+          {"mlp_bias", false},
+          {"pretraining_tp", 1},
+          {"initializer_range", 0.02},
+          {"tie_word_embeddings", s.tie_word_embeddings},
+          {"use_cache", true},
+          {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"}};
+}
+
+// Hugging Face's config.json of the model.
 nlohmann::json hf_config(const zt::ModelDesc& md, const std::string& dtype) {
+  if (md.arch() == "llama") return hf_llama_config(md, dtype);
   ZT_CHECK(md.arch() == "gpt2", "no Hugging Face config for architecture ", md.arch());
   const zt::ModelShape& s = md.shape;
   return {{"model_type", "gpt2"},        {"architectures", {"GPT2LMHeadModel"}},
@@ -103,6 +153,119 @@ void write_h5_dataset(hid_t file, const std::string& path, const zt::TensorDesc&
               " failed for ", path);
 }
 
+// What the export says about tokens ([Note: export for pipeline]).
+struct TokenInfo {
+  nlohmann::json bos, eos;            // ids (an id or a list), null when unknown
+  std::vector<std::string> copied;    // files written beside the weights
+  std::string note;                   // printed: where they came from, or why there are none
+};
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw zt::UserError("cannot read " + path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw zt::UserError(path + ": not JSON: " + e.what());
+  }
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) throw zt::Error("cannot write " + path, __FILE__, __LINE__);
+}
+
+// The text of special token `id` of a tokenizer.json (its added_tokens).
+nlohmann::json added_token_text(const nlohmann::json& tj, uint32_t id) {
+  if (tj.contains("added_tokens") && tj["added_tokens"].is_array())
+    for (const auto& t : tj["added_tokens"])
+      if (t.value("id", -1) == static_cast<int64_t>(id) && t.contains("content")) return t["content"];
+  return nullptr;
+}
+
+// The tokenizer the run names (data.tokenizer), copied into out_dir.
+TokenInfo run_tokenizer(const std::string& path, const std::string& out_dir, int64_t seq_len) {
+  if (!fs::exists(path))
+    throw zt::UserError("export: the run's data.tokenizer " + path + " no longer exists (it is copied into the export)");
+  const std::unique_ptr<zt::Tokenizer> tok = zt::load_tokenizer(path);
+  TokenInfo info;
+  const std::optional<uint32_t> bos = tok->default_bos(), eos = tok->default_eos();
+  if (bos) info.bos = *bos;
+  if (eos) info.eos = *eos;
+  if (!bos && eos) info.bos = *eos;  // GPT-2: <|endoftext|> is both
+  nlohmann::json tc = {{"model_max_length", seq_len}, {"clean_up_tokenization_spaces", false}};
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+    fs::copy_file(path, out_dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
+    info.copied.push_back("tokenizer.json");
+    const nlohmann::json tj = read_json_file(path);
+    tc["tokenizer_class"] = "PreTrainedTokenizerFast";
+    if (info.bos.is_number()) tc["bos_token"] = added_token_text(tj, info.bos.get<uint32_t>());
+    if (info.eos.is_number()) tc["eos_token"] = added_token_text(tj, info.eos.get<uint32_t>());
+  } else {
+    fs::copy_file(path, out_dir + "/tokenizer.model", fs::copy_options::overwrite_existing);
+    info.copied.push_back("tokenizer.model");
+    tc["tokenizer_class"] = "LlamaTokenizer";
+  }
+  write_json_file(out_dir + "/tokenizer_config.json", tc);
+  info.copied.push_back("tokenizer_config.json");
+  info.note = "tokenizer: the run's data.tokenizer " + path + " (" + tok->kind() + ")";
+  return info;
+}
+
+// The Hugging Face directory the weights came from: `zckpt import`'s
+// manifest, or model.init_from followed through checkpoints; "" if none.
+std::string hf_origin(const nlohmann::json& manifest, int depth = 0) {
+  if (depth > 8) return "";
+  if (manifest.contains("imported_from") && manifest["imported_from"].contains("hf_dir"))
+    return manifest["imported_from"]["hf_dir"].get<std::string>();
+  const nlohmann::json* m = manifest.contains("config") ? &manifest["config"] : nullptr;
+  if (m == nullptr || !m->contains("model") || !(*m)["model"].contains("init_from")) return "";
+  std::string from = (*m)["model"]["init_from"].get<std::string>();
+  if (fs::exists(from + "/config.json") && !fs::exists(from + "/manifest.json")) return from;
+  if (!fs::exists(from + "/manifest.json")) {
+    const std::optional<std::string> latest = zt::read_latest_name(from);
+    if (!latest) return "";
+    from += "/" + *latest;
+  }
+  if (!fs::exists(from + "/manifest.json")) return "";
+  return hf_origin(read_json_file(from + "/manifest.json"), depth + 1);
+}
+
+TokenInfo export_tokenizer(const nlohmann::json& manifest, const std::string& out_dir, int64_t seq_len) {
+  const nlohmann::json& data = manifest.contains("config") ? manifest["config"].value("data", nlohmann::json::object())
+                                                          : nlohmann::json::object();
+  if (data.contains("tokenizer") && data["tokenizer"].is_string())
+    return run_tokenizer(data["tokenizer"].get<std::string>(), out_dir, seq_len);
+  TokenInfo info;
+  const std::string hf = hf_origin(manifest);
+  if (!hf.empty() && fs::exists(hf + "/config.json")) {
+    const nlohmann::json c = read_json_file(hf + "/config.json");
+    info.bos = c.value("bos_token_id", nlohmann::json());
+    info.eos = c.value("eos_token_id", nlohmann::json());
+    if (fs::exists(hf + "/generation_config.json")) {
+      const nlohmann::json g = read_json_file(hf + "/generation_config.json");
+      if (g.contains("bos_token_id")) info.bos = g["bos_token_id"];
+      if (g.contains("eos_token_id")) info.eos = g["eos_token_id"];
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"})
+      if (fs::exists(hf + "/" + f)) {
+        fs::copy_file(hf + "/" + f, out_dir + "/" + f, fs::copy_options::overwrite_existing);
+        info.copied.push_back(f);
+      }
+    info.note = "tokenizer: " +
+                (info.copied.empty() ? "none: the Hugging Face model the weights came from (" + hf +
+                                           ") has no tokenizer files; BOS/EOS ids from its config"
+                                     : "the files of the Hugging Face model the weights came from (" + hf + ")");
+    return info;
+  }
+  info.note = "tokenizer: none written: the run names no data.tokenizer (its tokens are ztrain's byte tokenizer "
+              "or were made elsewhere), and the byte tokenizer has no Hugging Face form; config.json has no "
+              "BOS/EOS ids. Give transformers a tokenizer yourself (AutoTokenizer would find none here).";
+  return info;
+}
+
 }  // namespace
 
 int cmd_export(int argc, char** argv) {
@@ -114,8 +277,9 @@ int cmd_export(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_command(argc, argv, opts,
       "usage: zckpt export STEP_DIR --out DIR [--format safetensors|hdf5] [--dtype f32|bf16]\n\n"
-      "Writes the master weights as a Hugging Face GPT2LMHeadModel: DIR/model.safetensors\n"
-      "(or DIR/model.h5) and DIR/config.json.\n\n",
+      "Writes the master weights as a Hugging Face GPT2LMHeadModel or LlamaForCausalLM:\n"
+      "DIR/model.safetensors (or DIR/model.h5), config.json, generation_config.json and\n"
+      "the run's tokenizer (data.tokenizer, or the Hugging Face model the weights came from).\n\n",
       step_dir, vm))
     return 0;
   if (step_dir.empty()) throw UsageError("export: STEP_DIR is required");
@@ -165,12 +329,19 @@ int cmd_export(int argc, char** argv) {
   if (st) st->finish();
   if (file.valid()) ZT_H5_CHECK(file.close(), "H5Fclose", " failed for ", path);
 
-  std::ofstream cfg(out_dir + "/config.json", std::ios::trunc);
-  cfg << hf_config(md, dtype).dump(2) << "\n";
-  cfg.close();
-  if (!cfg) throw zt::Error("cannot write " + out_dir + "/config.json", __FILE__, __LINE__);
-  std::cout << "exported " << total << " parameters (" << specs.size() << " tensors, " << dtype << ") to " << path
-            << " and " << out_dir << "/config.json\n";
+  const TokenInfo tok = export_tokenizer(reader.manifest(), out_dir, md.shape.seq_len);
+  nlohmann::json config = hf_config(md, dtype);
+  config["bos_token_id"] = tok.bos;
+  config["eos_token_id"] = tok.eos;
+  write_json_file(out_dir + "/config.json", config);
+  nlohmann::json gen = {{"bos_token_id", tok.bos}, {"eos_token_id", tok.eos}};
+  if (tok.eos.is_number()) gen["pad_token_id"] = tok.eos;  // what generate() would pick, without its warning
+  write_json_file(out_dir + "/generation_config.json", gen);
+  std::cout << "exported " << total << " parameters (" << md.arch() << ", " << specs.size() << " tensors, " << dtype
+            << ") to " << path << ", " << out_dir << "/config.json and generation_config.json\n";
+  std::cout << tok.note;
+  for (size_t i = 0; i < tok.copied.size(); ++i) std::cout << (i ? ", " : "; wrote ") << tok.copied[i];
+  std::cout << "\n";
   return 0;
 }
 

@@ -1,10 +1,11 @@
-// zckpt logits: runs a GPT-2 checkpoint's fp32 master weights forward on
+// zckpt logits: runs a GPT-2 or Llama checkpoint's fp32 master weights forward on
 // given token sequences on the CPU and writes the logits as a NumPy .npy file
 // (float32, shape (B, T, V)), so that another implementation (Hugging Face
 // transformers loading `zckpt export`) can be compared with ztrain's own.
 //
 // The blocks run through the trainer's UnitRunner and CpuKernels; the logits
-// are ln_f(x) times wte transposed, computed here because the training head
+// are the final norm of x times the vocabulary table (wte, lm_head)
+// transposed, computed here because the training head
 // fuses them with the loss and never holds them. As a check on that second
 // path, the mean next-token loss is computed from the written logits and from
 // the training head and both are printed.
@@ -101,6 +102,41 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
   if (!out) throw zt::UserError("writing " + path + " failed: " + std::strerror(errno));
 }
 
+// A NumPy .npy file of float32 ('<f4', C order): its shape and values.
+std::vector<float> read_npy(const std::string& path, std::vector<int64_t>* shape) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw zt::UserError("cannot read " + path + ": " + std::strerror(errno));
+  char head[10];
+  if (!in.read(head, 10) || std::memcmp(head, "\x93NUMPY", 6) != 0)
+    throw zt::UserError(path + ": not a NumPy .npy file");
+  size_t hlen = static_cast<uint8_t>(head[8]) | (static_cast<size_t>(static_cast<uint8_t>(head[9])) << 8);
+  if (head[6] != 1) {  // versions 2 and 3: a 4-byte header length
+    char more[2];
+    if (!in.read(more, 2)) throw zt::UserError(path + ": truncated header");
+    hlen |= (static_cast<size_t>(static_cast<uint8_t>(more[0])) << 16) |
+            (static_cast<size_t>(static_cast<uint8_t>(more[1])) << 24);
+  }
+  std::string dict(hlen, '\0');
+  if (!in.read(dict.data(), static_cast<std::streamsize>(hlen))) throw zt::UserError(path + ": truncated header");
+  if (dict.find("'descr': '<f4'") == std::string::npos || dict.find("'fortran_order': False") == std::string::npos)
+    throw zt::UserError(path + ": expected little-endian float32 in C order, header " + dict);
+  const size_t open = dict.find("'shape': ("), close = dict.find(')', open);
+  if (open == std::string::npos || close == std::string::npos) throw zt::UserError(path + ": no shape in " + dict);
+  std::istringstream dims(dict.substr(open + 10, close - open - 10));
+  std::string d;
+  size_t n = 1;
+  shape->clear();
+  while (std::getline(dims, d, ','))
+    if (d.find_first_not_of(' ') != std::string::npos) {
+      shape->push_back(std::stoll(d));
+      n *= static_cast<size_t>(shape->back());
+    }
+  std::vector<float> v(n);
+  if (!in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(float))))
+    throw zt::UserError(path + ": shorter than its shape");
+  return v;
+}
+
 // Every unit's master weights, whole, in host memory.
 class FullWeights final : public zt::ParamProvider {
  public:
@@ -130,17 +166,23 @@ class FullWeights final : public zt::ParamProvider {
 }  // namespace
 
 int cmd_logits(int argc, char** argv) {
-  std::string step_dir, out_path, tokens_arg, tokens_file;
+  std::string step_dir, out_path, tokens_arg, tokens_file, expect;
+  double tolerance = 1e-4;
   po::options_description opts("options");
   opts.add_options()("help,h", "show this help")("out", po::value<std::string>(&out_path), "output .npy file")(
       "tokens", po::value<std::string>(&tokens_arg), "token ids: sequences separated by ';', ids by ','")(
-      "tokens-file", po::value<std::string>(&tokens_file), "token ids: one sequence per line");
+      "tokens-file", po::value<std::string>(&tokens_file), "token ids: one sequence per line")(
+      "expect", po::value<std::string>(&expect), "reference logits (.npy, float32 (B, T, V)) to compare with")(
+      "tolerance", po::value<double>(&tolerance),
+      "with --expect: largest |difference| allowed, relative to the largest |reference logit| (default 1e-4)");
   po::variables_map vm;
   if (!parse_command(argc, argv, opts,
       "usage: zckpt logits STEP_DIR (--tokens IDS | --tokens-file FILE) --out FILE.npy\n\n"
       "Runs the checkpoint's fp32 master weights forward on the CPU and writes the logits,\n"
       "float32 (B, T, V), as NumPy .npy. Prints the mean next-token loss computed from the\n"
-      "logits and by the training head.\n\n",
+      "logits and by the training head. With --expect REF.npy, compares them with reference\n"
+      "logits (e.g. those transformers computed) and exits 1 if they differ by more than the\n"
+      "tolerance.\n\n",
       step_dir, vm))
     return 0;
   if (step_dir.empty()) throw UsageError("logits: STEP_DIR is required");
@@ -188,16 +230,24 @@ int cmd_logits(int argc, char** argv) {
   const int head = model.num_units() - 1;
   const zt::Tensor losses = runner.forward(0, model.num_units(), mb, provider, tokens.tensor(), targets.tensor());
 
-  // Logits = LayerNorm_f(head input) @ wte^T.
-  const std::vector<zt::Tensor> hp = provider.acquire(head, zt::Phase::forward);  // ln_f.w, ln_f.b, wte
+  // Logits = norm(head input) @ table^T: GPT-2's head views are ln_f.w,
+  // ln_f.b and wte (tied); Llama's norm.weight and lm_head (or, tied, the
+  // embedding table). The table is the last view either way.
+  const std::vector<zt::Tensor> hp = provider.acquire(head, zt::Phase::forward);
   zt::Arena ws(dev, zt::MemTag::workspace);
   const zt::Tensor x = mb.inputs[static_cast<size_t>(head)].reshape(zt::Shape{N, C});
   const zt::Tensor xn = ws.alloc(zt::DType::f32, zt::Shape{N, C});
-  const zt::Tensor mean = ws.alloc(zt::DType::f32, zt::Shape{N});
   const zt::Tensor rstd = ws.alloc(zt::DType::f32, zt::Shape{N});
-  kernels.layernorm_fwd(xn, mean, rstd, x, hp[0], hp[1]);
+  if (model.arch() == "gpt2") {
+    const zt::Tensor mean = ws.alloc(zt::DType::f32, zt::Shape{N});
+    kernels.layernorm_fwd(xn, mean, rstd, x, hp[0], hp[1]);
+  } else if (model.arch() == "llama") {
+    kernels.rmsnorm_fwd(xn, rstd, x, hp[0], shape.rms_norm_eps);
+  } else {
+    throw zt::UserError("zckpt logits: no logits head for architecture " + model.arch());
+  }
   zt::Buffer logits(dev, zt::DType::f32, zt::Shape{N, V}, zt::MemTag::activations);
-  kernels.matmul(ws, logits.tensor(), xn, false, hp[2], true, false);
+  kernels.matmul(ws, logits.tensor(), xn, false, hp.back(), true, false);
 
   // Mean next-token loss from the logits (double log-sum-exp) and from the head.
   const float* lg = logits.as<float>();
@@ -222,6 +272,26 @@ int cmd_logits(int argc, char** argv) {
   if (counted > 0) {
     std::cout << "next-token loss from logits " << from_logits / counted << ", from the training head "
               << from_head / counted << " (" << counted << " tokens)\n";
+  }
+  if (!expect.empty()) {
+    std::vector<int64_t> rshape;
+    const std::vector<float> ref = read_npy(expect, &rshape);
+    if (rshape != std::vector<int64_t>{B, T, V})
+      throw zt::UserError(expect + ": reference logits of shape (" + [&] {
+        std::string s;
+        for (size_t i = 0; i < rshape.size(); ++i) s += (i ? ", " : "") + std::to_string(rshape[i]);
+        return s;
+      }() + "), these are (" + std::to_string(B) + ", " + std::to_string(T) + ", " + std::to_string(V) + ")");
+    double max_ref = 0, max_diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      max_ref = std::max(max_ref, std::abs(static_cast<double>(ref[i])));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(ref[i]) - lg[i]));
+    }
+    const double rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+    const bool ok = rel <= tolerance;
+    std::cout << (ok ? "match" : "MISMATCH") << ": max |logit - reference| " << max_diff << " = " << rel
+              << " of the largest |reference| " << max_ref << " (tolerance " << tolerance << ")\n";
+    if (!ok) return 1;
   }
   return 0;
 }

@@ -253,6 +253,9 @@ nlohmann::json Checkpointer::load(const std::string& step_dir) {
   std::string error;
   try {
     reader = std::make_unique<CheckpointReader>(step_dir);
+    if (reader->manifest().contains("imported_from"))  // apps/zckpt_import.cpp
+      ZT_USER_ERROR("checkpoint ", step_dir, " was made by zckpt import: weights only, no optimizer state or ",
+                    "training step to resume; start from it with model.init_from instead of --resume");
     read_owned(*reader, step_dir);
   } catch (const std::exception& e) {
     error = e.what();

@@ -13,6 +13,7 @@
 #include "train/data_feed.hpp"
 #include "train/fault_injection.hpp"
 #include "train/grad_finalize.hpp"
+#include "train/init_from.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/run_control.hpp"
 #include "train/run_options.hpp"
@@ -146,12 +147,18 @@ nlohmann::json Trainer::state_json() const {
 bool Trainer::start(const std::string& resume) {
   Impl& s = *impl_;
   s.zero->init_params(s.cfg.train.seed);
-  if (resume.empty()) return false;
+  // model.init_from: a fresh start (no --resume, or auto found nothing)
+  // begins from those weights (train/init_from.hpp).
+  const auto fresh_start = [&s] {
+    if (!s.cfg.model.init_from.empty()) init_weights_from(s.cfg.model.init_from, s.model->desc(), *s.zero, s.topo);
+    return false;
+  };
+  if (resume.empty()) return fresh_start();
   if (!s.ckpt) throw CollectiveError("--resume needs checkpoint.dir in the config", kExitBadInput);
   const std::string dir = s.ckpt->resolve(resume);
   if (dir.empty()) {
     log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
-    return false;
+    return fresh_start();
   }
   s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
   log_info("resumed from ", dir, " at step ", s.state.step);
@@ -174,7 +181,14 @@ StepStats Trainer::train_step(bool read_loss) {
   st.skipped = v.skipped;
   st.loss_scale = v.loss_scale;
   st.comm = dp.counters();
-  if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) st.offload = off->last_times();
+  if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) {
+    st.offload = off->last_times();
+    if (const GradLandingTimes* g = s.zero->grad_landing_times()) {  // [Note: gradients on the host]
+      st.offload->grads_landed_bytes = g->bytes;
+      st.offload->grads_landed_wait_s = g->wait_s;
+      st.offload->grads_add_s = g->add_s;
+    }
+  }
   st.step_seconds = now_s() - t0;
   s.stopped = v.stop;
   if (read_loss) st.loss = s.walk->read_loss();

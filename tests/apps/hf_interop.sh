@@ -1,7 +1,12 @@
 # Interoperability with Hugging Face transformers: a trained checkpoint,
 # exported by `zckpt export` (f32 and bf16 safetensors), loads in
 # GPT2LMHeadModel and gives the logits `zckpt logits` computes from the same
-# checkpoint (tests/interop/hf_gpt2_logits.py states the tolerances).
+# checkpoint (tests/interop/hf_logits.py states the tolerances); the same for
+# a trained Llama (GQA, llama3 rope scaling) in LlamaForCausalLM; and a run
+# that names its tokenizer (a tokenizer.json trained by the `tokenizers`
+# package) exports a directory that transformers.pipeline("text-generation")
+# loads and generates the training text from (tests/interop/hf_pipeline.py).
+# The references that CI checks without transformers are tests/apps/hf_import.sh's.
 # `zckpt logits` itself is checked against the training head: the mean
 # next-token loss from its logits equals the head's to 1e-6 relative.
 # Exits 77 (skipped) when python3 with torch, transformers and numpy is
@@ -52,10 +57,60 @@ if ! python3 -c "import numpy, torch, transformers" > /dev/null 2>&1; then
 fi
 for dt in f32 bf16; do
   "$ZCKPT" export ck/step_40 --out hf_$dt --dtype $dt > out 2>&1 || { fail "zckpt export --dtype $dt"; continue; }
-  if python3 "$SRC/tests/interop/hf_gpt2_logits.py" hf_$dt zt.npy tokens.txt $dt > out 2>&1; then
+  if python3 "$SRC/tests/interop/hf_logits.py" hf_$dt zt.npy tokens.txt $dt > out 2>&1; then
     echo "ok: Hugging Face GPT2LMHeadModel on the $dt export: $(grep "^$dt:" out)"
   else
     fail "Hugging Face comparison, $dt export"
   fi
 done
+
+# A Llama: trained, exported, loaded by LlamaForCausalLM.
+cat > l.json <<'JSON'
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 10,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+ "zero_optimization": {"stage": 2},
+ "model": {"arch": "llama", "n_layer": 2, "n_head": 4, "d_model": 64, "seq_len": 32, "vocab_size": 96,
+           "intermediate_size": 96, "num_key_value_heads": 2, "rope_theta": 5000.0,
+           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 16}},
+ "checkpoint": {"dir": "ckl", "interval": 20},
+ "train": {"steps": 20, "eval_interval": 0}}
+JSON
+run_np 2 l.json --log-dir llogs
+if [ "$RC" = 0 ] && "$ZCKPT" logits ckl/step_20 --tokens-file tokens.txt --out ztl.npy > out 2>&1 &&
+   "$ZCKPT" export ckl/step_20 --out hf_llama > out 2>&1 &&
+   python3 "$SRC/tests/interop/hf_logits.py" hf_llama ztl.npy tokens.txt f32 > out 2>&1; then
+  echo "ok: Hugging Face LlamaForCausalLM on the Llama export: $(grep "^f32:" out)"
+else
+  fail "Llama export in LlamaForCausalLM"
+fi
+
+# pipeline("text-generation") on the export of a run that names its tokenizer.
+mkdir -p tok
+if python3 "$SRC/tests/interop/hf_pipeline.py" corpus tok > out 2>&1; then
+  cat > t.json <<'JSON'
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 10,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+ "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "seq_len": 32, "vocab_size": 320},
+ "data": {"train": "tok/train.bin", "val": "tok/val.bin", "tokenizer": "tok/tokenizer.json"},
+ "checkpoint": {"dir": "ckt", "interval": 40},
+ "train": {"steps": 40, "eval_interval": 0}}
+JSON
+  run_np 1 t.json --log-dir tlogs
+  if [ "$RC" = 0 ] && "$ZCKPT" export ckt/step_40 --out hf_tok > exo 2>&1 && grep -q "wrote tokenizer.json" exo &&
+     python3 "$SRC/tests/interop/hf_pipeline.py" generate hf_tok > out 2>&1; then
+    echo "ok: $(grep '^pipeline:' out)"
+  else
+    fail "pipeline(\"text-generation\") on an export with the run's tokenizer"
+  fi
+else
+  fail "making the tokenizer corpus"
+fi
+# Without a tokenizer (the built-in corpus), the export says so.
+"$ZCKPT" export ck/step_40 --out hf_none > out 2>&1 || fail "export without a tokenizer"
+if grep -q "tokenizer: none written" out && [ ! -e hf_none/tokenizer.json ] && grep -q '"eos_token_id": null' hf_none/config.json; then
+  echo "ok: an export without a tokenizer says so and writes none"
+else
+  fail "export without a tokenizer: no note, or files written"
+fi
 finish

@@ -1,7 +1,9 @@
-"""Loads a `zckpt export` directory in Hugging Face transformers' GPT2LMHeadModel
-and compares its logits with those `zckpt logits` wrote for the same tokens.
+"""Loads a `zckpt export` directory in Hugging Face transformers
+(AutoModelForCausalLM: GPT2LMHeadModel or LlamaForCausalLM, as its config.json
+says) and compares its logits with those `zckpt logits` wrote for the same
+tokens.
 
-usage: hf_gpt2_logits.py EXPORT_DIR ZTRAIN_LOGITS.npy TOKENS_FILE DTYPE(f32|bf16)
+usage: hf_logits.py EXPORT_DIR ZTRAIN_LOGITS.npy TOKENS_FILE DTYPE(f32|bf16)
 
 Exit 0 when the logits agree within the tolerance of DTYPE, 1 otherwise,
 77 when torch, transformers or numpy is missing (CTest's skip code).
@@ -20,7 +22,7 @@ import sys
 try:
     import numpy as np
     import torch
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 except ImportError as e:  # not installed here: skip
     print(f"skip: {e}")
     sys.exit(77)
@@ -32,16 +34,21 @@ def main():
     with open(tokens_file) as f:
         ids = [[int(t) for t in line.replace(",", " ").split()] for line in f if line.strip()]
     tdtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    model, info = GPT2LMHeadModel.from_pretrained(export_dir, torch_dtype=tdtype, output_loading_info=True)
+    kw = {"output_loading_info": True, "attn_implementation": "eager"}
+    try:  # transformers >= 4.56 names it dtype, older ones torch_dtype
+        model, info = AutoModelForCausalLM.from_pretrained(export_dir, dtype=tdtype, **kw)
+    except TypeError:
+        model, info = AutoModelForCausalLM.from_pretrained(export_dir, torch_dtype=tdtype, **kw)
     problems = []
-    # The LM head is tied to wte; anything else missing or unexpected means the
-    # export's names or shapes are wrong.
-    missing = [k for k in info["missing_keys"] if k != "lm_head.weight"]
+    tied = model.config.tie_word_embeddings
+    # A tied LM head is the embedding; anything else missing or unexpected
+    # means the export's names or shapes are wrong.
+    missing = [k for k in info["missing_keys"] if not (tied and k == "lm_head.weight")]
     if missing or info["unexpected_keys"] or info["mismatched_keys"] or info.get("error_msgs"):
         problems.append(f"loading: missing {missing}, unexpected {info['unexpected_keys']}, "
                         f"mismatched {info['mismatched_keys']}, errors {info.get('error_msgs')}")
-    if not torch.equal(model.lm_head.weight, model.transformer.wte.weight):
-        problems.append("lm_head is not tied to wte")
+    if tied and not torch.equal(model.lm_head.weight, model.get_input_embeddings().weight):
+        problems.append("lm_head is not tied to the embedding")
     model.eval()
     with torch.no_grad():
         x = torch.tensor(ids, dtype=torch.long)
