@@ -231,6 +231,7 @@ struct PipelineConfig {
 struct CheckpointConfig {
   std::string dir;       // "" = none
   int64_t interval = 0;  // steps between checkpoints; 0 = off
+  bool save_at_end = true;  // with dir: save after the last step (as Megatron-LM does)
   int keep_last = 2;     // 0 = keep all
   bool async = false;
   // Check that all ranks save under the same tag. DeepSpeed's strings map to

@@ -156,6 +156,7 @@ json resolved_json(const Config& cfg) {
                   {"aio_backend", cfg.offload.aio_backend}};
   j["checkpoint"] = {{"dir", null_if_empty(c.dir)},
                      {"interval", c.interval},
+                     {"save_at_end", c.save_at_end},
                      {"keep_last", c.keep_last},
                      {"async", c.async},
                      {"tag_validation", c.tag_validation}};

@@ -242,6 +242,7 @@ void parse_checkpoint(const SectionReader& top, Config& cfg) {
   CheckpointConfig& c = cfg.checkpoint;
   c.dir = r.string("dir", d.dir);
   c.interval = r.integer("interval", d.interval, 0, kInt64Max);
+  c.save_at_end = r.boolean("save_at_end", d.save_at_end);
   c.keep_last = static_cast<int>(r.integer("keep_last", d.keep_last, 0, kIntMax));
   c.async = r.boolean("async", d.async);
   // A bool, or DeepSpeed's mode names; "Warn" becomes a failing check because
@@ -258,6 +259,11 @@ void parse_checkpoint(const SectionReader& top, Config& cfg) {
   }
   if (c.interval > 0 && c.dir.empty())
     r.fail("interval", "checkpoints every " + std::to_string(c.interval) + " steps need checkpoint.dir");
+  if (!c.dir.empty() && c.interval == 0)
+    r.warn("interval", c.save_at_end ? "absent or 0: checkpoint.dir gets a checkpoint only at the end of the run and "
+                                       "on SIGTERM/SIGUSR1; set checkpoint.interval to save during the run"
+                                     : "absent or 0 with save_at_end false: checkpoint.dir gets a checkpoint only on "
+                                       "SIGTERM/SIGUSR1");
 }
 
 void parse_log(const SectionReader& top, Config& cfg) {

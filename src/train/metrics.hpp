@@ -13,9 +13,14 @@ namespace zt {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Opens DIR/metrics.jsonl for writing (truncating), creating DIR. A writer
-  // constructed with enabled=false (ranks other than 0) writes nothing.
+  // Names DIR/metrics.jsonl, creating DIR. The file is opened by begin(),
+  // or by the first write (truncating). A writer constructed with
+  // enabled=false (ranks other than 0) writes nothing.
   MetricsWriter(const std::string& dir, bool enabled);
+  // A fresh run truncates the file; a resumed one (a requeued job, --resume)
+  // appends to it, so the records of the steps before the resume survive,
+  // and writes {"event": "resume", "step": S, "from": DIR} first.
+  void begin(bool resumed, int64_t step, const std::string& from);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -23,14 +28,17 @@ class MetricsWriter {
   MetricsWriter& operator=(MetricsWriter&& o) noexcept {
     std::swap(file_, o.file_);
     std::swap(path_, o.path_);
+    std::swap(enabled_, o.enabled_);
     return *this;
   }
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 
  private:
+  void open(const char* mode);
   std::FILE* file_ = nullptr;
   std::string path_;
+  bool enabled_ = false;
 };
 
 }  // namespace zt

@@ -45,6 +45,9 @@ double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_par
 class StepReporter {
  public:
   StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params);
+  // The run starts: fresh (metrics.jsonl truncated) or resumed at `step`
+  // from checkpoint `from` (appended, the resume marked).
+  void begin(bool resumed, int64_t step, const std::string& from) { metrics_.begin(resumed, step, from); }
   // Every step: adds it to the tokens/s window.
   void add(const StepStats& st);
   // A printed step: the line and its metrics record. `val`: the validation

@@ -153,15 +153,20 @@ bool Trainer::start(const std::string& resume) {
     if (!s.cfg.model.init_from.empty()) init_weights_from(s.cfg.model.init_from, s.model->desc(), *s.zero, s.topo);
     return false;
   };
-  if (resume.empty()) return fresh_start();
+  if (resume.empty()) {
+    s.reporter->begin(false, 0, "");
+    return fresh_start();
+  }
   if (!s.ckpt) throw CollectiveError("--resume needs checkpoint.dir in the config", kExitBadInput);
   const std::string dir = s.ckpt->resolve(resume);
   if (dir.empty()) {
     log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
+    s.reporter->begin(false, 0, "");
     return fresh_start();
   }
   s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
   log_info("resumed from ", dir, " at step ", s.state.step);
+  s.reporter->begin(true, s.state.step, dir);
   return true;
 }
 

@@ -9,7 +9,10 @@
 #    previous checkpoint, which --resume auto uses; a flipped byte is named by
 #    zckpt verify and by --resume PATH, and auto falls back with a warning; a
 #    checkpoint directory that cannot be created is a clear error; SIGTERM (and SIGUSR1)
-#    mid-run saves and exits 0.
+#    mid-run saves and exits 0;
+#  - checkpoint.dir without an interval warns and saves at the end
+#    (save_at_end); a resumed run appends to metrics.jsonl and marks the
+#    resume, a fresh one starts it anew.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -157,4 +160,34 @@ for sig in TERM USR1; do
     fail "SIG$sig: exit $trc, $saved checkpoints; $(tail -3 t.out)"
   fi
 done
+
+# checkpoint.dir without an interval: the run warns and saves at its end
+# (save_at_end, on by default; off: nothing is saved). A resumed run appends
+# to metrics.jsonl and marks the resume instead of truncating the records of
+# the steps before it.
+E=(--set checkpoint.interval=0 --set checkpoint.dir='"cke"')
+run_np 1 c.json --log-dir e "${E[@]}" --steps 4
+if [ "$RC" = 0 ] && [ -d cke/step_4 ] && grep -q "only at the end of the run" "$WORK/out"; then
+  echo "ok: checkpoint.dir without an interval warns and saves at the end"
+else
+  fail "save at the end: exit $RC, $(ls cke 2>/dev/null | tr '\n' ' ')"
+fi
+run_np 1 c.json --log-dir e "${E[@]}" --resume auto
+n=$(losses e/metrics.jsonl | wc -l)
+r=$(grep -c '"event":"resume"' e/metrics.jsonl || true)
+first=$(grep -m1 '"step"' e/metrics.jsonl | grep -o '"step":[0-9]*')
+if [ "$RC" = 0 ] && [ "$n" = 10 ] && [ "$r" = 1 ] && [ "$first" = '"step":1' ] &&
+   grep -q '"event":"resume","from":"[^"]*step_4","step":4' e/metrics.jsonl; then
+  echo "ok: a resumed run appends to metrics.jsonl and marks the resume"
+else
+  fail "metrics after resume: exit $RC, $n steps, $r resume records, first $first"
+fi
+# A fresh run in the same log directory starts its metrics.jsonl anew.
+run_np 1 c.json --log-dir e --set checkpoint.interval=0 --set checkpoint.dir='"ckf"' --set checkpoint.save_at_end=false --steps 3
+if [ "$RC" = 0 ] && [ ! -e ckf/step_3 ] && [ "$(losses e/metrics.jsonl | wc -l)" = 3 ] &&
+   ! grep -q '"event":"resume"' e/metrics.jsonl; then
+  echo "ok: save_at_end false saves nothing at the end; a fresh run starts metrics.jsonl anew"
+else
+  fail "save_at_end false: exit $RC, $(ls ckf 2>/dev/null | tr '\n' ' ')"
+fi
 finish
