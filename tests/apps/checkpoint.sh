@@ -161,6 +161,26 @@ for sig in TERM USR1; do
   fi
 done
 
+# SIGTERM to jobs/local.sh (how a batch system or kill ends the job): it
+# reaches the ranks as SIGUSR1 through mpirun, so they save and the job exits
+# 0 (mpirun answers SIGTERM itself by killing the ranks and exiting 1).
+rm -rf ck t t.out
+set +e
+BUILD_DIR=$(dirname "$(dirname "$ZTRAIN")") "$SRC/jobs/local.sh" 2 "$WORK/slow.json" --log-dir "$WORK/t" \
+  --set checkpoint.dir="\"$WORK/ck\"" > t.out 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "step      3/" t.out 2>/dev/null && break; sleep 0.2; done
+kill -TERM $pid
+wait $pid
+trc=$?
+set -e
+saved=$(ls ck 2>/dev/null | grep -c '^step_[0-9]*$')
+if [ "$trc" = 0 ] && [ "$saved" = 1 ] && grep -q "stop signal received: checkpoint saved" t.out; then
+  echo "ok: SIGTERM to jobs/local.sh saved $(ls ck | grep '^step_') and exited 0"
+else
+  fail "SIGTERM to jobs/local.sh: exit $trc, $saved checkpoints; $(tail -3 t.out)"
+fi
+
 # checkpoint.dir without an interval: the run warns and saves at its end
 # (save_at_end, on by default; off: nothing is saved). A resumed run appends
 # to metrics.jsonl and marks the resume instead of truncating the records of
