@@ -89,6 +89,16 @@ struct LogConfig {
   std::string dir = "runs/latest";
 };
 
+// DeepSpeed's "csv_monitor": on rank 0, one CSV file per event under
+// output_path/job_name (Train_Samples_train_loss.csv, ..._lr.csv,
+// ..._loss_scale.csv with fp16), each row "samples,value" at the printed
+// steps (train/metrics.hpp).
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;  // "" = relative to the working directory
+  std::string job_name = "DeepSpeedJobName";
+};
+
 // DeepSpeed "optimizer". ztrain implements AdamW only; "Adam" is read as AdamW,
 // as DeepSpeed does with its default adam_w_mode: true.
 struct OptimizerConfig {
@@ -262,6 +272,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   LogConfig log;
+  CsvMonitorConfig csv_monitor;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   Fp16Config fp16;

@@ -272,6 +272,17 @@ void parse_log(const SectionReader& top, Config& cfg) {
   if (cfg.log.dir.empty()) r.fail("dir", "expected a directory name, found \"\"");
 }
 
+void parse_csv_monitor(const SectionReader& top, Config& cfg) {
+  const SectionReader r = top.section("csv_monitor", "csv_monitor");
+  const CsvMonitorConfig d;
+  CsvMonitorConfig& c = cfg.csv_monitor;
+  c.enabled = r.boolean("enabled", d.enabled);
+  c.output_path = r.string("output_path", d.output_path);
+  c.job_name = r.string("job_name", d.job_name);
+  if (c.job_name.empty() || c.job_name.find('/') != std::string::npos)
+    r.fail("job_name", "expected a directory name without '/', found \"" + c.job_name + "\"");
+}
+
 }  // namespace
 
 void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
@@ -281,6 +292,7 @@ void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
   parse_offload_options(top, cfg);
   parse_checkpoint(top, cfg);
   parse_log(top, cfg);
+  parse_csv_monitor(top, cfg);
 }
 
 }  // namespace zt::config_detail

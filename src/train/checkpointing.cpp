@@ -232,6 +232,17 @@ std::string Checkpointer::resolve(const std::string& resume) const {
   return answer.substr(3);
 }
 
+bool Checkpointer::exists(int64_t step) const {
+  std::string answer;
+  if (topo_.world_rank() == 0) {
+    std::error_code ec;
+    answer = std::filesystem::exists(std::filesystem::path(cfg_.checkpoint.dir) / ("step_" + std::to_string(step)), ec)
+                 ? "1"
+                 : "0";
+  }
+  return broadcast_string(topo_.world(), answer) == "1";
+}
+
 std::string Checkpointer::resolve_here(const std::string& resume) const {
   if (resume != "auto") {
     const std::vector<std::string> problems = verify_checkpoint(resume, true);

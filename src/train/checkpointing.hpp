@@ -40,6 +40,9 @@ class Checkpointer {
   // The directory of --resume: "auto" = the newest complete checkpoint under
   // checkpoint.dir ("" when there is none), or PATH, which must verify.
   std::string resolve(const std::string& resume) const;
+  // Collective: whether checkpoint.dir already holds a step_<step> (rank 0
+  // looks, every rank gets its answer).
+  bool exists(int64_t step) const;
 
  private:
   struct Pending;

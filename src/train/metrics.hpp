@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config.hpp"
+
 namespace zt {
 
 class MetricsWriter {
@@ -29,13 +31,24 @@ class MetricsWriter {
     std::swap(file_, o.file_);
     std::swap(path_, o.path_);
     std::swap(enabled_, o.enabled_);
+    std::swap(csv_dir_, o.csv_dir_);
+    std::swap(samples_per_step_, o.samples_per_step_);
     return *this;
   }
+  // DeepSpeed's csv_monitor (core/config.hpp): from now on, every step
+  // record written also appends its loss, learning rate and (fp16) loss
+  // scale to output_path/job_name/Train_Samples_{train_loss,lr,loss_scale}.csv
+  // as "samples,value" rows (samples = step x samples_per_step), a
+  // "step,<name>" header starting a new file. Nothing on disabled writers.
+  void enable_csv(const CsvMonitorConfig& csv, int64_t samples_per_step);
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 
  private:
   void open(const char* mode);
+  void write_csv(const nlohmann::json& record);
+  std::string csv_dir_;  // "" = no csv_monitor
+  int64_t samples_per_step_ = 0;
   std::FILE* file_ = nullptr;
   std::string path_;
   bool enabled_ = false;

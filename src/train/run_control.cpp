@@ -25,8 +25,9 @@ AfterStep after_step(const Config& cfg, int64_t step, bool stopped, bool skipped
                      bool has_val) {
   AfterStep a;
   a.last = step >= cfg.train.steps || stopped;
-  a.save = has_checkpoints && (stopped || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0) ||
-                               (a.last && cfg.checkpoint.save_at_end));
+  const bool due = stopped || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0);
+  a.save = has_checkpoints && (due || (a.last && cfg.checkpoint.save_at_end));
+  a.save_at_end_only = a.save && !due;
   a.validate = has_val && ((cfg.train.eval_interval > 0 && step % cfg.train.eval_interval == 0) || a.last);
   a.print = step % cfg.steps_per_print == 0 || a.last || step == 1 || skipped || a.validate;
   return a;

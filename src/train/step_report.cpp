@@ -33,7 +33,9 @@ double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_par
 
 StepReporter::StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params)
     : cfg_(cfg), opts_(opts), comms_(comms), num_params_(num_params),
-      metrics_(cfg.log.dir, comms.topology().world_rank() == 0) {}
+      metrics_(cfg.log.dir, comms.topology().world_rank() == 0) {
+  metrics_.enable_csv(cfg.csv_monitor, opts.global_batch);
+}
 
 void StepReporter::add(const StepStats& st) {
   window_s_ += st.step_seconds;

@@ -223,7 +223,13 @@ void Trainer::run() {
     s.reporter->add(st);
     const AfterStep after = after_step(cfg, st.step, s.stopped, st.skipped, s.ckpt != nullptr, s.data->has_val());
     last = after.last;
-    if (after.save) s.ckpt->save(st.step, state_json());
+    // The save at the end never replaces a checkpoint of an earlier run
+    // (same directory, no --resume): that one is kept, with a warning.
+    if (after.save && after.save_at_end_only && s.ckpt->exists(st.step))
+      log_warn("checkpoint.dir ", cfg.checkpoint.dir, " already holds step_", st.step,
+               " (an earlier run's; --resume auto continues one): kept, the end of this run is not saved");
+    else if (after.save)
+      s.ckpt->save(st.step, state_json());
     if (s.stopped)
       log_info("stop signal received: ",
                s.ckpt ? "checkpoint saved at step " + std::to_string(st.step) + ", "

@@ -202,6 +202,15 @@ if [ "$RC" = 0 ] && [ "$n" = 10 ] && [ "$r" = 1 ] && [ "$first" = '"step":1' ] &
 else
   fail "metrics after resume: exit $RC, $n steps, $r resume records, first $first"
 fi
+# A fresh run into a checkpoint.dir that already holds its last step keeps
+# that checkpoint: the save at the end is skipped with a warning.
+before=$(sha256sum cke/step_4/* | sha256sum)
+run_np 1 c.json --log-dir e3 "${E[@]}" --steps 4
+if [ "$RC" = 0 ] && grep -q "already holds step_4" "$WORK/out" && [ "$(sha256sum cke/step_4/* | sha256sum)" = "$before" ]; then
+  echo "ok: the save at the end keeps an existing checkpoint of that step"
+else
+  fail "save at the end over an existing step: exit $RC"
+fi
 # A fresh run in the same log directory starts its metrics.jsonl anew.
 run_np 1 c.json --log-dir e --set checkpoint.interval=0 --set checkpoint.dir='"ckf"' --set checkpoint.save_at_end=false --steps 3
 if [ "$RC" = 0 ] && [ ! -e ckf/step_3 ] && [ "$(losses e/metrics.jsonl | wc -l)" = 3 ] &&
