@@ -2,6 +2,8 @@
 //
 //   zdata text --out DIR [--val-fraction F] FILE...   byte-level tokens of text files
 //   zdata tokenize --tokenizer T --out DIR FILE...     tokenizer.json / SentencePiece tokens
+//   zdata finetune --tokenizer T --format F --out DIR FILE.jsonl...
+//                                                       fine-tuning tokens + loss masks
 //   zdata markov --out DIR [--states K] ...            the synthetic Markov corpus
 //   zdata inspect FILE                                  header and token statistics
 //
@@ -27,6 +29,8 @@
 
 #include "core/error.hpp"
 #include "io/byte_tokenizer.hpp"
+#include "io/finetune_data.hpp"
+#include "io/loss_mask.hpp"
 #include "io/synthetic.hpp"
 #include "io/token_dataset.hpp"
 #include "io/token_shard.hpp"
@@ -57,12 +61,18 @@ const char* kUsage =
     "         [--eos E] [--threads N] [--progress] [--split-special] FILE...\n"
     "      tokens of the files by a Hugging Face tokenizer.json (byte-level BPE: GPT-2,\n"
     "      Llama 3) or a SentencePiece .model (Llama 2), on N threads; train.bin, val.bin\n"
+    "  finetune --tokenizer FILE --format prompt_completion|chat [--chat-template NAME]\n"
+    "         --out DIR [--val-fraction F] [--bos B] [--eos E] FILE.jsonl...\n"
+    "      JSONL examples ({\"prompt\", \"completion\"} or {\"messages\": [...]}) to\n"
+    "      train.bin plus a loss mask train.mask (only completion / assistant tokens\n"
+    "      count in the loss); val.bin and val.mask hold the last fraction F of examples\n"
     "  markov --out DIR [--states K] [--successors M] [--background B]\n"
     "         [--train-tokens N] [--val-tokens N] [--seed S]\n"
     "      a seeded first-order Markov source of known entropy rate: DIR/train.bin,\n"
     "      DIR/val.bin and DIR/entropy.json; the defaults make the corpus ztrain embeds\n"
     "  inspect FILE\n"
-    "      header, token count, smallest and largest token, unigram entropy\n"
+    "      header, token count, smallest and largest token, unigram entropy; the loss\n"
+    "      mask beside it, if any\n"
     "\n"
     "Run 'zdata COMMAND --help' for the options of a command.\n";
 
@@ -269,6 +279,103 @@ int cmd_tokenize(int argc, char** argv) {
   return 0;
 }
 
+int cmd_finetune(int argc, char** argv) {
+  po::options_description opts("zdata finetune --tokenizer FILE --format F --out DIR [options] FILE.jsonl...");
+  opts.add_options()
+      ("tokenizer", po::value<std::string>()->required(), "tokenizer.json (byte-level BPE) or SentencePiece .model")
+      ("format", po::value<std::string>()->required(), "prompt_completion or chat")
+      ("chat-template", po::value<std::string>(), "chat only: llama3 or plain (docs/data.md)")
+      ("out", po::value<std::string>()->required(), "output directory (created if missing)")
+      ("val-fraction", po::value<double>()->default_value(0.0),
+       "fraction of the examples, at the end, for val.bin / val.mask [0, 1); 0: no val files")
+      ("bos", po::value<std::string>()->default_value("auto"),
+       "BOS before each example: auto (the tokenizer's; none for GPT-2), none, or a token")
+      ("eos", po::value<std::string>()->default_value("auto"),
+       "EOS ending each example: auto (the tokenizer's end token) or a token")
+      ("files", po::value<std::vector<std::string>>(), "JSONL files, one example a line");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  po::variables_map vm;
+  if (!parse(argc, argv, "finetune", opts, pos, vm)) return 0;
+  if (!vm.count("files")) throw UsageError("finetune: no input files given");
+  const double frac = vm["val-fraction"].as<double>();
+  if (!(frac >= 0.0 && frac < 1.0)) throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(frac));
+  zt::FinetuneOptions o;
+  try {
+    o.format = zt::parse_finetune_format(vm["format"].as<std::string>());
+  } catch (const zt::UserError& e) {
+    throw UsageError(std::string("--format: ") + e.what());
+  }
+  if (o.format == zt::FinetuneFormat::chat) {
+    if (!vm.count("chat-template")) throw UsageError("--format chat needs --chat-template (llama3 or plain)");
+    o.chat_template = vm["chat-template"].as<std::string>();
+    const auto& names = zt::chat_template_names();
+    if (std::find(names.begin(), names.end(), o.chat_template) == names.end())
+      throw UsageError("unknown --chat-template '" + o.chat_template + "' (expected llama3 or plain)");
+  } else if (vm.count("chat-template")) {
+    throw UsageError("--chat-template applies to --format chat only");
+  }
+  const std::string dir = vm["out"].as<std::string>();
+  const std::string tok_path = vm["tokenizer"].as<std::string>();
+  const auto tok = zt::load_tokenizer(tok_path);
+  auto named = [&](const char* flag, const std::string& v) -> uint32_t {
+    const auto id = tok->token_id(v);
+    if (!id) throw UsageError(std::string("--") + flag + ": '" + v + "' is not a token of '" + tok_path + "'");
+    return *id;
+  };
+  const std::string bos = vm["bos"].as<std::string>();
+  if (bos == "auto")
+    o.bos = tok->default_bos();
+  else if (bos != "none")
+    o.bos = named("bos", bos);
+  const std::string eos = vm["eos"].as<std::string>();
+  if (eos == "auto") {
+    if (!tok->default_eos())
+      throw UsageError("--eos auto: tokenizer '" + tok_path + "' has no known end token; name one");
+    o.eos = *tok->default_eos();
+  } else {
+    o.eos = named("eos", eos);  // every example ends with EOS: "none" is not an option
+  }
+
+  const zt::FinetuneEncoder encoder(*tok, o);
+  zt::MaskedTokens all;
+  for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(f, ec)) ZT_USER_ERROR("input file '", f, "' does not exist or is not a regular file");
+    encoder.add_file(f, all);
+  }
+  const size_t examples = all.example_begin.size();
+  if (examples == 0) ZT_USER_ERROR("finetune: the input files hold no examples");
+  // Whole examples go to val: the last n_val of them.
+  const auto n_val = static_cast<size_t>(std::llround(frac * static_cast<double>(examples)));
+  const size_t cut = n_val > 0 ? all.example_begin[examples - n_val] : all.tokens.size();
+  auto part = [&](size_t b, size_t e) {
+    zt::MaskedTokens p;
+    p.tokens.assign(all.tokens.begin() + static_cast<std::ptrdiff_t>(b), all.tokens.begin() + static_cast<std::ptrdiff_t>(e));
+    p.mask.assign(all.mask.begin() + static_cast<std::ptrdiff_t>(b), all.mask.begin() + static_cast<std::ptrdiff_t>(e));
+    return p;
+  };
+  make_dir(dir);
+  auto write = [&](const std::string& name, const zt::MaskedTokens& p, size_t n_examples) {
+    const std::string shard = dir + "/" + name + ".bin";
+    zt::write_token_shard(shard, p.tokens, tok->vocab_size());
+    zt::write_loss_mask(zt::mask_path_for(shard), p.mask);
+    int64_t counted = 0;
+    for (uint8_t m : p.mask) counted += m;
+    std::cout << shard << ": " << p.tokens.size() << " tokens, " << n_examples << " examples; "
+              << zt::mask_path_for(shard) << ": " << counted << " targets count in the loss\n";
+  };
+  write("train", part(0, cut), examples - n_val);
+  if (frac > 0.0) {
+    if (n_val == 0) std::cerr << "zdata: warning: --val-fraction " << frac << " of " << examples
+                              << " examples is none; val.bin is empty\n";
+    write("val", part(cut, all.tokens.size()), n_val);
+  }
+  std::cout << "tokenizer: " << tok_path << " (" << tok->kind() << ")\n"
+            << "vocab_size: " << tok->vocab_size() << "\n";
+  return 0;
+}
+
 int cmd_markov(int argc, char** argv) {
   const zt::MarkovSpec defaults;
   po::options_description opts("zdata markov --out DIR [options]");
@@ -360,6 +467,18 @@ int cmd_inspect(int argc, char** argv) {
               << "max token: " << shard.max_token() << " (vocab_size must be > " << shard.max_token() << ")\n"
               << "unigram entropy: " << fixed(h) << " nats\n";
   }
+  const std::string mask_path = zt::mask_path_for(shard.path());
+  std::error_code ec;
+  if (fs::exists(mask_path, ec)) {
+    const std::vector<uint8_t> mask = zt::read_loss_mask(mask_path);
+    int64_t counted = 0;
+    for (uint8_t m : mask) counted += m;
+    if (static_cast<int64_t>(mask.size()) != shard.size())
+      ZT_USER_ERROR("loss mask '", mask_path, "' has ", mask.size(), " entries but the shard has ", shard.size(),
+                    " tokens");
+    std::cout << "loss mask: " << mask_path << ": " << counted << " of " << mask.size()
+              << " targets count in the loss\n";
+  }
   return 0;
 }
 
@@ -372,9 +491,10 @@ int run(int argc, char** argv) {
   }
   if (command == "text") return cmd_text(argc, argv);
   if (command == "tokenize") return cmd_tokenize(argc, argv);
+  if (command == "finetune") return cmd_finetune(argc, argv);
   if (command == "markov") return cmd_markov(argc, argv);
   if (command == "inspect") return cmd_inspect(argc, argv);
-  throw UsageError("unknown command '" + command + "' (expected text, tokenize, markov or inspect)");
+  throw UsageError("unknown command '" + command + "' (expected text, tokenize, finetune, markov or inspect)");
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <utility>
 
 #include "core/error.hpp"
+#include "io/loss_mask.hpp"
 
 namespace zt {
 
@@ -13,11 +15,30 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
   TokenDataset ds;
   // Segments point into the mappings, which stay put when a TokenShard moves.
   ds.shards_.reserve(paths.size());
-  for (const auto& p : paths) {
+  ds.masks_.reserve(paths.size());  // the segments point into these vectors' buffers
+  std::error_code ec;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& p = paths[i];
     ds.shards_.emplace_back(p);
     const TokenShard& s = ds.shards_.back();
+    const std::string mpath = mask_path_for(p);
+    const bool masked = std::filesystem::exists(mpath, ec);
+    if (i == 0) ds.has_mask_ = masked;
+    if (masked != ds.has_mask_) {
+      ZT_USER_ERROR("token dataset: '", masked ? paths[0] : p, "' has no loss mask ('",
+                    mask_path_for(masked ? paths[0] : p), "') but '", masked ? p : paths[0],
+                    "' has one; fine-tuning and plain shards cannot be mixed in one dataset");
+    }
+    const uint8_t* mask = nullptr;
+    if (masked) {
+      ds.masks_.push_back(read_loss_mask(mpath));
+      if (static_cast<int64_t>(ds.masks_.back().size()) != s.size())
+        ZT_USER_ERROR("loss mask '", mpath, "' has ", ds.masks_.back().size(), " entries but its shard '", p,
+                      "' has ", s.size(), " tokens");
+      mask = ds.masks_.back().data();
+    }
     ds.add_segment(s.token_bytes() == 2 ? static_cast<const void*>(s.tokens()) : s.tokens32(), s.token_bytes(),
-                   s.size());
+                   s.size(), mask);
     ds.max_token_ = std::max(ds.max_token_, s.max_token());
   }
   return ds;
@@ -49,9 +70,33 @@ TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> tokens, std::string
   return ds;
 }
 
-void TokenDataset::add_segment(const void* data, int width, int64_t size) {
-  if (size > 0) segments_.push_back({data, width, size, total_});
+void TokenDataset::add_segment(const void* data, int width, int64_t size, const uint8_t* mask) {
+  if (size > 0) segments_.push_back({data, width, size, total_, mask});
   total_ += size;
+}
+
+std::vector<TokenDataset::Segment>::const_iterator TokenDataset::segment_at(int64_t pos) const {
+  // Last segment whose begin <= pos.
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), pos,
+                             [](int64_t p, const Segment& s) { return p < s.begin; });
+  return --it;
+}
+
+void TokenDataset::copy_mask(int64_t start, int64_t len, uint8_t* out) const {
+  ZT_CHECK(start >= 0 && len >= 0 && start + len <= total_, "mask window [", start, ", ", start + len,
+           ") outside the dataset of ", total_, " tokens");
+  if (len == 0) return;
+  if (!has_mask_) {
+    std::fill(out, out + len, uint8_t{1});
+    return;
+  }
+  auto it = segment_at(start);
+  for (int64_t done = 0; done < len; ++it) {
+    const int64_t offset = start + done - it->begin;
+    const int64_t n = std::min(len - done, it->size - offset);
+    std::copy(it->mask + offset, it->mask + offset + n, out + done);
+    done += n;
+  }
 }
 
 int64_t TokenDataset::max_token() const { return max_token_; }
@@ -67,10 +112,7 @@ void TokenDataset::copy_window(int64_t start, int64_t len, int32_t* out) const {
   ZT_CHECK(start >= 0 && len >= 0 && start + len <= total_, "window [", start, ", ", start + len,
            ") outside the dataset of ", total_, " tokens");
   if (len == 0) return;
-  // Last segment whose begin <= start.
-  auto it = std::upper_bound(segments_.begin(), segments_.end(), start,
-                             [](int64_t pos, const Segment& s) { return pos < s.begin; });
-  --it;
+  auto it = segment_at(start);
   int64_t done = 0;
   while (done < len) {
     const int64_t offset = start + done - it->begin;

@@ -17,7 +17,9 @@ namespace zt {
 class TokenDataset {
  public:
   // Shards in the given order. Throws UserError for an empty list or any bad
-  // file (see TokenShard).
+  // file (see TokenShard). A shard's loss mask (mask_path_for, [Note: loss
+  // mask file]) is read when it exists; either every shard has one or none
+  // does (UserError naming the first shard without one otherwise).
   static TokenDataset open(const std::vector<std::string>& paths);
   // "a.bin,b.bin,c.bin" (no globbing; empty items are ignored).
   static TokenDataset open_list(const std::string& comma_separated_paths);
@@ -38,6 +40,12 @@ class TokenDataset {
   // 0 <= start, 0 <= len, start + len <= size() (internal error otherwise).
   void copy_window(int64_t start, int64_t len, int32_t* out) const;
 
+  // True when the data came with loss masks (fine-tuning data).
+  bool has_mask() const { return has_mask_; }
+  // out[0..len) = mask[start..start+len), 1 for a stream without masks.
+  // Same bounds as copy_window.
+  void copy_mask(int64_t start, int64_t len, uint8_t* out) const;
+
   // Throws UserError naming the file, the position in that file and the value
   // of the first token >= vocab_size. Free when all tokens fit (the maximum
   // is computed when the data is opened).
@@ -49,11 +57,16 @@ class TokenDataset {
     int width;  // bytes per token: 2 or 4
     int64_t size;
     int64_t begin;  // offset of data[0] in the concatenated stream
+    const uint8_t* mask;  // size entries, or nullptr without masks
   };
   TokenDataset() = default;
-  void add_segment(const void* data, int width, int64_t size);
+  void add_segment(const void* data, int width, int64_t size, const uint8_t* mask = nullptr);
+  // The segment holding stream position `pos` (0 <= pos < size()).
+  std::vector<Segment>::const_iterator segment_at(int64_t pos) const;
 
   std::vector<TokenShard> shards_;     // empty for an in-memory corpus
+  std::vector<std::vector<uint8_t>> masks_;  // per shard, when has_mask_
+  bool has_mask_ = false;
   std::vector<uint16_t> memory_;       // the in-memory corpus
   std::string memory_name_;
   std::vector<Segment> segments_;      // non-empty pieces only, in stream order

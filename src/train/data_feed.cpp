@@ -24,6 +24,8 @@ DataFeed::DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch
   if (train_->size() < window)
     ZT_USER_ERROR("data.train: ", train_->size(), " tokens cannot fill one sequence of ", window);
   sampler_ = std::make_unique<Sampler>(train_->size(), T, cfg.train.seed);
+  mask_row_.resize(static_cast<size_t>(T));
+  if (train_->has_mask()) log_info("data: loss masks found: only the targets they mark count in the loss");
   if (val_) {
     val_->validate_vocab(cfg.model.vocab_size);
     if (val_->size() < window) ZT_USER_ERROR("data.val: ", val_->size(), " tokens cannot fill one sequence of ", window);
@@ -38,16 +40,59 @@ std::pair<int32_t*, int32_t*> DataFeed::next_slot() {
 
 void DataFeed::load_train(int64_t step, int mb, const Tensor& tokens, const Tensor& targets) {
   const auto [x, y] = next_slot();
-  for (int64_t b = 0; b < B_; ++b) sampler_->fill(step, global_index(mb, b), global_batch_, x + b * T_, y + b * T_, *train_);
+  for (int64_t b = 0; b < B_; ++b) {
+    const int64_t i = global_index(mb, b);
+    sampler_->fill(step, i, global_batch_, x + b * T_, y + b * T_, *train_);
+    if (train_->has_mask()) mask_targets(*train_, sampler_->window_start(step, i, global_batch_), y + b * T_);
+  }
   upload(tokens, targets);
 }
 
 void DataFeed::load_val(int64_t batch, int mb, const Tensor& tokens, const Tensor& targets) {
   ZT_CHECK(val_sampler_ != nullptr, "validation batch asked of a run without validation data");
   const auto [x, y] = next_slot();
-  for (int64_t b = 0; b < B_; ++b)
-    val_sampler_->fill(batch, global_index(mb, b), global_batch_, x + b * T_, y + b * T_, *val_);
+  for (int64_t b = 0; b < B_; ++b) {
+    const int64_t i = global_index(mb, b);
+    val_sampler_->fill(batch, i, global_batch_, x + b * T_, y + b * T_, *val_);
+    if (val_->has_mask()) mask_targets(*val_, val_sampler_->window_start(batch, i, global_batch_), y + b * T_);
+  }
   upload(tokens, targets);
+}
+
+void DataFeed::mask_targets(const TokenDataset& data, int64_t start, int32_t* targets) {
+  // Targets are tokens [start + 1, start + T + 1) ([Note: sample order]).
+  data.copy_mask(start + 1, T_, mask_row_.data());
+  for (int64_t t = 0; t < T_; ++t)
+    if (mask_row_[static_cast<size_t>(t)] == 0) targets[t] = -1;
+}
+
+namespace {
+int64_t count_ones(const TokenDataset& data, int64_t start, int64_t len, std::vector<uint8_t>& row) {
+  data.copy_mask(start, len, row.data());
+  int64_t n = 0;
+  for (int64_t t = 0; t < len; ++t) n += row[static_cast<size_t>(t)];
+  return n;
+}
+}  // namespace
+
+int64_t DataFeed::train_targets(int64_t step) const {
+  if (!train_->has_mask()) return global_batch_ * T_;
+  std::vector<uint8_t> row(static_cast<size_t>(T_));
+  int64_t n = 0;
+  for (int64_t i = 0; i < global_batch_; ++i)
+    n += count_ones(*train_, sampler_->window_start(step, i, global_batch_) + 1, T_, row);
+  return n;
+}
+
+int64_t DataFeed::val_targets(int64_t batches) const {
+  ZT_CHECK(val_sampler_ != nullptr, "validation targets asked of a run without validation data");
+  if (!val_->has_mask()) return batches * global_batch_ * T_;
+  std::vector<uint8_t> row(static_cast<size_t>(T_));
+  int64_t n = 0;
+  for (int64_t e = 0; e < batches; ++e)
+    for (int64_t i = 0; i < global_batch_; ++i)
+      n += count_ones(*val_, val_sampler_->window_start(e, i, global_batch_) + 1, T_, row);
+  return n;
 }
 
 // No host synchronisation: the copies are queued ([Note: upload staging]).

@@ -27,6 +27,21 @@ class DataFeed {
   DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch, int64_t micro_batches, int dp_rank,
            int dp_size, Device& dev);
   bool has_val() const { return val_sampler_ != nullptr; }
+  // [Note: masked targets] Fine-tuning data carries a loss mask ([Note: loss
+  // mask file] in io/loss_mask.hpp): a target whose mask is 0 reaches the
+  // device as -1, which the classifier kernels ignore (loss 0, no gradient).
+  // The loss is then a mean over the counted targets of the global batch, and
+  // every rank needs that count to weigh each token by 1/count: it is
+  // computed here from the sampler, which every rank can evaluate for every
+  // sample of the global batch (G * T mask bytes, no communication), so all
+  // ranks and layouts agree on it bit for bit. Without a mask the count is
+  // global_batch * T and nothing changes.
+  //
+  // Targets that count in the loss in training step `step` (0-based), over
+  // the whole global batch.
+  int64_t train_targets(int64_t step) const;
+  // The same over validation batches 0..batches-1.
+  int64_t val_targets(int64_t batches) const;
   // Micro-batch `mb` of training step `step` (0-based): (B, T) i32 tokens
   // and next-token targets, copied to `dev`.
   void load_train(int64_t step, int mb, const Tensor& tokens, const Tensor& targets);
@@ -38,6 +53,9 @@ class DataFeed {
   // The host (B, T) tokens and targets of the next staging slot.
   std::pair<int32_t*, int32_t*> next_slot();
   void upload(const Tensor& tokens, const Tensor& targets);
+  // Sets the targets (T) of the sample whose window starts at `start` to -1
+  // where `data`'s mask is 0.
+  void mask_targets(const TokenDataset& data, int64_t start, int32_t* targets);
 
   int64_t B_, T_, global_batch_;
   int dp_rank_, dp_size_;
@@ -45,6 +63,7 @@ class DataFeed {
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<ValidationSampler> val_sampler_;
+  std::vector<uint8_t> mask_row_;  // (T) scratch for mask_targets
   std::unique_ptr<UploadStaging> staging_;  // slots of (B, T) tokens then (B, T) targets, i32
 };
 

@@ -21,9 +21,9 @@ bool stop_signal_received();
 struct AfterStep {
   bool last = false;      // the run ends after this step
   bool save = false;      // write a checkpoint
-  bool save_at_end_only = false;  // the save is checkpoint.save_at_end's alone (no interval, no stop)
   bool validate = false;  // run the validation loss
   bool print = false;     // the step line and its metrics record (reads the loss)
+  bool save_at_end_only = false;  // the save is checkpoint.save_at_end's alone (no interval, no stop)
 };
 
 // `stopped`: all ranks agreed to stop; `skipped`: fp16 skipped the update;

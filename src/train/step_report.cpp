@@ -39,13 +39,14 @@ StepReporter::StepReporter(const Config& cfg, const RunOptions& opts, CommBundle
 
 void StepReporter::add(const StepStats& st) {
   window_s_ += st.step_seconds;
+  window_tokens_ += st.tokens;
   ++window_steps_;
 }
 
 void StepReporter::report(const StepStats& st, double val, double elapsed, int64_t steps_done) {
   const bool validated = !std::isnan(val);
-  const double tok_s =
-      window_steps_ > 0 ? static_cast<double>(opts_.tokens_per_step()) * window_steps_ / window_s_ : 0;
+  // Tokens that counted in the loss: with a loss mask, the unmasked targets.
+  const double tok_s = window_steps_ > 0 ? static_cast<double>(window_tokens_) / window_s_ : 0;
   const double eta = elapsed / static_cast<double>(steps_done) * static_cast<double>(cfg_.train.steps - st.step);
   char line[256];
   std::snprintf(line, sizeof line,
@@ -93,6 +94,7 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
   metrics_.write(rec);
   window_s_ = 0;
   window_steps_ = 0;
+  window_tokens_ = 0;
 }
 
 // The offloaded optimizer's phases: bytes each way, the host's AdamW, and

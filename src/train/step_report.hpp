@@ -25,6 +25,7 @@ struct StepStats {
   int64_t step = 0;              // 1-based index of the step just taken
   double loss = std::nan("");    // mean over the global batch (read on printed steps only)
   double grad_norm = 0;          // before clipping
+  int64_t tokens = 0;            // targets that counted in the loss (all of them without a loss mask)
   double lr = 0;
   double step_seconds = 0;
   bool skipped = false;          // fp16: the gradients overflowed, no update was made
@@ -70,6 +71,7 @@ class StepReporter {
   MetricsWriter metrics_;
   double window_s_ = 0;
   int64_t window_steps_ = 0;
+  int64_t window_tokens_ = 0;
 };
 
 }  // namespace zt

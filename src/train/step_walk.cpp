@@ -1,6 +1,7 @@
 #include "train/step_walk.hpp"
 
 #include <chrono>
+#include <cmath>
 
 namespace zt {
 namespace {
@@ -27,10 +28,13 @@ StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, Uni
 
 StepWalk::~StepWalk() = default;
 
-// Each token's loss weighs 1/(tokens in the global batch), times the fp16
+// Each token's loss weighs 1/(counted targets in the global batch: every
+// token without a loss mask, [Note: masked targets]), times the fp16
 // loss scale: summing the gradients over micro-batches and ranks then gives
 // the (scaled) gradient of the mean loss. Copied to the device only when the
-// weight changes (the first step; fp16 scale changes).
+// weight changes (the first step; fp16 scale changes; with a loss mask, most
+// steps, whose counts differ: on CUDA that copy waits for the stream, a cost
+// only masked runs pay).
 void StepWalk::set_loss_weight(double w) {
   if (w == dloss_weight_) return;
   ZT_CHECK(dloss_.tensor().dtype == DType::f32, "loss weights are f32 outside the f64 tests");
@@ -46,7 +50,10 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   timing_ = StepTiming{};
   zero_.zero_grads();
   kernels_.zero(loss_sum_.tensor());
-  set_loss_weight(finalizer_.loss_scale() / static_cast<double>(opts_.tokens_per_step()));
+  // The same count on every rank (computed from the sampler, not reduced).
+  // A batch without one counted target contributes no gradient.
+  last_targets_ = data_.train_targets(state.step);
+  set_loss_weight(last_targets_ > 0 ? finalizer_.loss_scale() / static_cast<double>(last_targets_) : 0.0);
   WalkArgs args;
   args.params = &zero_;
   args.grads = &zero_;
@@ -101,7 +108,10 @@ double StepWalk::reduce_loss(const Buffer& acc, double tokens) {
   return all_reduce_scalar(over, sum) / tokens;
 }
 
-double StepWalk::read_loss() { return reduce_loss(loss_sum_, static_cast<double>(opts_.tokens_per_step())); }
+double StepWalk::read_loss() {
+  const double loss = reduce_loss(loss_sum_, static_cast<double>(last_targets_));  // collective: every rank reads
+  return last_targets_ > 0 ? loss : std::nan("");
+}
 
 double StepWalk::evaluate(int64_t batches) {
   evaluating_ = true;
@@ -116,7 +126,9 @@ double StepWalk::evaluate(int64_t batches) {
     executor_->run(eval_program_, args);
   }
   evaluating_ = false;
-  return reduce_loss(val_sum_, static_cast<double>(batches * opts_.tokens_per_step()));
+  const int64_t targets = data_.val_targets(batches);
+  const double loss = reduce_loss(val_sum_, static_cast<double>(targets));
+  return targets > 0 ? loss : std::nan("");
 }
 
 }  // namespace zt

@@ -37,9 +37,13 @@ class StepWalk final : private StepHooks {
   // Takes step state.step + 1: walks the schedule, reduces, updates; advances
   // `state`. `stop_requested`: this rank saw a stop signal.
   GradientVerdict train(TrainState& state, bool stop_requested, StepTiming* timing = nullptr);
-  // Mean per-token loss of the last train() over the global batch. Collective
-  // (over the ranks that hold the loss); one host read.
+  // Mean per-token loss of the last train() over the targets of the global
+  // batch that count ([Note: masked targets] in data_feed.hpp; all of them
+  // without a loss mask); NaN when none counted. Collective (over the ranks
+  // that hold the loss); one host read.
   double read_loss();
+  // Targets that counted in the last train(), over the global batch.
+  int64_t last_targets() const { return last_targets_; }
   // Mean validation loss over `batches` global batches of the val split.
   // Collective.
   double evaluate(int64_t batches);
@@ -63,6 +67,7 @@ class StepWalk final : private StepHooks {
   std::vector<PipeInstr> train_program_, eval_program_;
   Buffer dloss_;             // (B, T) math dtype: each token's loss weight
   double dloss_weight_ = -1;  // its current value
+  int64_t last_targets_ = 0;  // counted targets of the last train()
   Buffer loss_sum_, val_sum_;  // (1) f64: the step's and the evaluation's summed losses
   // The walk in progress.
   TrainState* state_ = nullptr;

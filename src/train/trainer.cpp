@@ -183,6 +183,7 @@ StepStats Trainer::train_step(bool read_loss) {
   const GradientVerdict v = s.walk->train(s.state, stop_signal_received(), &st.timing);
   st.step = s.state.step;
   st.grad_norm = v.grad_norm;
+  st.tokens = s.walk->last_targets();
   st.skipped = v.skipped;
   st.loss_scale = v.loss_scale;
   st.comm = dp.counters();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "io/loss_mask.hpp"
 #include "io/token_dataset.hpp"
 #include "io/token_shard.hpp"
 #include "temp_dir.hpp"
@@ -242,4 +243,76 @@ TEST(TokenDataset, UnigramEntropy) {
   EXPECT_EQ(zt::unigram_entropy_nats(static_cast<const uint16_t*>(nullptr), 0), 0.0);
   const std::vector<uint32_t> wide = {0, 200000, 0, 200000};
   EXPECT_NEAR(zt::unigram_entropy_nats(wide.data(), 4), std::log(2.0), 1e-12);
+}
+
+// ---- loss masks ([Note: loss mask file]) ----
+
+TEST(LossMask, PathBesideTheShard) {
+  EXPECT_EQ(zt::mask_path_for("d/train.bin"), "d/train.mask");
+  EXPECT_EQ(zt::mask_path_for("d/tokens"), "d/tokens.mask");
+}
+
+TEST(LossMask, WriteThenReadRoundTrips) {
+  TempDir dir;
+  const std::vector<uint8_t> mask = {0, 1, 1, 0, 0, 1, 0};
+  zt::write_loss_mask(dir / "a.mask", mask);
+  EXPECT_EQ(zt::read_loss_mask(dir / "a.mask"), mask);
+  // The documented layout, byte for byte.
+  const std::string bytes = zt::test::read_bytes(dir / "a.mask");
+  ASSERT_EQ(bytes.size(), 24u + mask.size());
+  EXPECT_EQ(bytes.substr(0, 8), std::string("ZTLMASK\0", 8));
+  int32_t version = 0;
+  int64_t count = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&count, bytes.data() + 16, 8);
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(count, 7);
+  zt::write_loss_mask(dir / "empty.mask", {});
+  EXPECT_TRUE(zt::read_loss_mask(dir / "empty.mask").empty());
+}
+
+TEST(LossMask, BadFilesNameTheProblem) {
+  TempDir dir;
+  expect_user_error([&] { zt::write_loss_mask(dir / "x.mask", {0, 2}); }, {"entry 1", "2"});
+  zt::write_loss_mask(dir / "a.mask", {1, 0, 1});
+  std::string bytes = zt::test::read_bytes(dir / "a.mask");
+  zt::test::write_bytes(dir / "short.mask", bytes.substr(0, bytes.size() - 1));
+  expect_user_error([&] { zt::read_loss_mask(dir / "short.mask"); }, {dir / "short.mask", "3 entries", "26"});
+  std::string bad_value = bytes;
+  bad_value[25] = 7;
+  zt::test::write_bytes(dir / "value.mask", bad_value);
+  expect_user_error([&] { zt::read_loss_mask(dir / "value.mask"); }, {dir / "value.mask", "entry 1 is 7"});
+  std::string bad_magic = bytes;
+  bad_magic[0] = 'X';
+  zt::test::write_bytes(dir / "magic.mask", bad_magic);
+  expect_user_error([&] { zt::read_loss_mask(dir / "magic.mask"); }, {dir / "magic.mask", "magic"});
+}
+
+TEST(LossMask, DatasetReadsMasksAcrossShards) {
+  TempDir dir;
+  zt::write_token_shard(dir / "a.bin", ramp(5));
+  zt::write_token_shard(dir / "b.bin", ramp(4, 5));
+  zt::write_loss_mask(dir / "a.mask", {0, 0, 1, 1, 0});
+  zt::write_loss_mask(dir / "b.mask", {1, 0, 1, 1});
+  const TokenDataset ds = TokenDataset::open({dir / "a.bin", dir / "b.bin"});
+  ASSERT_TRUE(ds.has_mask());
+  std::vector<uint8_t> out(6);
+  ds.copy_mask(2, 6, out.data());  // spans the boundary
+  EXPECT_EQ(out, (std::vector<uint8_t>{1, 1, 0, 1, 0, 1}));
+
+  // Without mask files every target counts.
+  zt::write_token_shard(dir / "c.bin", ramp(3));
+  const TokenDataset c = TokenDataset::open({dir / "c.bin"});
+  EXPECT_FALSE(c.has_mask());
+  std::vector<uint8_t> ones(3, 7);
+  c.copy_mask(0, 3, ones.data());
+  EXPECT_EQ(ones, (std::vector<uint8_t>{1, 1, 1}));
+
+  // Masked and plain shards do not mix; a mask of the wrong length is refused.
+  expect_user_error([&] { TokenDataset::open({dir / "a.bin", dir / "c.bin"}); },
+                    {dir / "c.bin", "has no loss mask"});
+  expect_user_error([&] { TokenDataset::open({dir / "c.bin", dir / "a.bin"}); },
+                    {dir / "c.bin", "has no loss mask"});
+  zt::write_loss_mask(dir / "c.mask", {1, 1});
+  expect_user_error([&] { TokenDataset::open({dir / "c.bin"}); }, {dir / "c.mask", "2 entries", "3 tokens"});
 }

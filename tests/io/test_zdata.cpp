@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "io/byte_tokenizer.hpp"
+#include "io/loss_mask.hpp"
 #include "io/synthetic.hpp"
 #include "io/token_shard.hpp"
 #include "temp_dir.hpp"
@@ -228,4 +230,148 @@ TEST(Zdata, BadUsageExitsTwo) {
   r = zdata(dir, "markov --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(contains(r.out, "--states")) << r.out;
+}
+
+// ---- zdata finetune ([Note: fine-tuning examples]) ----
+namespace {
+
+// Ids of `text` by `zdata tokenize` (no BOS/EOS): the tokenizers themselves
+// are checked against the Python packages' ids above.
+std::vector<uint32_t> ids_of(const TempDir& dir, const std::string& tok, const std::string& text) {
+  static int n = 0;
+  const std::string name = "piece" + std::to_string(n++);
+  zt::test::write_bytes(dir / (name + ".txt"), text);
+  const Result r = zdata(dir, "tokenize --tokenizer " + tok + " --bos none --eos none --val-fraction 0 --threads 1 --out " +
+                                  (dir / name) + " " + (dir / (name + ".txt")));
+  EXPECT_EQ(r.code, 0) << r.err;
+  return read_ids(dir / (name + "/train.bin"));
+}
+
+uint32_t added_token(const std::string& tok, const std::string& content) {
+  const auto j = nlohmann::json::parse(zt::test::read_bytes(tok));
+  for (const auto& t : j.at("added_tokens"))
+    if (t.at("content") == content) return t.at("id").get<uint32_t>();
+  ADD_FAILURE() << content << " not in " << tok;
+  return 0;
+}
+
+// Appends `ids` to the expected tokens with mask value m.
+void expect_piece(std::vector<uint32_t>& ids, std::vector<uint8_t>& mask, const std::vector<uint32_t>& piece, uint8_t m) {
+  ids.insert(ids.end(), piece.begin(), piece.end());
+  mask.insert(mask.end(), piece.size(), m);
+}
+
+}  // namespace
+
+TEST(Zdata, FinetunePromptCompletionMasksThePrompt) {
+  TempDir dir;
+  const std::string tok = std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json";
+  zt::test::write_bytes(dir / "a.jsonl",
+                        "{\"prompt\": \"What is 2+2?\\nAnswer:\", \"completion\": \" four.\"}\n\n"
+                        "{\"completion\": \" Hello there, friend!\", \"prompt\": \"Greet me:\"}\n");
+  const Result r = zdata(dir, "finetune --tokenizer " + tok + " --format prompt_completion --val-fraction 0.5 --out " +
+                                  (dir / "o") + " " + (dir / "a.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const uint32_t eos = added_token(tok, "<|endoftext|>");
+  std::vector<uint32_t> want;
+  std::vector<uint8_t> mask;
+  expect_piece(want, mask, ids_of(dir, tok, "What is 2+2?\nAnswer:"), 0);
+  expect_piece(want, mask, ids_of(dir, tok, " four."), 1);
+  expect_piece(want, mask, {eos}, 1);
+  EXPECT_EQ(read_ids(dir / "o/train.bin"), want);
+  EXPECT_EQ(zt::read_loss_mask(dir / "o/train.mask"), mask);
+  // The second example went to val whole (GPT-2 has no BOS).
+  want.clear();
+  mask.clear();
+  expect_piece(want, mask, ids_of(dir, tok, "Greet me:"), 0);
+  expect_piece(want, mask, ids_of(dir, tok, " Hello there, friend!"), 1);
+  expect_piece(want, mask, {eos}, 1);
+  EXPECT_EQ(read_ids(dir / "o/val.bin"), want);
+  EXPECT_EQ(zt::read_loss_mask(dir / "o/val.mask"), mask);
+  EXPECT_TRUE(contains(r.out, "targets count in the loss")) << r.out;
+  const Result i = zdata(dir, "inspect " + (dir / "o/val.bin"));
+  ASSERT_EQ(i.code, 0) << i.err;
+  int64_t counted = 0;
+  for (uint8_t m : mask) counted += m;
+  EXPECT_TRUE(contains(i.out, "loss mask: " + (dir / "o/val.mask") + ": " + std::to_string(counted) + " of " +
+                                  std::to_string(mask.size())))
+      << i.out;
+}
+
+TEST(Zdata, FinetuneChatLlama3CountsOnlyTheAssistant) {
+  TempDir dir;
+  const std::string tok = std::string(ZT_TOKENIZER_DATA) + "/tok_llama3.json";
+  zt::test::write_bytes(dir / "c.jsonl",
+                        "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                        "{\"role\": \"user\", \"content\": \"Capital of France?\"}, "
+                        "{\"role\": \"assistant\", \"content\": \"Paris.\"}]}\n");
+  const Result r = zdata(dir, "finetune --tokenizer " + tok + " --format chat --chat-template llama3 --out " +
+                                  (dir / "o") + " " + (dir / "c.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const uint32_t sh = added_token(tok, "<|start_header_id|>"), eh = added_token(tok, "<|end_header_id|>"),
+                 eot = added_token(tok, "<|eot_id|>");
+  std::vector<uint32_t> want;
+  std::vector<uint8_t> mask;
+  expect_piece(want, mask, {added_token(tok, "<|begin_of_text|>")}, 0);
+  for (const auto& [role, content] : std::vector<std::pair<std::string, std::string>>{
+           {"system", "Be brief."}, {"user", "Capital of France?"}, {"assistant", "Paris."}}) {
+    const uint8_t m = role == "assistant";
+    expect_piece(want, mask, {sh}, 0);
+    expect_piece(want, mask, ids_of(dir, tok, role), 0);
+    expect_piece(want, mask, {eh}, 0);
+    expect_piece(want, mask, ids_of(dir, tok, "\n\n"), 0);
+    expect_piece(want, mask, ids_of(dir, tok, content), m);
+    expect_piece(want, mask, {eot}, m);
+  }
+  expect_piece(want, mask, {added_token(tok, "<|end_of_text|>")}, 1);  // the tokenizer's EOS ends the example
+  EXPECT_EQ(read_ids(dir / "o/train.bin"), want);
+  EXPECT_EQ(zt::read_loss_mask(dir / "o/train.mask"), mask);
+  EXPECT_FALSE(std::ifstream(dir / "o/val.bin").good()) << "no val files without --val-fraction";
+}
+
+TEST(Zdata, FinetuneErrorsNameFileAndLine) {
+  TempDir dir;
+  const std::string gpt2 = std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json";
+  const std::string good = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                           "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n";
+  auto run = [&](const std::string& lines, const std::string& args) {
+    zt::test::write_bytes(dir / "x.jsonl", lines);
+    return zdata(dir, "finetune --tokenizer " + gpt2 + " --out " + (dir / "o") + " " + args + " " + (dir / "x.jsonl"));
+  };
+  // The plain template works with any tokenizer.
+  Result r = run(good, "--format chat --chat-template plain");
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<uint32_t> want;
+  std::vector<uint8_t> mask;
+  expect_piece(want, mask, ids_of(dir, gpt2, "user: "), 0);
+  expect_piece(want, mask, ids_of(dir, gpt2, "hi\n"), 0);
+  expect_piece(want, mask, ids_of(dir, gpt2, "assistant: "), 0);
+  expect_piece(want, mask, ids_of(dir, gpt2, "hello\n"), 1);
+  expect_piece(want, mask, {added_token(gpt2, "<|endoftext|>")}, 1);
+  EXPECT_EQ(read_ids(dir / "o/train.bin"), want);
+  EXPECT_EQ(zt::read_loss_mask(dir / "o/train.mask"), mask);
+
+  r = run(good + "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}\n", "--format chat --chat-template plain");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, dir / "x.jsonl:2: message 0: unknown role 'robot'")) << r.err;
+  r = run(good + "\n{not json\n", "--format chat --chat-template plain");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, dir / "x.jsonl:3: not valid JSON")) << r.err;
+  r = run("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n", "--format chat --chat-template plain");
+  EXPECT_TRUE(contains(r.err, ":1: no assistant message")) << r.err;
+  r = run("{\"prompt\": \"a\", \"completion\": \"b\", \"extra\": 1}\n", "--format prompt_completion");
+  EXPECT_TRUE(contains(r.err, ":1: unknown key \"extra\"")) << r.err;
+  // Bad usage: exit 2.
+  r = run(good, "--format chat");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.err, "--chat-template")) << r.err;
+  r = run(good, "--format chat --chat-template chatml");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.err, "unknown --chat-template 'chatml'")) << r.err;
+  r = run(good, "--format alpaca");
+  EXPECT_EQ(r.code, 2);
+  // llama3 needs its header tokens, which GPT-2's tokenizer lacks.
+  r = run(good, "--format chat --chat-template llama3");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "<|start_header_id|>")) << r.err;
 }

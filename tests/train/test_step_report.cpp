@@ -47,12 +47,14 @@ TEST(StepReport, RecordsCarryTheStepAndTheBreakdown) {
     st.grad_norm = 0.75;
     st.lr = 1e-3;
     st.step_seconds = 0.5;
+    st.tokens = 64;  // counted targets: 8 sequences of 8 tokens, no loss mask
     st.loss_scale = 1024;
     st.skipped = true;
     st.timing.reduce_s = 0.125;
     st.comm.bytes[static_cast<int>(CommOp::all_reduce)] = 8000;
     rep.add(st);
     rep.report(st, 2.25, 1.5, 3);
+    st.tokens = 16;  // a loss mask counted 16 of the 64 targets
     rep.add(st);
     rep.report(st, std::nan(""), 2.0, 4);
     rep.report_end(r.dev, 4, 2.0);
@@ -72,6 +74,7 @@ TEST(StepReport, RecordsCarryTheStepAndTheBreakdown) {
   EXPECT_DOUBLE_EQ(a.at("comm_volume_psi").get<double>(), 4.0);
   EXPECT_EQ(a.at("time_breakdown_s").at("reduce"), 0.125);
   EXPECT_FALSE(recs[1].contains("val_loss"));
+  EXPECT_DOUBLE_EQ(recs[1].at("tokens_per_s").get<double>(), 32.0);  // only counted targets
   EXPECT_EQ(recs[2].at("event"), "end");
   EXPECT_TRUE(recs[2].at("peak_bytes").contains("total"));
   std::filesystem::remove_all(dir);
@@ -107,6 +110,16 @@ TEST(RunControl, WhatHappensAfterEachStep) {
   const AfterStep none = after_step(cfg, 20, false, false, false, false);
   EXPECT_TRUE(none.last && none.print);
   EXPECT_FALSE(none.save || none.validate);
+  // The last step saves even off the interval (checkpoint.save_at_end), and
+  // says that this save is the end's alone; save_at_end false: no save.
+  EXPECT_FALSE(after_step(cfg, 20, false, false, true, true).save_at_end_only) << "20 is on the interval";
+  Config odd = test::small_config(test::log_dir(), {"train.steps=19", "checkpoint.interval=4",
+                                                     "checkpoint.dir=\"" + test::log_dir() + "/ck\""});
+  const AfterStep end = after_step(odd, 19, false, false, true, true);
+  EXPECT_TRUE(end.last && end.save && end.save_at_end_only);
+  odd.checkpoint.save_at_end = false;
+  EXPECT_FALSE(after_step(odd, 19, false, false, true, true).save);
+  EXPECT_TRUE(after_step(odd, 19, true, false, true, true).save) << "a stop saves";
 }
 
 TEST(RunOptions, DerivedOnceFromTheConfig) {
