@@ -200,10 +200,19 @@ void parse_data(const SectionReader& top, Config& cfg) {
   if (!r.has("train"))
     r.fail("train", "required when the config has a \"data\" section (leave the section out to train on the "
                     "built-in corpus)");
+  // Each of comma-separated shards (io/token_dataset.hpp) must be readable.
+  const auto check_shards = [&r](const char* key, const std::string& list) {
+    size_t at = 0;
+    do {
+      const size_t comma = list.find(',', at);
+      check_readable_file(r, key, list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      at = comma == std::string::npos ? comma : comma + 1;
+    } while (at != std::string::npos);
+  };
   d.train = r.string("train", "");
-  check_readable_file(r, "train", d.train);
+  check_shards("train", d.train);
   d.val = r.string("val", "");
-  if (r.has("val")) check_readable_file(r, "val", d.val);
+  if (r.has("val")) check_shards("val", d.val);
   if (r.has("tokenizer")) {
     d.tokenizer = r.string("tokenizer", "");
     check_readable_file(r, "tokenizer", d.tokenizer);

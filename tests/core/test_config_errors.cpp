@@ -165,6 +165,13 @@ TEST(ConfigErrors, MissingDataFileNamesTheFile) {
                        "directory ");
 
   EXPECT_CONTAINS(parse_error(R"({"data": {"val": "x"}})"), "config.json: data.train: required when the config has");
+
+  // Comma-separated shards: each is checked, the missing one named.
+  TempFile second("second.bin");
+  const std::string both = train.path() + "," + second.path();
+  EXPECT_EQ(parse(R"({"data": {"train": ")" + both + R"("}})").data.train, both);
+  EXPECT_CONTAINS(parse_error(R"({"data": {"train": ")" + train.path() + R"(,no_such_shard.bin"}})"),
+                  "config.json: data.train: file \"no_such_shard.bin\" does not exist");
 }
 
 TEST(ConfigErrors, FeaturesNotAvailableYet) {
