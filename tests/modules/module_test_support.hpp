@@ -160,4 +160,66 @@ inline std::vector<const Unit*> views(const std::vector<std::unique_ptr<Unit>>& 
   return v;
 }
 
+// Zeroed tensors a test owns, on a CPU device of its own.
+struct TensorPool {
+  std::unique_ptr<Device> dev = make_cpu_device();
+  std::vector<Buffer> owned;
+  Tensor make(Shape s, DType t = DType::f64) {
+    owned.emplace_back(*dev, t, s, MemTag::activations);
+    std::memset(owned.back().data(), 0, owned.back().bytes());
+    return owned.back().tensor();
+  }
+  Tensor rand(Shape s, uint64_t key, double scale = 1.0, DType t = DType::f64) {
+    Tensor x = make(s, t);
+    fill_uniform(x, key, scale);
+    return x;
+  }
+  Tensor copy(const Tensor& x) {
+    Tensor c = make(x.shape, x.dtype);
+    std::memcpy(c.data, x.data, x.bytes());
+    return c;
+  }
+};
+
+// The kernel tests' fixture: CpuKernels, a workspace arena, owned tensors.
+struct KernelFixture : ::testing::Test, TensorPool {
+  Arena ws{*dev, MemTag::workspace, 1 << 16};
+  CpuKernels k;
+};
+
+// Finite differences through UnitRunner over a FlatStore: the objective
+// sum(R * output) of units [first, last), its analytic gradients, and the
+// check of every parameter of a unit.
+struct RunnerFd {
+  const std::vector<const Unit*>& uv;
+  FlatStore& store;
+  UnitRunner& runner;
+  MicroBatchState& mb;
+  TensorPool& pool;
+  // Objective: sum(R * output of unit last-1) after a forward of [first, last).
+  double objective(int first, int last, const Tensor& in, const Tensor& targets, const Tensor& R) {
+    mb.reset();
+    const Tensor out = runner.forward(first, last, mb, store, in, targets);
+    return sum_product(out, R);
+  }
+  // Analytic gradients: fresh grads, forward, backward with dout = R.
+  Tensor analytic(int first, int last, const Tensor& in, const Tensor& targets, const Tensor& R) {
+    store.zero_grads();
+    mb.reset();
+    runner.forward(first, last, mb, store, in, targets);
+    Tensor din = runner.backward(first, last, mb, store, store, R);
+    if (!din.defined()) return din;
+    return pool.copy(din);  // din lives in mb, which the FD runs reuse
+  }
+  void check_unit_params(int unit, const std::function<double()>& f, int64_t per_param, uint64_t key) {
+    for (int p = 0; p < store.num_params(unit); ++p) {
+      const Tensor w = store.param(unit, p);
+      const std::string what =
+          uv[static_cast<size_t>(unit)]->name() + "." + uv[static_cast<size_t>(unit)]->params()[static_cast<size_t>(p)].name;
+      check_fd(f, w.as<double>(), store.grad(unit, p).as<double>(),
+               some_indices(w.numel(), per_param, key + static_cast<uint64_t>(p)), what.c_str());
+    }
+  }
+};
+
 }  // namespace zt::test

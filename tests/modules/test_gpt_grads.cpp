@@ -17,38 +17,19 @@ struct GradCheck : ::testing::TestWithParam<bool> {  // param: activation checkp
   CpuKernels kernels{5 * 11 * sizeof(double)};  // 5 rows per classifier chunk: 2 chunks
   UnitRunner runner{uv, kernels, *dev, DType::f64, DType::f64, GetParam()};
   MicroBatchState mb{*dev, static_cast<int>(uv.size()), 1 << 14};
-  std::vector<Buffer> owned;
+  TensorPool pool;
+  RunnerFd fd{uv, store, runner, mb, pool};
   const int L = kTiny.n_layer, T = kTiny.seq_len, C = kTiny.d_model;
 
-  Tensor make(Shape s, DType t = DType::f64) {
-    owned.emplace_back(*dev, t, s, MemTag::activations);
-    std::memset(owned.back().data(), 0, owned.back().bytes());
-    return owned.back().tensor();
-  }
-  // Objective: sum(R * output of unit last-1) after a forward of [first, last).
+  Tensor make(Shape s, DType t = DType::f64) { return pool.make(s, t); }
   double objective(int first, int last, const Tensor& in, const Tensor& targets, const Tensor& R) {
-    mb.reset();
-    const Tensor out = runner.forward(first, last, mb, store, in, targets);
-    return sum_product(out, R);
+    return fd.objective(first, last, in, targets, R);
   }
-  // Analytic gradients: fresh grads, forward, backward with dout = R.
   Tensor analytic(int first, int last, const Tensor& in, const Tensor& targets, const Tensor& R) {
-    store.zero_grads();
-    mb.reset();
-    runner.forward(first, last, mb, store, in, targets);
-    Tensor din = runner.backward(first, last, mb, store, store, R);
-    if (!din.defined()) return din;
-    Tensor copy = make(din.shape);  // din lives in mb, which the FD runs reuse
-    std::memcpy(copy.data, din.data, din.bytes());
-    return copy;
+    return fd.analytic(first, last, in, targets, R);
   }
   void check_unit_params(int unit, const std::function<double()>& f, int64_t per_param, uint64_t key) {
-    for (int p = 0; p < store.num_params(unit); ++p) {
-      const Tensor w = store.param(unit, p);
-      const std::string what = uv[static_cast<size_t>(unit)]->name() + "." + uv[static_cast<size_t>(unit)]->params()[static_cast<size_t>(p)].name;
-      check_fd(f, w.as<double>(), store.grad(unit, p).as<double>(), some_indices(w.numel(), per_param, key + static_cast<uint64_t>(p)),
-               what.c_str());
-    }
+    fd.check_unit_params(unit, f, per_param, key);
   }
 };
 

@@ -8,23 +8,6 @@
 namespace zt::test {
 namespace {
 
-struct KernelFixture : ::testing::Test {
-  std::unique_ptr<Device> dev = make_cpu_device();
-  Arena ws{*dev, MemTag::workspace, 1 << 16};
-  CpuKernels k;
-  std::vector<Buffer> owned;
-  Tensor make(Shape s, DType t = DType::f64) {
-    owned.emplace_back(*dev, t, s, MemTag::activations);
-    std::memset(owned.back().data(), 0, owned.back().bytes());
-    return owned.back().tensor();
-  }
-  Tensor rand(Shape s, uint64_t key, double scale = 1.0, DType t = DType::f64) {
-    Tensor x = make(s, t);
-    fill_uniform(x, key, scale);
-    return x;
-  }
-};
-
 TEST_F(KernelFixture, MatmulMatchesNaiveForAllTransposes) {
   const int64_t M = 5, N = 4, K = 3;
   for (int ta = 0; ta < 2; ++ta) {

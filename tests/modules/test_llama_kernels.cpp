@@ -9,27 +9,7 @@
 namespace zt::test {
 namespace {
 
-struct LlamaKernels : ::testing::Test {
-  std::unique_ptr<Device> dev = make_cpu_device();
-  Arena ws{*dev, MemTag::workspace, 1 << 16};
-  CpuKernels k;
-  std::vector<Buffer> owned;
-  Tensor make(Shape s, DType t = DType::f64) {
-    owned.emplace_back(*dev, t, s, MemTag::activations);
-    std::memset(owned.back().data(), 0, owned.back().bytes());
-    return owned.back().tensor();
-  }
-  Tensor rand(Shape s, uint64_t key, double scale = 1.0, DType t = DType::f64) {
-    Tensor x = make(s, t);
-    fill_uniform(x, key, scale);
-    return x;
-  }
-  Tensor copy(const Tensor& x) {
-    Tensor c = make(x.shape, x.dtype);
-    std::memcpy(c.data, x.data, x.bytes());
-    return c;
-  }
-};
+using LlamaKernels = KernelFixture;
 
 TEST_F(LlamaKernels, RmsNormMatchesNaiveAndGradients) {
   const int64_t N = 6, C = 7;
