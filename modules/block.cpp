@@ -116,7 +116,7 @@ void BlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p, co
   k.matmul(ws, s[kQkv], s[kLn1], false, p[kAttnW], true, false, p[kAttnB]);  // (B, T, 3C)
   s[kAtty] = saved.alloc(act, Shape{B, T, C});
   s[kLse] = saved.alloc(md, Shape{B, n_head_, T});
-  k.attention_fwd(ws, s[kAtty], s[kLse], s[kQkv], n_head_);
+  k.attention_fwd(ws, s[kAtty], s[kLse], s[kQkv], n_head_, ctx.doc_start);
   // res = x + atty W^T + b: the projection accumulates onto a copy of x, so
   // 16-bit storage rounds once rather than twice.
   s[kRes] = saved.alloc(act, Shape{B, T, C});
@@ -170,7 +170,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   const Tensor& datty = dln;  // (B, T, C), reused
   k.matmul(ws, datty, din, false, p[kAttnProjW], false, false);
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
-  k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_);
+  k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_, ctx.doc_start);
   k.matmul(ws, g[kAttnW], dqkv, true, s[kLn1], false, true);  // (3C, C) += dqkv^T ln1
   k.bias_grad(g[kAttnB], dqkv);
   const Tensor& dln1 = dln;

@@ -34,21 +34,21 @@ class CpuKernels final : public Kernels {
                      const Tensor& rstd) override;
 
   void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                     int n_head) override;
+                     int n_head, const Tensor& doc_start) override;
   void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                     const Tensor& out, const Tensor& lse, int n_head) override;
+                     const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) override;
 
   void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
                    double eps) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
                    const Tensor& x, const Tensor& w, const Tensor& rstd) override;
-  void rope_fwd(const Tensor& x, const RopeConfig& rope) override;
-  void rope_bwd(const Tensor& dx, const RopeConfig& rope) override;
+  void rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) override;
+  void rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) override;
   void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                         const Tensor& v, int n_head, int n_kv_head) override;
+                         const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) override;
   void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, int n_head, int n_kv_head) override;
+                         const Tensor& lse, int n_head, int n_kv_head, const Tensor& doc_start) override;
   void swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                   const Tensor& up) override;
@@ -63,9 +63,9 @@ class CpuKernels final : public Kernels {
                       const Tensor& lse) override;
 
   void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                     const Tensor& wpe) override;
+                     const Tensor& wpe, const Tensor& doc_start) override;
   void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                     const Tensor& tokens) override;
+                     const Tensor& tokens, const Tensor& doc_start) override;
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void cast(const Tensor& dst, const Tensor& src) override;

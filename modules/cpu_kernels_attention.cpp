@@ -211,7 +211,8 @@ void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S*
 }  // namespace
 
 void CpuKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                               int n_head) {
+                               int n_head, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   const AttnDims d = attn_dims(qkv, n_head);
   const int64_t C = d.C();
   ZT_CHECK(out.shape == (Shape{d.B, d.T, C}) && out.dtype == qkv.dtype, "attention_fwd: out ",
@@ -228,7 +229,8 @@ void CpuKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, 
 }
 
 void CpuKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                               const Tensor& out, const Tensor& lse, int n_head) {
+                               const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   const AttnDims d = attn_dims(qkv, n_head);
   const int64_t C = d.C();
   ZT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == d.B * d.T * C && out.numel() == dout.numel() &&
@@ -247,7 +249,8 @@ void CpuKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout
 }
 
 void CpuKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
-                                   const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
+                                   const Tensor& k, const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   const AttnDims d = gqa_dims(q, k, v, n_head, n_kv_head);
   ZT_CHECK(out.shape == q.shape && out.dtype == q.dtype, "gqa_attention_fwd: out ", out.shape.str(), " for q ",
            q.shape.str());
@@ -264,7 +267,8 @@ void CpuKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& l
 
 void CpuKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& out, const Tensor& lse, int n_head, int n_kv_head) {
+                                   const Tensor& out, const Tensor& lse, int n_head, int n_kv_head, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   const AttnDims d = gqa_dims(q, k, v, n_head, n_kv_head);
   ZT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
                dout.numel() == q.numel() && out.numel() == q.numel() && lse.numel() == d.B * d.NH * d.T &&

@@ -116,7 +116,8 @@ void CpuKernels::bias_grad(const Tensor& dbias, const Tensor& dout) {
 // ---- embedding ------------------------------------------------------------------
 
 void CpuKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                               const Tensor& wpe) {
+                               const Tensor& wpe, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2];
   const int64_t V = wte.shape[0];
@@ -183,7 +184,8 @@ static void embedding_bwd_impl(M* dwte, M* dwpe, const M* dout, const int32_t* t
 }
 
 void CpuKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                               const Tensor& tokens) {
+                               const Tensor& tokens, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cpu::cols(dout);
   const int64_t V = dwte.shape[0];
   const bool pos = dwpe.defined();

@@ -162,7 +162,8 @@ void CpuKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor&
   });
 }
 
-void CpuKernels::rope_fwd(const Tensor& x, const RopeConfig& rope) {
+void CpuKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   check_rope(x, rope, "rope_fwd");
   cpu::with_storage(x.dtype, [&](auto xt) {
     using T = decltype(xt);
@@ -170,7 +171,8 @@ void CpuKernels::rope_fwd(const Tensor& x, const RopeConfig& rope) {
   });
 }
 
-void CpuKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope) {
+void CpuKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   check_rope(dx, rope, "rope_bwd");
   if (dx.dtype == DType::f64) {
     rope_impl<double, double>(cpu::math_ptr<double>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true);

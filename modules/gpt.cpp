@@ -105,14 +105,14 @@ void EmbeddingUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p
                             const Tensor& out, Stash&) const {
   ZT_CHECK(params.size() == 2, "embedding expects 2 parameter views, got ", params.size());
   ZT_CHECK(ctx.T <= T_max_, "sequence length ", ctx.T, " exceeds the model's ", T_max_);
-  ctx.kernels->embedding_fwd(out, in, params[0], params[1]);  // (B, T, C)
+  ctx.kernels->embedding_fwd(out, in, params[0], params[1], ctx.doc_start);  // (B, T, C)
 }
 
 void EmbeddingUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&,
                              const std::vector<Tensor>& grads, const Tensor& in, const Tensor& dout,
                              const Tensor&, Stash&) const {
   ZT_CHECK(grads.size() == 2, "embedding expects 2 gradient views, got ", grads.size());
-  ctx.kernels->embedding_bwd(grads[0], grads[1], dout, in);
+  ctx.kernels->embedding_bwd(grads[0], grads[1], dout, in, ctx.doc_start);
 }
 
 // ---- HeadUnit -----------------------------------------------------------------

@@ -15,11 +15,17 @@
 // found it (mark/release), so a step allocates nothing once the arena has grown.
 #pragma once
 
+#include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "modules/rope.hpp"
 #include "runtime/device.hpp"
 
 namespace zt {
+
+// For kernels that do not take a doc_start yet.
+inline void no_doc_masking_yet(const Tensor& doc_start) {
+  ZT_CHECK(!doc_start.defined(), "document masking (doc_start) is not implemented by this kernel");
+}
 
 class Kernels {
  public:
@@ -46,6 +52,15 @@ class Kernels {
                              const Tensor& db, const Tensor& dout, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
 
+  // ---- document masking ------------------------------------------------------
+  // [Note: document masking] Packed fine-tuning sequences hold several whole
+  // examples. doc_start (B, T) i32, when defined, gives for token t of row b
+  // the index in that row of the first token of t's document. Then query t
+  // attends only to keys j with doc_start[b, t] <= j <= t, and its position
+  // (the GPT position table, the rotary angle) is t - doc_start[b, t]. An
+  // undefined doc_start (Tensor()) is a plain corpus: doc_start = 0
+  // everywhere, which is exactly the unmasked computation.
+
   // ---- causal multi-head self-attention -----------------------------------
   // qkv (B, T, 3C) holds [q | k | v]; head h uses columns [h*hs, (h+1)*hs) of
   // each third, hs = C / n_head. out (B, T, C) = softmax(q k^T / sqrt(hs),
@@ -53,10 +68,10 @@ class Kernels {
   // scores so that backward recomputes the probabilities instead of storing
   // (B, n_head, T, T).
   virtual void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                             int n_head) = 0;
+                             int n_head, const Tensor& doc_start) = 0;
   // dqkv (B, T, 3C) written from dout (B, T, C); out is the forward's output.
   virtual void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                             const Tensor& out, const Tensor& lse, int n_head) = 0;
+                             const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) = 0;
 
   // ---- Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU --
   // RMSNorm over the last dimension: out (N, C) = x * rstd * w, rstd (N) =
@@ -67,21 +82,24 @@ class Kernels {
   virtual void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
                            const Tensor& x, const Tensor& w, const Tensor& rstd) = 0;
   // x (B, T, H * head_dim), storage dtype, rotated in place: token t of every
-  // sequence is at position t (rope.hpp gives the convention and frequencies).
-  virtual void rope_fwd(const Tensor& x, const RopeConfig& rope) = 0;
+  // sequence is at position t - doc_start[b, t] (rope.hpp gives the convention
+  // and frequencies).
+  virtual void rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) = 0;
   // dx (B, T, H * head_dim), math dtype, in place: the transpose (inverse
   // rotation), so dx becomes the gradient of the unrotated input.
-  virtual void rope_bwd(const Tensor& dx, const RopeConfig& rope) = 0;
+  virtual void rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) = 0;
   // Causal grouped-query attention on separate q (B, T, n_head * hs), k and v
   // (B, T, n_kv_head * hs): query head h reads key/value head
   // h / (n_head / n_kv_head) (n_kv_head = 1: multi-query). out (B, T,
   // n_head * hs) and lse (B, n_head, T) as attention_fwd's.
   virtual void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
-                                 const Tensor& k, const Tensor& v, int n_head, int n_kv_head) = 0;
+                                 const Tensor& k, const Tensor& v, int n_head, int n_kv_head,
+                                 const Tensor& doc_start) = 0;
   // dq, dk, dv (shapes of q, k, v; math dtype) written from dout.
   virtual void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                  const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& out, const Tensor& lse, int n_head, int n_kv_head) = 0;
+                                 const Tensor& out, const Tensor& lse, int n_head, int n_kv_head,
+                                 const Tensor& doc_start) = 0;
   // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); all (N, F).
   virtual void swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // dgate, dup (math dtype) written from dout (math dtype).
@@ -107,14 +125,15 @@ class Kernels {
                               const Tensor& lse) = 0;
 
   // ---- token + position embedding ---------------------------------------
-  // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; wte (V, C), wpe (T_max, C).
+  // out (B, T, C) = wte[tokens[b, t]] + wpe[t - doc_start[b, t]]; wte (V, C),
+  // wpe (T_max, C).
   // An undefined wpe (Tensor()) means no position embedding (Llama, whose
   // positions are rotary): out = wte[tokens[b, t]], and dwpe is not written.
   virtual void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                             const Tensor& wpe) = 0;
+                             const Tensor& wpe, const Tensor& doc_start) = 0;
   // dwte (V, C) +=, dwpe (T_max, C) += from dout (B, T, C).
   virtual void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                             const Tensor& tokens) = 0;
+                             const Tensor& tokens, const Tensor& doc_start) = 0;
 
   // ---- elementwise -------------------------------------------------------
   // out = a + b (residual add); out may alias a or b.

@@ -62,14 +62,14 @@ void LlamaEmbeddingUnit::init_param(int param, int64_t begin, int64_t count, flo
 void LlamaEmbeddingUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
                                  const Tensor& out, Stash&) const {
   ZT_CHECK(params.size() == 1, "llama embedding expects 1 parameter view, got ", params.size());
-  ctx.kernels->embedding_fwd(out, in, params[0], Tensor());  // no position table
+  ctx.kernels->embedding_fwd(out, in, params[0], Tensor(), ctx.doc_start);  // no position table
 }
 
 void LlamaEmbeddingUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&,
                                   const std::vector<Tensor>& grads, const Tensor& in, const Tensor& dout,
                                   const Tensor&, Stash&) const {
   ZT_CHECK(grads.size() == 1, "llama embedding expects 1 gradient view, got ", grads.size());
-  ctx.kernels->embedding_bwd(grads[0], Tensor(), dout, in);
+  ctx.kernels->embedding_bwd(grads[0], Tensor(), dout, in, ctx.doc_start);
 }
 
 // ---- block --------------------------------------------------------------------
@@ -122,11 +122,11 @@ void LlamaBlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& 
   k.matmul(ws, s[kQ], s[kLn1], false, p[kQW], true, false);
   k.matmul(ws, s[kK], s[kLn1], false, p[kKW], true, false);
   k.matmul(ws, s[kV], s[kLn1], false, p[kVW], true, false);
-  k.rope_fwd(s[kQ], rope_);
-  k.rope_fwd(s[kK], rope_);
+  k.rope_fwd(s[kQ], rope_, ctx.doc_start);
+  k.rope_fwd(s[kK], rope_, ctx.doc_start);
   s[kAtty] = saved.alloc(act, Shape{B, T, C});
   s[kLse] = saved.alloc(md, Shape{B, n_head_, T});
-  k.gqa_attention_fwd(ws, s[kAtty], s[kLse], s[kQ], s[kK], s[kV], n_head_, n_kv_head_);
+  k.gqa_attention_fwd(ws, s[kAtty], s[kLse], s[kQ], s[kK], s[kV], n_head_, n_kv_head_, ctx.doc_start);
   // res = x + atty Wo^T, accumulated onto a copy of x (one rounding, as GPT-2's block).
   s[kRes] = saved.alloc(act, Shape{B, T, C});
   k.cast(s[kRes], in);
@@ -181,9 +181,9 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor dq = ws.alloc(md, Shape{B, T, C});
   const Tensor dk = ws.alloc(md, Shape{B, T, KV_});
   const Tensor dv = ws.alloc(md, Shape{B, T, KV_});
-  k.gqa_attention_bwd(ws, dq, dk, dv, datty, s[kQ], s[kK], s[kV], s[kAtty], s[kLse], n_head_, n_kv_head_);
-  k.rope_bwd(dq, rope_);  // gradients of the unrotated projections
-  k.rope_bwd(dk, rope_);
+  k.gqa_attention_bwd(ws, dq, dk, dv, datty, s[kQ], s[kK], s[kV], s[kAtty], s[kLse], n_head_, n_kv_head_, ctx.doc_start);
+  k.rope_bwd(dq, rope_, ctx.doc_start);  // gradients of the unrotated projections
+  k.rope_bwd(dk, rope_, ctx.doc_start);
   k.matmul(ws, g[kQW], dq, true, s[kLn1], false, true);
   k.matmul(ws, g[kKW], dk, true, s[kLn1], false, true);
   k.matmul(ws, g[kVW], dv, true, s[kLn1], false, true);

@@ -46,6 +46,7 @@ struct UnitContext {
   int64_t T = 0;             // sequence length
   DType act_dtype = DType::f32;  // storage of activations (math is fp32 or wider)
   Tensor targets;            // (B, T) i32, read by the head; a negative target is ignored
+  Tensor doc_start;          // (B, T) i32 or undefined: [Note: document masking] in kernels.hpp
 };
 
 // What a unit's forward keeps for its backward (views into ctx.saved).

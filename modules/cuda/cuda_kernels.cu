@@ -118,7 +118,8 @@ void CudaKernels::gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& 
 
 // ---- embedding -------------------------------------------------------------------------
 
-void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   if (!wpe.defined()) llama_not_yet("embedding without a position table");
   ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2], V = wte.shape[0];
@@ -131,7 +132,8 @@ void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const T
                       B, T, C, V, stream_);
 }
 
-void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   if (!dwpe.defined()) llama_not_yet("embedding without a position table");
   ZT_CHECK(tokens.shape.rank() == 2, "embedding_bwd: tokens (B, T)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cols(dout), V = dwte.shape[0];
@@ -174,13 +176,15 @@ void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor
                     stream_);
 }
 
-void CudaKernels::rope_fwd(const Tensor& x, const RopeConfig& rope) {
+void CudaKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   ZT_CHECK(x.shape.rank() == 3, "rope_fwd: x must be (B, T, H * head_dim), got ", x.shape.str());
   check_on_device(x, "rope_fwd x");
   cuda::rope(x.data, x.dtype, x.shape[0], x.shape[1], x.shape[2], rope, false, stream_);
 }
 
-void CudaKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope) {
+void CudaKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   ZT_CHECK(dx.shape.rank() == 3, "rope_bwd: dx must be (B, T, H * head_dim), got ", dx.shape.str());
   check_on_device(dx, "rope_bwd dx");
   check_dtype(dx, DType::f32, "rope_bwd gradient");
@@ -188,11 +192,13 @@ void CudaKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope) {
 }
 
 void CudaKernels::gqa_attention_fwd(Arena&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                    int, int) {
+                                    int, int, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   llama_not_yet("gqa_attention_fwd");
 }
 void CudaKernels::gqa_attention_bwd(Arena&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int) {
+                                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   llama_not_yet("gqa_attention_bwd");
 }
 

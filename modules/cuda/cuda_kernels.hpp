@@ -67,9 +67,9 @@ class CudaKernels final : public Kernels {
   void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                      const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
 
-  void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head) override;
+  void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start) override;
   void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                     const Tensor& lse, int n_head) override;
+                     const Tensor& lse, int n_head, const Tensor& doc_start) override;
 
   // Llama: RMSNorm, RoPE and SwiGLU (llama.cuh); grouped-query attention
   // throws a UserError naming it (ztrain refuses model.arch "llama" on this
@@ -77,13 +77,13 @@ class CudaKernels final : public Kernels {
   void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
                    const Tensor& w, const Tensor& rstd) override;
-  void rope_fwd(const Tensor& x, const RopeConfig& rope) override;
-  void rope_bwd(const Tensor& dx, const RopeConfig& rope) override;
+  void rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) override;
+  void rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) override;
   void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                         const Tensor& v, int n_head, int n_kv_head) override;
+                         const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) override;
   void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                         int n_head, int n_kv_head) override;
+                         int n_head, int n_kv_head, const Tensor& doc_start) override;
   void swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                   const Tensor& up) override;
@@ -96,8 +96,8 @@ class CudaKernels final : public Kernels {
   void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss, const Tensor& x,
                       const Tensor& w, const Tensor& targets, const Tensor& lse) override;
 
-  void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override;
-  void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) override;
+  void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& doc_start) override;
+  void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, const Tensor& doc_start) override;
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void cast(const Tensor& dst, const Tensor& src) override;

@@ -24,12 +24,14 @@ Tensor classifier_weight(Arena& ws, const Tensor& x, const Tensor& w, cudaStream
 
 }  // namespace
 
-void CudaKernels::attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head) {
+void CudaKernels::attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   attention_fwd_cuda(out, lse, qkv, n_head, stream_);
 }
 
 void CudaKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                const Tensor& out, const Tensor& lse, int n_head) {
+                                const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) {
+  no_doc_masking_yet(doc_start);
   attention_bwd_cuda(dqkv, dout, qkv, out, lse, n_head, ws, stream_);
 }
 

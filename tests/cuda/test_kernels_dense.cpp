@@ -163,8 +163,8 @@ TEST_F(CudaDense, EmbeddingForwardAndExactBackward) {
         const Tensor out = host_tensor(ot, Shape{B, T, C});
         const Tensor tok_d = to_gpu(tok), out_d = gpu_tensor(ot, Shape{B, T, C});
         poison(out_d);
-        cpu_k->embedding_fwd(out, tok, wte, wpe);
-        gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), to_gpu(wpe));
+        cpu_k->embedding_fwd(out, tok, wte, wpe, Tensor());
+        gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), to_gpu(wpe), Tensor());
         const std::string what = std::string(dtype_name(wt)) + " -> " + dtype_name(ot) + " C " + std::to_string(C);
         // One sum of two values, rounded once: the same on both sides.
         EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << what;
@@ -172,8 +172,8 @@ TEST_F(CudaDense, EmbeddingForwardAndExactBackward) {
         const Tensor dout = host_random(DType::f32, Shape{B, T, C});
         const Tensor dwte = host_random(DType::f32, Shape{V, C}), dwpe = host_random(DType::f32, Shape{Tmax, C});
         const Tensor dwte_d = to_gpu(dwte), dwpe_d = to_gpu(dwpe);
-        cpu_k->embedding_bwd(dwte, dwpe, dout, tok);
-        gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), tok_d);
+        cpu_k->embedding_bwd(dwte, dwpe, dout, tok, Tensor());
+        gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), tok_d, Tensor());
         // [Note: embedding backward]: the CPU's order of additions, bit for bit.
         EXPECT_EQ(max_abs_diff(values(dwte_d), values(dwte)), 0.0) << what;
         EXPECT_EQ(max_abs_diff(values(dwpe_d), values(dwpe)), 0.0) << what;
@@ -190,7 +190,7 @@ TEST_F(CudaDense, EmbeddingBadTokenGivesNanRowNotAFault) {
   tok.as<int32_t>()[2] = -1;
   const Tensor wte = host_random(DType::f32, Shape{V, C}), wpe = host_random(DType::f32, Shape{T, C});
   const Tensor out_d = gpu_tensor(DType::f32, Shape{B, T, C});
-  gpu_k->embedding_fwd(out_d, to_gpu(tok), to_gpu(wte), to_gpu(wpe));
+  gpu_k->embedding_fwd(out_d, to_gpu(tok), to_gpu(wte), to_gpu(wpe), Tensor());
   const std::vector<double> v = values(out_d);
   for (int64_t c = 0; c < C; ++c) {
     EXPECT_TRUE(std::isfinite(v[c]));
@@ -202,7 +202,7 @@ TEST_F(CudaDense, EmbeddingBadTokenGivesNanRowNotAFault) {
   gpu_k->zero(dwte_d);
   gpu_k->zero(dwpe_d);
   const Tensor dout = host_random(DType::f32, Shape{B, T, C});
-  gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), to_gpu(tok));
+  gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), to_gpu(tok), Tensor());
   const std::vector<double> g = values(dwte_d), d = values(dout);
   for (int64_t v2 = 0; v2 < V; ++v2) {
     for (int64_t c = 0; c < C; ++c) EXPECT_EQ(g[v2 * C + c], v2 == 1 ? d[c] : 0.0);

@@ -54,16 +54,16 @@ TEST_F(CudaLlama, RopeMatchesCpuAndInverts) {
   const int64_t B = 2, T = 129, W = 3 * 64;
   for (DType t : kStorage) {
     const Tensor x = host_random(t, Shape{B, T, W}), x_d = to_gpu(x);
-    cpu_k->rope_fwd(x, rope);
-    gpu_k->rope_fwd(x_d, rope);
+    cpu_k->rope_fwd(x, rope, Tensor());
+    gpu_k->rope_fwd(x_d, rope, Tensor());
     EXPECT_LT(rel_error(values(x_d), values(x)), tolerance(t)) << dtype_name(t);
   }
   const Tensor g = host_random(DType::f32, Shape{B, T, W}), g_d = to_gpu(g);
   const std::vector<double> before = values(g);
-  cpu_k->rope_bwd(g, rope);
-  gpu_k->rope_bwd(g_d, rope);
+  cpu_k->rope_bwd(g, rope, Tensor());
+  gpu_k->rope_bwd(g_d, rope, Tensor());
   EXPECT_LT(rel_error(values(g_d), values(g)), 1e-6);
-  gpu_k->rope_fwd(g_d, rope);  // forward after the inverse: the identity
+  gpu_k->rope_fwd(g_d, rope, Tensor());  // forward after the inverse: the identity
   EXPECT_LT(rel_error(values(g_d), before), 1e-6);
 }
 
@@ -91,7 +91,7 @@ TEST_F(CudaLlama, GroupedQueryAttentionIsRefusedByName) {
   const Tensor q = gpu_tensor(DType::f32, Shape{1, 4, 8}), k = gpu_tensor(DType::f32, Shape{1, 4, 4});
   const Tensor out = gpu_tensor(DType::f32, Shape{1, 4, 8}), lse = gpu_tensor(DType::f32, Shape{1, 2, 4});
   try {
-    gpu_k->gqa_attention_fwd(*gpu_ws, out, lse, q, k, k, 2, 1);
+    gpu_k->gqa_attention_fwd(*gpu_ws, out, lse, q, k, k, 2, 1, Tensor());
     ADD_FAILURE() << "expected a UserError";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("model.arch \"llama\" is not yet available on the CUDA backend"),

@@ -62,8 +62,8 @@ TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
       dqkv_c(cpu_dev, DType::f32, Shape{c.B, c.T, 3 * C});
   qkv_c.fill(cpu_dev, qkv_h);
   dout_c.fill(cpu_dev, dout_h);
-  cpu.attention_fwd(cpu_ws, out_c.t, lse_c.t, qkv_c.t, c.NH);
-  cpu.attention_bwd(cpu_ws, dqkv_c.t, dout_c.t, qkv_c.t, out_c.t, lse_c.t, c.NH);
+  cpu.attention_fwd(cpu_ws, out_c.t, lse_c.t, qkv_c.t, c.NH, Tensor());
+  cpu.attention_bwd(cpu_ws, dqkv_c.t, dout_c.t, qkv_c.t, out_c.t, lse_c.t, c.NH, Tensor());
   const std::vector<float> out_ref = out_c.read(cpu_dev), lse_ref = lse_c.read(cpu_dev),
                            dqkv_ref = dqkv_c.read(cpu_dev);
 

@@ -81,7 +81,7 @@ TEST_F(KernelFixture, AttentionMatchesNaiveAndGradients) {
   const Tensor qkv = rand(Shape{B, T, 3 * C}, 30, 1.5), out = make(Shape{B, T, C}), lse = make(Shape{B, NH, T});
   const Tensor R = rand(Shape{B, T, C}, 31);
   auto f = [&] {
-    k.attention_fwd(ws, out, lse, qkv, NH);
+    k.attention_fwd(ws, out, lse, qkv, NH, Tensor());
     return sum_product(out, R);
   };
   f();
@@ -108,7 +108,7 @@ TEST_F(KernelFixture, AttentionMatchesNaiveAndGradients) {
     }
   }
   const Tensor dqkv = rand(Shape{B, T, 3 * C}, 32);  // garbage: backward must overwrite
-  k.attention_bwd(ws, dqkv, R, qkv, out, lse, NH);
+  k.attention_bwd(ws, dqkv, R, qkv, out, lse, NH, Tensor());
   check_fd(f, qkv.as<double>(), dqkv.as<double>(), all_indices(qkv.numel()), "dqkv");
 }
 
@@ -168,11 +168,11 @@ TEST_F(KernelFixture, EmbeddingGradients) {
   const Tensor wte = rand(Shape{V, C}, 61), wpe = rand(Shape{Tmax, C}, 62);
   const Tensor out = make(Shape{B, T, C}), R = rand(Shape{B, T, C}, 63);
   auto f = [&] {
-    k.embedding_fwd(out, tok, wte, wpe);
+    k.embedding_fwd(out, tok, wte, wpe, Tensor());
     return sum_product(out, R);
   };
   const Tensor dwte = make(Shape{V, C}), dwpe = make(Shape{Tmax, C});
-  k.embedding_bwd(dwte, dwpe, R, tok);
+  k.embedding_bwd(dwte, dwpe, R, tok, Tensor());
   check_fd(f, wte.as<double>(), dwte.as<double>(), all_indices(wte.numel()), "dwte");
   check_fd(f, wpe.as<double>(), dwpe.as<double>(), all_indices(wpe.numel()), "dwpe");
 }

@@ -83,7 +83,7 @@ TEST_F(LlamaKernels, RopeMatchesRotateHalfAndGradients) {
   const Tensor x0 = rand(Shape{B, T, W}, 10), x = make(Shape{B, T, W}), R = rand(Shape{B, T, W}, 11);
   auto obj = [&] {
     std::memcpy(x.data, x0.data, x0.bytes());
-    k.rope_fwd(x, rope);
+    k.rope_fwd(x, rope, Tensor());
     return sum_product(x, R);
   };
   obj();
@@ -100,7 +100,7 @@ TEST_F(LlamaKernels, RopeMatchesRotateHalfAndGradients) {
         }
   // Backward: the transpose of the rotation.
   const Tensor d = copy(R);
-  k.rope_bwd(d, rope);
+  k.rope_bwd(d, rope, Tensor());
   check_fd(obj, x0.as<double>(), d.as<double>(), all_indices(x0.numel()), "drope");
 }
 
@@ -140,7 +140,7 @@ TEST_F(LlamaKernels, GroupedQueryAttentionMatchesNaiveAndGradients) {
                  v = rand(Shape{B, T, NKV * hs}, 22);
     const Tensor out = make(Shape{B, T, NH * hs}), lse = make(Shape{B, NH, T}), R = rand(Shape{B, T, NH * hs}, 23);
     auto f = [&] {
-      k.gqa_attention_fwd(ws, out, lse, q, kk, v, NH, NKV);
+      k.gqa_attention_fwd(ws, out, lse, q, kk, v, NH, NKV, Tensor());
       return sum_product(out, R);
     };
     f();
@@ -149,7 +149,7 @@ TEST_F(LlamaKernels, GroupedQueryAttentionMatchesNaiveAndGradients) {
     for (int64_t i = 0; i < out.numel(); ++i) EXPECT_NEAR(out.as<double>()[i], ref[static_cast<size_t>(i)], 1e-13) << i;
     // Garbage in the outputs: backward must overwrite them.
     const Tensor dq = rand(q.shape, 24), dk = rand(kk.shape, 25), dv = rand(v.shape, 26);
-    k.gqa_attention_bwd(ws, dq, dk, dv, R, q, kk, v, out, lse, NH, NKV);
+    k.gqa_attention_bwd(ws, dq, dk, dv, R, q, kk, v, out, lse, NH, NKV, Tensor());
     check_fd(f, q.as<double>(), dq.as<double>(), all_indices(q.numel()), "dq");
     check_fd(f, kk.as<double>(), dk.as<double>(), all_indices(kk.numel()), "dk");
     check_fd(f, v.as<double>(), dv.as<double>(), all_indices(v.numel()), "dv");
@@ -172,15 +172,15 @@ TEST_F(LlamaKernels, MultiHeadGqaEqualsPackedAttentionBits) {
     }
   const Tensor o1 = make(Shape{B, T, C}, DType::f32), l1 = make(Shape{B, NH, T}, DType::f32);
   const Tensor o2 = make(Shape{B, T, C}, DType::f32), l2 = make(Shape{B, NH, T}, DType::f32);
-  k.attention_fwd(ws, o1, l1, qkv, NH);
-  k.gqa_attention_fwd(ws, o2, l2, q, kk, v, NH, NH);
+  k.attention_fwd(ws, o1, l1, qkv, NH, Tensor());
+  k.gqa_attention_fwd(ws, o2, l2, q, kk, v, NH, NH, Tensor());
   EXPECT_EQ(std::memcmp(o1.data, o2.data, o1.bytes()), 0);
   EXPECT_EQ(std::memcmp(l1.data, l2.data, l1.bytes()), 0);
   const Tensor g = rand(Shape{B, T, C}, 31, 1.0, DType::f32);
   const Tensor dqkv = make(Shape{B, T, 3 * C}, DType::f32);
   const Tensor dq = make(q.shape, DType::f32), dk = make(q.shape, DType::f32), dv = make(q.shape, DType::f32);
-  k.attention_bwd(ws, dqkv, g, qkv, o1, l1, NH);
-  k.gqa_attention_bwd(ws, dq, dk, dv, g, q, kk, v, o2, l2, NH, NH);
+  k.attention_bwd(ws, dqkv, g, qkv, o1, l1, NH, Tensor());
+  k.gqa_attention_bwd(ws, dq, dk, dv, g, q, kk, v, o2, l2, NH, NH, Tensor());
   for (int64_t r = 0; r < B * T; ++r)
     for (int64_t c = 0; c < C; ++c) {
       EXPECT_EQ(dq.as<float>()[r * C + c], dqkv.as<float>()[r * 3 * C + c]);
@@ -215,7 +215,7 @@ TEST_F(LlamaKernels, EmbeddingWithoutPositions) {
   fill_tokens(tok, 50, static_cast<int>(V));
   const Tensor wte = rand(Shape{V, C}, 51), out = make(Shape{B, T, C}), R = rand(Shape{B, T, C}, 52);
   auto f = [&] {
-    k.embedding_fwd(out, tok, wte, Tensor());
+    k.embedding_fwd(out, tok, wte, Tensor(), Tensor());
     return sum_product(out, R);
   };
   f();
@@ -223,7 +223,7 @@ TEST_F(LlamaKernels, EmbeddingWithoutPositions) {
     for (int64_t c = 0; c < C; ++c)
       EXPECT_EQ(out.as<double>()[bt * C + c], wte.as<double>()[tok.as<int32_t>()[bt] * C + c]);
   const Tensor dwte = make(Shape{V, C});
-  k.embedding_bwd(dwte, Tensor(), R, tok);
+  k.embedding_bwd(dwte, Tensor(), R, tok, Tensor());
   check_fd(f, wte.as<double>(), dwte.as<double>(), all_indices(wte.numel()), "dwte");
 }
 
