@@ -286,10 +286,6 @@ int main(int argc, char** argv) {
   if (auto code = agree([&] {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         if (cuda) {
-          // The CUDA Kernels have no Llama operations yet (they throw); refuse
-          // before any GPU work rather than at the first block.
-          if (cfg.model.arch == "llama")
-            ZT_USER_ERROR("model.arch \"llama\" is not yet available on the CUDA backend; run it with --device cpu");
           make_cuda_backend(*topo, device, kernels);
         } else {
           device = std::make_unique<CpuDevice>();

@@ -11,7 +11,7 @@ set -uo pipefail
 # shellcheck source=jobs/gpu/lib.sh
 . "$(dirname "$0")/lib.sh" check.sh "$@"
 
-for t in cuda_runtime cuda_kernels_parity cuda_adamw cuda_attention_parity cuda_classifier_parity cuda_gpt_parity cuda_attn_timing; do
+for t in cuda_runtime cuda_kernels_parity cuda_adamw cuda_attention_parity cuda_classifier_parity cuda_gpt_parity cuda_llama_parity cuda_attn_timing; do
   [ -x "$bundle/bin/$t" ] || { note "$t: missing"; continue; }
   "$bundle/bin/$t" > "$out/$t.log" 2>&1
   note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
@@ -28,21 +28,6 @@ cat > "$out/tiny.json" <<'JSON'
  "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 10, "warmup_type": "linear"}},
  "model": {"preset": "tiny"}, "train": {"steps": 50, "eval_interval": 0}}
 JSON
-losses() { grep '"step"' "$1" | grep -o '"loss":[^,}]*' | cut -d: -f2 | tr '\n' ' '; }
-compare() {  # compare NAME REF OUT TOL: max relative difference of the loss curves
-  python3 - "$@" <<'PY' | tee -a "$summary"
-import json, sys
-name, ref, out, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-def curve(p):
-    try: return [json.loads(l)["loss"] for l in open(p) if '"step"' in l]
-    except OSError: return []
-a, b = curve(ref), curve(out)
-if not a or len(a) != len(b):
-    print(f"{name}: FAIL (curves of {len(a)} and {len(b)} steps)"); sys.exit()
-d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"{name}: {'ok' if d <= tol else 'FAIL'} max rel diff {d:.2e} (tol {tol:g}); loss {a[0]:.4f} -> {a[-1]:.4f} vs {b[-1]:.4f}")
-PY
-}
 "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cpu --log-dir "$out/cpu" > "$out/cpu.log" 2>&1
 "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda --set bf16.enabled=true --log-dir "$out/gpu-bf16" > "$out/gpu-bf16.log" 2>&1
 compare "bf16 GPU vs fp32 CPU, 50 steps" "$out/cpu/metrics.jsonl" "$out/gpu-bf16/metrics.jsonl" 0.02

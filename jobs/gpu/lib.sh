@@ -13,3 +13,17 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x LD_LIBRARY_PAT
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+compare() {  # compare NAME REF OUT TOL: max relative difference of the loss curves
+  python3 - "$@" <<'PY' | tee -a "$summary"
+import json, sys
+name, ref, out, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def curve(p):
+    try: return [json.loads(l)["loss"] for l in open(p) if '"step"' in l]
+    except OSError: return []
+a, b = curve(ref), curve(out)
+if not a or len(a) != len(b):
+    print(f"{name}: FAIL (curves of {len(a)} and {len(b)} steps)"); sys.exit()
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"{name}: {'ok' if d <= tol else 'FAIL'} max rel diff {d:.2e} (tol {tol:g}); loss {a[0]:.4f} -> {a[-1]:.4f} vs {b[-1]:.4f}")
+PY
+}

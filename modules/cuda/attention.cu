@@ -13,20 +13,37 @@
 namespace zt {
 namespace {
 
+using attn::BwdArgs;
 using attn::Dims;
+using attn::FwdArgs;
 
-Dims attention_dims(const Tensor& qkv, int n_head) {
-  ZT_CHECK(qkv.shape.rank() == 3 && qkv.shape[2] % 3 == 0, "attention: qkv must be (B, T, 3C), got ",
-           qkv.shape.str());
-  const int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
-  ZT_CHECK(n_head > 0 && C % n_head == 0, "attention: C ", C, " not divisible by n_head ", n_head);
+// B, T, NH, NKV, hs of a call whose queries are q (B, T, NH * hs).
+Dims attention_dims(const Shape& q, int64_t q_cols, int n_head, int n_kv_head, const char* what) {
+  ZT_CHECK(q.rank() == 3, what, ": expected (B, T, columns), got ", q.str());
+  const int64_t B = q[0], T = q[1], C = q_cols;
+  ZT_CHECK(n_head > 0 && C % n_head == 0, what, ": ", C, " query columns not divisible by n_head ", n_head);
+  ZT_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, what, ": n_head ", n_head, " not a multiple of n_kv_head ",
+           n_kv_head);
   const int64_t hs = C / n_head;
   ZT_CHECK(hs >= 1 && hs <= 128, "attention on CUDA supports head sizes 1..128, got ", hs);
-  ZT_CHECK(B >= 1 && T >= 1, "attention: empty qkv ", qkv.shape.str());
+  ZT_CHECK(B >= 1 && T >= 1, what, ": empty input ", q.str());
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   // grid.y counts query blocks of 16 rows or more (the f32 path at hs > 64).
   ZT_CHECK(B * n_head <= kMax && T <= int64_t{65535} * 16, "attention: B * n_head or T too large for the grid");
-  return Dims{static_cast<int>(B), static_cast<int>(T), n_head, static_cast<int>(hs), C};
+  return Dims{static_cast<int>(B), static_cast<int>(T), n_head, n_kv_head, static_cast<int>(hs), 0, 0, C};
+}
+
+const int32_t* doc_start_ptr(const Tensor& doc_start, const Dims& d) {
+  if (!doc_start.defined()) return nullptr;
+  ZT_CHECK(doc_start.device == DeviceKind::cuda && doc_start.dtype == DType::i32 &&
+               doc_start.numel() == static_cast<int64_t>(d.B) * d.T,
+           "attention: doc_start must be (", d.B, ", ", d.T, ") i32 in CUDA memory, got ", doc_start.shape.str(),
+           " ", dtype_name(doc_start.dtype));
+  return static_cast<const int32_t*>(doc_start.data);
+}
+
+const void* offset(const void* p, int64_t elems, DType t) {
+  return static_cast<const char*>(p) + elems * static_cast<int64_t>(dtype_size(t));
 }
 
 int padded_head(int hs) { return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : 128; }
@@ -99,53 +116,52 @@ void launch_prep(const float* dout, const void* out, void* dout_s, float* delta,
 
 }  // namespace
 
-void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
-                        cudaStream_t stream) {
-  const Dims d = attention_dims(qkv, n_head);
-  check_cuda(qkv, "qkv");
-  check_cuda(out, "out");
-  check_cuda(lse, "lse");
-  ZT_CHECK(out.shape == (Shape{d.B, d.T, d.C}) && out.dtype == qkv.dtype, "attention_fwd: out ",
-           out.shape.str(), " ", dtype_name(out.dtype), " for qkv ", qkv.shape.str(), " ",
-           dtype_name(qkv.dtype));
-  ZT_CHECK(lse.numel() == static_cast<int64_t>(d.B) * d.NH * d.T && lse.dtype == DType::f32,
-           "attention_fwd: lse must be (B, n_head, T) f32, got ", lse.shape.str(), " ", dtype_name(lse.dtype));
-  const attn::FwdArgs a{d, qkv.data, out.data, static_cast<float*>(lse.data)};
+namespace {
+
+void run_fwd(const FwdArgs& a, DType t, cudaStream_t stream) {
+  const Dims& d = a.d;
   const int dp = padded_head(d.hs);
-  const bool vec = d.hs % 8 == 0 && aligned16(qkv.data);
-  switch (qkv.dtype) {
+  const bool vec = d.hs % 8 == 0 && d.ld_q % 8 == 0 && d.ld_kv % 8 == 0 && aligned16(a.q) && aligned16(a.k) &&
+                   aligned16(a.v);
+  switch (t) {
     case DType::f32: attn::fwd_simt_f32(a, dp, stream); return;
     case DType::bf16: attn::fwd_mma_bf16(a, dp, vec, stream); return;
     case DType::f16: attn::fwd_mma_f16(a, dp, vec, stream); return;
-    default: ZT_THROW("attention_fwd on CUDA: storage must be f32, bf16 or f16, got ", dtype_name(qkv.dtype));
+    default: ZT_THROW("attention_fwd on CUDA: storage must be f32, bf16 or f16, got ", dtype_name(t));
   }
 }
 
-void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int n_head, Arena& ws, cudaStream_t stream) {
-  const Dims d = attention_dims(qkv, n_head);
-  check_cuda(dqkv, "dqkv");
+void check_fwd_outputs(const Tensor& out, const Tensor& lse, const Dims& d, DType t) {
+  check_cuda(out, "out");
+  check_cuda(lse, "lse");
+  ZT_CHECK(out.shape == (Shape{d.B, d.T, d.C}) && out.dtype == t, "attention_fwd: out must be (", d.B, ", ", d.T,
+           ", ", d.C, ") ", dtype_name(t), ", got ", out.shape.str(), " ", dtype_name(out.dtype));
+  ZT_CHECK(lse.numel() == static_cast<int64_t>(d.B) * d.NH * d.T && lse.dtype == DType::f32,
+           "attention_fwd: lse must be (B, n_head, T) f32, got ", lse.shape.str(), " ", dtype_name(lse.dtype));
+}
+
+// Runs the backward once a's inputs and outputs are set: delta and the
+// rounded dout come from the workspace.
+void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Tensor& lse, Arena& ws,
+             cudaStream_t stream) {
+  const Dims& d = a.d;
   check_cuda(dout, "dout");
-  check_cuda(qkv, "qkv");
   check_cuda(out, "out");
   check_cuda(lse, "lse");
   const int64_t n_out = static_cast<int64_t>(d.B) * d.T * d.C, n_stat = static_cast<int64_t>(d.B) * d.NH * d.T;
-  ZT_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype == DType::f32, "attention_bwd: dqkv must be ",
-           qkv.shape.str(), " f32, got ", dqkv.shape.str(), " ", dtype_name(dqkv.dtype));
   ZT_CHECK(dout.numel() == n_out && dout.dtype == DType::f32, "attention_bwd: dout must be (B, T, C) f32");
-  ZT_CHECK(out.numel() == n_out && out.dtype == qkv.dtype, "attention_bwd: out must be (B, T, C) in ",
-           dtype_name(qkv.dtype));
+  ZT_CHECK(out.numel() == n_out && out.dtype == t, "attention_bwd: out must be (B, T, C) in ", dtype_name(t));
   ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
 
   const ArenaScope scope(ws);
   const Tensor delta = ws.alloc(DType::f32, Shape{d.B, d.NH, d.T});
   check_cuda(delta, "workspace arena");
   const int dp = padded_head(d.hs);
-  attn::BwdArgs a{d, qkv.data, nullptr, static_cast<const float*>(lse.data),
-                  static_cast<const float*>(delta.data), static_cast<float*>(dqkv.data)};
+  a.lse = static_cast<const float*>(lse.data);
+  a.delta = static_cast<const float*>(delta.data);
   const float* g = static_cast<const float*>(dout.data);
   float* dl = static_cast<float*>(delta.data);
-  switch (qkv.dtype) {
+  switch (t) {
     case DType::f32:
       launch_prep<float>(g, out.data, nullptr, dl, d, stream);
       a.dout_s = dout.data;
@@ -153,10 +169,11 @@ void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
       break;
     case DType::bf16:
     case DType::f16: {
-      const Tensor dout_s = ws.alloc(qkv.dtype, Shape{d.B, d.T, d.C});
+      const Tensor dout_s = ws.alloc(t, Shape{d.B, d.T, d.C});
       a.dout_s = dout_s.data;
-      const bool vec = d.hs % 8 == 0 && aligned16(qkv.data) && aligned16(dout_s.data);
-      if (qkv.dtype == DType::bf16) {
+      const bool vec = d.hs % 8 == 0 && d.ld_q % 8 == 0 && d.ld_kv % 8 == 0 && aligned16(a.q) && aligned16(a.k) &&
+                       aligned16(a.v) && aligned16(dout_s.data);
+      if (t == DType::bf16) {
         launch_prep<__nv_bfloat16>(g, out.data, dout_s.data, dl, d, stream);
         attn::bwd_mma_bf16(a, dp, vec, stream);
       } else {
@@ -166,8 +183,94 @@ void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
       break;
     }
     default:
-      ZT_THROW("attention_bwd on CUDA: storage must be f32, bf16 or f16, got ", dtype_name(qkv.dtype));
+      ZT_THROW("attention_bwd on CUDA: storage must be f32, bf16 or f16, got ", dtype_name(t));
   }
+}
+
+// Packed (B, T, 3C) qkv as separate matrices of row stride 3C.
+Dims packed_dims(const Tensor& qkv, int n_head) {
+  ZT_CHECK(qkv.shape.rank() == 3 && qkv.shape[2] % 3 == 0, "attention: qkv must be (B, T, 3C), got ",
+           qkv.shape.str());
+  Dims d = attention_dims(qkv.shape, qkv.shape[2] / 3, n_head, n_head, "attention");
+  d.ld_q = d.ld_kv = 3 * d.C;
+  return d;
+}
+
+Dims gqa_dims(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
+  ZT_CHECK(q.shape.rank() == 3, "gqa_attention: q must be (B, T, n_head * hs), got ", q.shape.str());
+  Dims d = attention_dims(q.shape, q.shape[2], n_head, n_kv_head, "gqa_attention");
+  const Shape kv{d.B, d.T, static_cast<int64_t>(n_kv_head) * d.hs};
+  ZT_CHECK(k.shape == kv && v.shape == kv && k.dtype == q.dtype && v.dtype == q.dtype, "gqa_attention: k and v must be ",
+           kv.str(), " ", dtype_name(q.dtype), ", got ", k.shape.str(), " and ", v.shape.str());
+  check_cuda(q, "q");
+  check_cuda(k, "k");
+  check_cuda(v, "v");
+  d.ld_q = d.C;
+  d.ld_kv = kv[2];
+  return d;
+}
+
+}  // namespace
+
+void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start,
+                        cudaStream_t stream) {
+  const Dims d = packed_dims(qkv, n_head);
+  check_cuda(qkv, "qkv");
+  check_fwd_outputs(out, lse, d, qkv.dtype);
+  const FwdArgs a{d,        qkv.data,          offset(qkv.data, d.C, qkv.dtype), offset(qkv.data, 2 * d.C, qkv.dtype),
+                  out.data, static_cast<float*>(lse.data), doc_start_ptr(doc_start, d)};
+  run_fwd(a, qkv.dtype, stream);
+}
+
+void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int n_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream) {
+  const Dims d = packed_dims(qkv, n_head);
+  check_cuda(dqkv, "dqkv");
+  check_cuda(qkv, "qkv");
+  ZT_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype == DType::f32, "attention_bwd: dqkv must be ",
+           qkv.shape.str(), " f32, got ", dqkv.shape.str(), " ", dtype_name(dqkv.dtype));
+  float* g = static_cast<float*>(dqkv.data);
+  BwdArgs a{};
+  a.d = d;
+  a.q = qkv.data;
+  a.k = offset(qkv.data, d.C, qkv.dtype);
+  a.v = offset(qkv.data, 2 * d.C, qkv.dtype);
+  a.dq = g;
+  a.dk = g + d.C;
+  a.dv = g + 2 * d.C;
+  a.ld_dq = a.ld_dkv = 3 * d.C;
+  a.doc_start = doc_start_ptr(doc_start, d);
+  run_bwd(a, qkv.dtype, dout, out, lse, ws, stream);
+}
+
+void gqa_attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                            int n_head, int n_kv_head, const Tensor& doc_start, cudaStream_t stream) {
+  const Dims d = gqa_dims(q, k, v, n_head, n_kv_head);
+  check_fwd_outputs(out, lse, d, q.dtype);
+  const FwdArgs a{d, q.data, k.data, v.data, out.data, static_cast<float*>(lse.data), doc_start_ptr(doc_start, d)};
+  run_fwd(a, q.dtype, stream);
+}
+
+void gqa_attention_bwd_cuda(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, int n_head,
+                            int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream) {
+  const Dims d = gqa_dims(q, k, v, n_head, n_kv_head);
+  for (const Tensor* t : {&dq, &dk, &dv}) check_cuda(*t, "gradient");
+  ZT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() && dq.dtype == DType::f32 &&
+               dk.dtype == DType::f32 && dv.dtype == DType::f32,
+           "gqa_attention_bwd: dq, dk, dv must be f32 of the shapes of q, k, v");
+  BwdArgs a{};
+  a.d = d;
+  a.q = q.data;
+  a.k = k.data;
+  a.v = v.data;
+  a.dq = static_cast<float*>(dq.data);
+  a.dk = static_cast<float*>(dk.data);
+  a.dv = static_cast<float*>(dv.data);
+  a.ld_dq = d.ld_q;
+  a.ld_dkv = d.ld_kv;
+  a.doc_start = doc_start_ptr(doc_start, d);
+  run_bwd(a, q.dtype, dout, out, lse, ws, stream);
 }
 
 }  // namespace zt

@@ -1,7 +1,9 @@
-// Causal multi-head self-attention on the GPU, flash-style: the (T, T) score
-// matrix never exists in device memory. Semantics are those of
-// Kernels::attention_fwd / attention_bwd (modules/kernels.hpp) and of the CPU
-// reference (modules/cpu_kernels_attention.cpp).
+// Causal multi-head and grouped-query self-attention on the GPU, flash-style:
+// the (T, T) score matrix never exists in device memory. Semantics are those
+// of Kernels::attention_* and gqa_attention_* (modules/kernels.hpp), document
+// masking included, and of the CPU reference (modules/cpu_kernels_attention.cpp).
+// With document masking, key tiles that no query of a tile can see are
+// skipped, so packed documents cost what their own lengths cost.
 //
 // Paths (chosen from the storage dtype of qkv):
 //   bf16, f16  tensor cores (mma.sync m16n8k16, fp32 accumulation), tiles of
@@ -23,7 +25,8 @@ namespace zt {
 // out (B, T, C) storage = softmax(q k^T / sqrt(hs), causal) v per head;
 // lse (B, n_head, T) f32 = each query's log-sum-exp of the scaled scores.
 // qkv (B, T, 3C) storage holds [q | k | v]. out and lse are fully written.
-void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
+// doc_start: (B, T) i32 in device memory, or undefined (no document masking).
+void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start,
                         cudaStream_t stream);
 
 // dqkv (B, T, 3C) f32 is fully written (not accumulated) from dout (B, T, C)
@@ -37,6 +40,17 @@ void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv,
 // Deterministic: dq is computed by its own kernel (no atomics), so the same
 // inputs give the same bits on every run.
 void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int n_head, Arena& ws, cudaStream_t stream);
+                        const Tensor& lse, int n_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream);
+
+// Grouped-query attention on separate q (B, T, n_head * hs) and k, v (B, T,
+// n_kv_head * hs): query head h reads key/value head h / (n_head / n_kv_head).
+// out, lse as above. The backward writes dq, dk, dv (f32, shapes of q, k, v);
+// a key/value head's gradient sums its group's query heads in registers
+// (one block walks them all), so it is deterministic too.
+void gqa_attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                            int n_head, int n_kv_head, const Tensor& doc_start, cudaStream_t stream);
+void gqa_attention_bwd_cuda(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, int n_head,
+                            int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream);
 
 }  // namespace zt

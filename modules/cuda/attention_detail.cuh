@@ -11,27 +11,65 @@
 
 namespace zt::attn {
 
-// Shapes of one call. C = NH * hs; qkv rows have 3C elements.
+// Shapes and layout of one call. Query head h reads key/value head
+// h / (NH / NKV) (NKV = NH: multi-head; NKV = 1: multi-query). Row (b, t) of
+// a matrix starts at base + (b * T + t) * ld and head h's columns at + h * hs:
+// q and dq have row stride ld_q / ld_dq, k, v, dk, dv ld_kv / ld_dkv, and out,
+// dout and dout_s are dense (B, T, NH * hs). The packed (B, T, 3C) qkv of
+// the GPT block is q = qkv, k = qkv + C, v = qkv + 2C with ld = 3C.
 struct Dims {
-  int B, T, NH, hs;
-  int64_t C;
+  int B, T, NH, NKV, hs;
+  int64_t ld_q, ld_kv;  // in elements of the storage dtype
+  int64_t C;            // NH * hs: row stride of out, dout, dout_s
+  __host__ __device__ int group() const { return NH / NKV; }
 };
 
+// [Note: document masking] in modules/kernels.hpp: doc_start (B, T) i32 or
+// null. Query t of row b sees keys doc_start[b, t] <= j <= t; documents are
+// contiguous, so doc_start is non-decreasing along t, and the first query of
+// a tile has the smallest doc_start of the tile.
 struct FwdArgs {
   Dims d;
-  const void* qkv;  // (B, T, 3C) storage
-  void* out;        // (B, T, C) storage
-  float* lse;       // (B, NH, T)
+  const void* q;               // storage
+  const void* k;
+  const void* v;
+  void* out;                   // (B, T, C) storage
+  float* lse;                  // (B, NH, T)
+  const int32_t* doc_start;    // (B, T) or null
 };
 
 struct BwdArgs {
   Dims d;
-  const void* qkv;     // (B, T, 3C) storage
-  const void* dout_s;  // (B, T, C) dout in the storage dtype
-  const float* lse;    // (B, NH, T)
-  const float* delta;  // (B, NH, T) rowsum(dout * out) per head
-  float* dqkv;         // (B, T, 3C), fully written
+  const void* q;               // storage
+  const void* k;
+  const void* v;
+  const void* dout_s;          // (B, T, C) dout in the storage dtype
+  const float* lse;            // (B, NH, T)
+  const float* delta;          // (B, NH, T) rowsum(dout * out) per head
+  float* dq;                   // fully written, row stride ld_dq
+  float* dk;                   // fully written, row stride ld_dkv
+  float* dv;
+  int64_t ld_dq, ld_dkv;
+  const int32_t* doc_start;    // (B, T) or null
 };
+
+// First key query t of row b may see (0 without document masking); rows
+// past T use the last row's.
+__device__ __forceinline__ int doc_first(const int32_t* doc_start, int b, int T, int t) {
+  return doc_start == nullptr ? 0 : doc_start[static_cast<int64_t>(b) * T + min(t, T - 1)];
+}
+// One past the last query of row b that may see key `key` (T without
+// document masking): the first t > key whose document starts after key.
+__device__ __forceinline__ int doc_query_end(const int32_t* doc_start, int b, int T, int key) {
+  if (doc_start == nullptr) return T;
+  const int32_t* row = doc_start + static_cast<int64_t>(b) * T;
+  int lo = key + 1, hi = T;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (row[mid] > key) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
 
 // Per-path launchers (attention_simt.cu, attention_mma_fwd.cu,
 // attention_mma_bwd.cu). dp: padded head size (16, 32, 64 or 128). vec:

@@ -1,7 +1,8 @@
 // Attention backward on tensor cores (bf16 / f16 storage), FlashAttention-2's
 // algorithm split in two kernels so that no gradient needs atomics:
-//   dkdv: a block owns 64 keys and walks the query tiles from the diagonal
-//         on, accumulating dK = scale * dS^T Q and dV = P^T dO;
+//   dkdv: a block owns 64 keys of a key/value head and walks the query tiles
+//         of its query heads from the diagonal on, accumulating
+//         dK = scale * dS^T Q and dV = P^T dO;
 //   dq:   a block owns 64 queries and walks the key tiles up to the
 //         diagonal, accumulating dQ = scale * dS K.
 // Both recompute P = exp(q.k * scale - lse) and dP = dO V^T; with
@@ -28,18 +29,20 @@ constexpr int inner_tile() {
   return D >= 128 ? 32 : 64;
 }
 // Own tile (two matrices) + two buffers of the walked tile (two matrices),
-// and for dkdv two buffers of (lse, delta).
+// and for dkdv two buffers of (lse, delta, doc_start).
 template <int D>
 constexpr size_t dkdv_smem_bytes() {
-  return static_cast<size_t>(2 * kTile + 4 * inner_tile<D>()) * (D + 8) * 2 + 4 * inner_tile<D>() * 4;
+  return static_cast<size_t>(2 * kTile + 4 * inner_tile<D>()) * (D + 8) * 2 + 6 * inner_tile<D>() * 4;
 }
 template <int D>
 constexpr size_t dq_smem_bytes() {
   return static_cast<size_t>(2 * kTile + 4 * inner_tile<D>()) * (D + 8) * 2;
 }
 
-// grid (B * NH, ceil(T / 64)); blockIdx.y = 0 owns keys 0..63, the block
-// with the most query tiles, so the heaviest blocks start first.
+// grid (B * NKV, ceil(T / 64)); blockIdx.y = 0 owns keys 0..63, the block
+// with the most query tiles, so the heaviest blocks start first. A block owns
+// 64 keys of one key/value head and walks the query tiles of every query head
+// of its group (GQA), so dK and dV sum over the group in registers.
 template <typename S, int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(BwdArgs a, bool vec) {
   constexpr int SD = D + 8, BQ = inner_tile<D>(), NT = BQ / 8, DT = D / 8;
@@ -50,32 +53,41 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(Bwd
   S* dobuf = qbuf + 2 * BQ * SD;       // 2 x (BQ, SD)
   float* lse2_buf = reinterpret_cast<float*>(dobuf + 2 * BQ * SD);  // 2 x (BQ): lse in log2 units
   float* delta_buf = lse2_buf + 2 * BQ;                               // 2 x (BQ)
+  int* ds_buf = reinterpret_cast<int*>(delta_buf + 2 * BQ);          // 2 x (BQ): doc_start of each query
 
-  const int T = a.d.T, hs = a.d.hs, NH = a.d.NH;
-  const int64_t C = a.d.C, C3 = 3 * C;
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int T = a.d.T, hs = a.d.hs, NH = a.d.NH, NKV = a.d.NKV, G = a.d.group();
+  const int64_t C = a.d.C, ldq = a.d.ld_q, ldkv = a.d.ld_kv;
+  const int b = blockIdx.x / NKV, hk = blockIdx.x % NKV;
   const int k0 = blockIdx.y * kTile;
-  const int64_t head = static_cast<int64_t>(h) * hs;
-  const S* qg = static_cast<const S*>(a.qkv) + static_cast<int64_t>(b) * T * C3 + head;
-  const S* dog = static_cast<const S*>(a.dout_s) + static_cast<int64_t>(b) * T * C + head;
-  const float* lseg = a.lse + (static_cast<int64_t>(b) * NH + h) * T;
-  const float* deltag = a.delta + (static_cast<int64_t>(b) * NH + h) * T;
+  const int64_t row_b = static_cast<int64_t>(b) * T;
+  const S* kg = static_cast<const S*>(a.k) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
+  const S* vg = static_cast<const S*>(a.v) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs)), sl2 = scale * kLog2e;
+  // Queries k0 .. q_end - 1 may see these keys (causal; documents).
+  const int q_end = doc_query_end(a.doc_start, b, T, min(k0 + kTile, T) - 1);
+  const int nq = (q_end - k0 + BQ - 1) / BQ;  // query tiles per head
+  const int total = nq * G;                   // (head, query tile) pairs, head-major
 
-  // Query tile starting at q0 into buffer `buf`; no commit.
-  auto load_queries = [&](int q0, int buf) {
-    load_tile<BQ, D, SD, kThreads>(qbuf + buf * BQ * SD, qg, C3, q0, T, hs, vec);
-    load_tile<BQ, D, SD, kThreads>(dobuf + buf * BQ * SD, dog, C, q0, T, hs, vec);
+  // Query tile `it` of the walk into buffer `buf`; no commit.
+  auto load_queries = [&](int it, int buf) {
+    const int h = hk * G + it / nq, q0 = k0 + (it % nq) * BQ;
+    const int64_t head = static_cast<int64_t>(h) * hs;
+    load_tile<BQ, D, SD, kThreads>(qbuf + buf * BQ * SD, static_cast<const S*>(a.q) + row_b * ldq + head, ldq, q0,
+                                   T, hs, vec);
+    load_tile<BQ, D, SD, kThreads>(dobuf + buf * BQ * SD, static_cast<const S*>(a.dout_s) + row_b * C + head, C,
+                                   q0, T, hs, vec);
     if (threadIdx.x < BQ) {
       const int t = q0 + threadIdx.x;
-      lse2_buf[buf * BQ + threadIdx.x] = t < T ? lseg[t] * kLog2e : 0.0f;
-      delta_buf[buf * BQ + threadIdx.x] = t < T ? deltag[t] : 0.0f;
+      const int64_t stat = (static_cast<int64_t>(b) * NH + h) * T;
+      lse2_buf[buf * BQ + threadIdx.x] = t < T ? a.lse[stat + t] * kLog2e : 0.0f;
+      delta_buf[buf * BQ + threadIdx.x] = t < T ? a.delta[stat + t] : 0.0f;
+      ds_buf[buf * BQ + threadIdx.x] = doc_first(a.doc_start, b, T, t);
     }
   };
-  load_tile<kTile, D, SD, kThreads>(ks, qg + C, C3, k0, T, hs, vec);
-  load_tile<kTile, D, SD, kThreads>(vs, qg + 2 * C, C3, k0, T, hs, vec);
-  load_queries(k0, 0);  // queries before k0 see none of these keys
+  load_tile<kTile, D, SD, kThreads>(ks, kg, ldkv, k0, T, hs, vec);
+  load_tile<kTile, D, SD, kThreads>(vs, vg, ldkv, k0, T, hs, vec);
+  load_queries(0, 0);  // queries before k0 see none of these keys
   cp_async_commit();
 
   float dk[DT][4], dv[DT][4];
@@ -85,14 +97,16 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(Bwd
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;
 
-  for (int q0 = k0, it = 0; q0 < T; q0 += BQ, ++it) {
+  for (int it = 0; it < total; ++it) {
+    const int q0 = k0 + (it % nq) * BQ;
     const int cur = it & 1;
     const S* qs = qbuf + cur * BQ * SD;
     const S* dos = dobuf + cur * BQ * SD;
     const float* lse2_s = lse2_buf + cur * BQ;
     const float* delta_s = delta_buf + cur * BQ;
+    const int* ds_s = ds_buf + cur * BQ;
     __syncthreads();  // every warp is done with tile it - 1, whose buffers are refilled now
-    if (q0 + BQ < T) load_queries(q0 + BQ, cur ^ 1);
+    if (it + 1 < total) load_queries(it + 1, cur ^ 1);
     cp_async_commit();   // possibly empty: keeps one group per iteration
     cp_async_wait<1>();  // tile it has landed
     __syncthreads();
@@ -119,8 +133,10 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(Bwd
         mma<S>(dpt[2 * nn + 1], va, db + 2);
       }
     }
-    // P^T and dS^T in place; masked pairs (query < key, query >= T) are 0.
-    const bool need_mask = (q0 < k0 + kTile) || (q0 + BQ > T);
+    // P^T and dS^T in place; masked pairs (query < key, query >= T, key
+    // before the query's document) are 0.
+    const bool need_mask =
+        (q0 < k0 + kTile) || (q0 + BQ > T) || (a.doc_start != nullptr && ds_s[BQ - 1] > k0);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -129,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(Bwd
         float p = exp2f(st[nt][e] * sl2 - lse2_s[tl]);
         if (need_mask) {
           const int key = e < 2 ? key0 : key1;
-          if (q0 + tl < key || q0 + tl >= T) p = 0.0f;
+          if (q0 + tl < key || q0 + tl >= T || key < ds_s[tl]) p = 0.0f;
         }
         st[nt][e] = p;
         dpt[nt][e] = p * (dpt[nt][e] - delta_s[tl]);
@@ -154,8 +170,9 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(Bwd
     }
   }
 
-  float* dkg = a.dqkv + static_cast<int64_t>(b) * T * C3 + C + head;
-  float* dvg = dkg + C;
+  const int64_t ld = a.ld_dkv, head = static_cast<int64_t>(hk) * hs;
+  float* dkg = a.dk + row_b * ld + head;
+  float* dvg = a.dv + row_b * ld + head;
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
 #pragma unroll
@@ -163,12 +180,12 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) dkdv_mma_kernel(Bwd
       const int d = dt * 8 + 2 * tq + e;
       if (d < hs) {
         if (key0 < T) {
-          dkg[static_cast<int64_t>(key0) * C3 + d] = dk[dt][e] * scale;
-          dvg[static_cast<int64_t>(key0) * C3 + d] = dv[dt][e];
+          dkg[static_cast<int64_t>(key0) * ld + d] = dk[dt][e] * scale;
+          dvg[static_cast<int64_t>(key0) * ld + d] = dv[dt][e];
         }
         if (key1 < T) {
-          dkg[static_cast<int64_t>(key1) * C3 + d] = dk[dt][2 + e] * scale;
-          dvg[static_cast<int64_t>(key1) * C3 + d] = dv[dt][2 + e];
+          dkg[static_cast<int64_t>(key1) * ld + d] = dk[dt][2 + e] * scale;
+          dvg[static_cast<int64_t>(key1) * ld + d] = dv[dt][2 + e];
         }
       }
     }
@@ -186,22 +203,28 @@ __global__ void __launch_bounds__(kThreads) dq_mma_kernel(BwdArgs a, bool vec) {
   S* vbuf = kbuf + 2 * BK * SD;        // 2 x (BK, SD)
 
   const int T = a.d.T, hs = a.d.hs, NH = a.d.NH;
-  const int64_t C = a.d.C, C3 = 3 * C;
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int64_t C = a.d.C, ldq = a.d.ld_q, ldkv = a.d.ld_kv;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, hk = h / a.d.group();
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
-  const int64_t head = static_cast<int64_t>(h) * hs;
-  const S* qg = static_cast<const S*>(a.qkv) + static_cast<int64_t>(b) * T * C3 + head;
-  const S* dog = static_cast<const S*>(a.dout_s) + static_cast<int64_t>(b) * T * C + head;
+  const int64_t head = static_cast<int64_t>(h) * hs, row_b = static_cast<int64_t>(b) * T;
+  const S* qg = static_cast<const S*>(a.q) + row_b * ldq + head;
+  const S* dog = static_cast<const S*>(a.dout_s) + row_b * C + head;
+  const S* kg = static_cast<const S*>(a.k) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
+  const S* vg = static_cast<const S*>(a.v) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
   const int64_t stat = (static_cast<int64_t>(b) * NH + h) * T;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs)), sl2 = scale * kLog2e;
+  // Key tiles wholly before the first query's document are skipped.
+  const int k_begin = doc_first(a.doc_start, b, T, q0) / BK * BK;
+  const int ds_last = doc_first(a.doc_start, b, T, q0 + kTile - 1);
 
-  load_tile<kTile, D, SD, kThreads>(qs, qg, C3, q0, T, hs, vec);
+  load_tile<kTile, D, SD, kThreads>(qs, qg, ldq, q0, T, hs, vec);
   load_tile<kTile, D, SD, kThreads>(dos, dog, C, q0, T, hs, vec);
-  load_tile<BK, D, SD, kThreads>(kbuf, qg + C, C3, 0, T, hs, vec);
-  load_tile<BK, D, SD, kThreads>(vbuf, qg + 2 * C, C3, 0, T, hs, vec);
+  load_tile<BK, D, SD, kThreads>(kbuf, kg, ldkv, k_begin, T, hs, vec);
+  load_tile<BK, D, SD, kThreads>(vbuf, vg, ldkv, k_begin, T, hs, vec);
   cp_async_commit();
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+  const int ds0 = doc_first(a.doc_start, b, T, row0), ds1 = doc_first(a.doc_start, b, T, row1);
   const float lse0 = row0 < T ? a.lse[stat + row0] * kLog2e : 0.0f;
   const float lse1 = row1 < T ? a.lse[stat + row1] * kLog2e : 0.0f;
   const float dl0 = row0 < T ? a.delta[stat + row0] : 0.0f;
@@ -212,14 +235,14 @@ __global__ void __launch_bounds__(kThreads) dq_mma_kernel(BwdArgs a, bool vec) {
   for (int i = 0; i < DT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
 
   const int last_key = min(q0 + kTile, T) - 1;
-  for (int k0 = 0, it = 0; k0 <= last_key; k0 += BK, ++it) {
+  for (int k0 = k_begin, it = 0; k0 <= last_key; k0 += BK, ++it) {
     const int cur = it & 1;
     const S* ks = kbuf + cur * BK * SD;
     const S* vs = vbuf + cur * BK * SD;
     __syncthreads();  // every warp is done with tile it - 1, whose buffers are refilled now
     if (k0 + BK <= last_key) {
-      load_tile<BK, D, SD, kThreads>(kbuf + (cur ^ 1) * BK * SD, qg + C, C3, k0 + BK, T, hs, vec);
-      load_tile<BK, D, SD, kThreads>(vbuf + (cur ^ 1) * BK * SD, qg + 2 * C, C3, k0 + BK, T, hs, vec);
+      load_tile<BK, D, SD, kThreads>(kbuf + (cur ^ 1) * BK * SD, kg, ldkv, k0 + BK, T, hs, vec);
+      load_tile<BK, D, SD, kThreads>(vbuf + (cur ^ 1) * BK * SD, vg, ldkv, k0 + BK, T, hs, vec);
     }
     cp_async_commit();   // possibly empty: keeps one group per iteration
     cp_async_wait<1>();  // tile it has landed
@@ -247,8 +270,9 @@ __global__ void __launch_bounds__(kThreads) dq_mma_kernel(BwdArgs a, bool vec) {
         mma<S>(dp[2 * nn + 1], da, vb + 2);
       }
     }
-    // dS = P (dP - delta) in place of dp; masked pairs (key > query, key >= T) are 0.
-    const bool need_mask = (k0 + BK > q0) || (k0 + BK > T);
+    // dS = P (dP - delta) in place of dp; masked pairs (key > query, key >= T,
+    // key before the query's document) are 0.
+    const bool need_mask = (k0 + BK > q0) || (k0 + BK > T) || (k0 < ds_last);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -257,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) dq_mma_kernel(BwdArgs a, bool vec) {
         float p = exp2f(s[nt][e] * sl2 - (hi ? lse1 : lse0));
         if (need_mask) {
           const int key = k0 + nt * 8 + 2 * tq + (e & 1);
-          if (key > (hi ? row1 : row0) || key >= T) p = 0.0f;
+          if (key > (hi ? row1 : row0) || key >= T || key < (hi ? ds1 : ds0)) p = 0.0f;
         }
         dp[nt][e] = p * (dp[nt][e] - (hi ? dl1 : dl0));
       }
@@ -277,15 +301,16 @@ __global__ void __launch_bounds__(kThreads) dq_mma_kernel(BwdArgs a, bool vec) {
     }
   }
 
-  float* dqg = a.dqkv + static_cast<int64_t>(b) * T * C3 + head;
+  const int64_t ld = a.ld_dq;
+  float* dqg = a.dq + row_b * ld + head;
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int d = dt * 8 + 2 * tq + e;
       if (d < hs) {
-        if (row0 < T) dqg[static_cast<int64_t>(row0) * C3 + d] = dq[dt][e] * scale;
-        if (row1 < T) dqg[static_cast<int64_t>(row1) * C3 + d] = dq[dt][2 + e] * scale;
+        if (row0 < T) dqg[static_cast<int64_t>(row0) * ld + d] = dq[dt][e] * scale;
+        if (row1 < T) dqg[static_cast<int64_t>(row1) * ld + d] = dq[dt][2 + e] * scale;
       }
     }
   }
@@ -298,10 +323,10 @@ void launch_bwd(const BwdArgs& a, bool vec, cudaStream_t stream) {
                                 static_cast<int>(smem_kv)));
   ZT_CUDA_CHECK(cudaFuncSetAttribute(dq_mma_kernel<S, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(smem_q)));
-  const dim3 grid(static_cast<unsigned>(a.d.B * a.d.NH), static_cast<unsigned>((a.d.T + kTile - 1) / kTile));
-  dkdv_mma_kernel<S, D><<<grid, kThreads, smem_kv, stream>>>(a, vec);
+  const unsigned tiles = static_cast<unsigned>((a.d.T + kTile - 1) / kTile);
+  dkdv_mma_kernel<S, D><<<dim3(static_cast<unsigned>(a.d.B * a.d.NKV), tiles), kThreads, smem_kv, stream>>>(a, vec);
   ZT_CUDA_CHECK_LAUNCH();
-  dq_mma_kernel<S, D><<<grid, kThreads, smem_q, stream>>>(a, vec);
+  dq_mma_kernel<S, D><<<dim3(static_cast<unsigned>(a.d.B * a.d.NH), tiles), kThreads, smem_q, stream>>>(a, vec);
   ZT_CUDA_CHECK_LAUNCH();
 }
 

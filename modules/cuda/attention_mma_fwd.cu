@@ -39,20 +39,25 @@ __global__ void __launch_bounds__(kThreads) fwd_mma_kernel(FwdArgs a, bool vec) 
   S* vbuf = kbuf + 2 * kBc * SD;       // 2 x (64, SD)
 
   const int T = a.d.T, hs = a.d.hs, NH = a.d.NH;
-  const int64_t C = a.d.C, C3 = 3 * C;
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int64_t C = a.d.C, ldq = a.d.ld_q, ldkv = a.d.ld_kv;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, hk = h / a.d.group();
   const int qt = gridDim.y - 1 - blockIdx.y;
   const int q0 = qt * kBr;
-  const S* qg = static_cast<const S*>(a.qkv) + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * hs;
-  const S* kg = qg + C;
-  const S* vg = qg + 2 * C;
+  const int64_t row_b = static_cast<int64_t>(b) * T;
+  const S* qg = static_cast<const S*>(a.q) + row_b * ldq + static_cast<int64_t>(h) * hs;
+  const S* kg = static_cast<const S*>(a.k) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
+  const S* vg = static_cast<const S*>(a.v) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
   const float sl2 = kLog2e / sqrtf(static_cast<float>(hs));  // scores in log2 units
+  // Key tiles before the tile holding the first query's document start are
+  // masked for every query of this tile: skipped.
+  const int kt0 = doc_first(a.doc_start, b, T, q0) / kBc;
+  const int ds_last = doc_first(a.doc_start, b, T, q0 + kBr - 1);
 
-  load_tile<kBr, D, SD, kThreads>(qs, qg, C3, q0, T, hs, vec);
+  load_tile<kBr, D, SD, kThreads>(qs, qg, ldq, q0, T, hs, vec);
   cp_async_commit();
-  load_tile<kBc, D, SD, kThreads>(kbuf, kg, C3, 0, T, hs, vec);
-  load_tile<kBc, D, SD, kThreads>(vbuf, vg, C3, 0, T, hs, vec);
+  load_tile<kBc, D, SD, kThreads>(kbuf, kg, ldkv, kt0 * kBc, T, hs, vec);
+  load_tile<kBc, D, SD, kThreads>(vbuf, vg, ldkv, kt0 * kBc, T, hs, vec);
   cp_async_commit();
   cp_async_wait<1>();  // q has landed
   __syncthreads();
@@ -65,16 +70,17 @@ __global__ void __launch_bounds__(kThreads) fwd_mma_kernel(FwdArgs a, bool vec) 
   for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+  const int ds0 = doc_first(a.doc_start, b, T, row0), ds1 = doc_first(a.doc_start, b, T, row1);
 
-  for (int kt = 0; kt <= qt; ++kt) {  // kBc == kBr: key tiles up to the diagonal
-    const int k0 = kt * kBc;
-    const S* ks = kbuf + (kt & 1) * kBc * SD;
-    const S* vs = vbuf + (kt & 1) * kBc * SD;
-    __syncthreads();  // every warp is done with tile kt - 1, whose buffers are refilled now
+  for (int kt = kt0; kt <= qt; ++kt) {  // kBc == kBr: key tiles up to the diagonal
+    const int k0 = kt * kBc, cur = (kt - kt0) & 1;
+    const S* ks = kbuf + cur * kBc * SD;
+    const S* vs = vbuf + cur * kBc * SD;
+    __syncthreads();  // every warp is done with the previous tile, whose buffers are refilled now
     if (kt < qt) {
-      const int nb = ((kt + 1) & 1) * kBc * SD;
-      load_tile<kBc, D, SD, kThreads>(kbuf + nb, kg, C3, k0 + kBc, T, hs, vec);
-      load_tile<kBc, D, SD, kThreads>(vbuf + nb, vg, C3, k0 + kBc, T, hs, vec);
+      const int nb = (cur ^ 1) * kBc * SD;
+      load_tile<kBc, D, SD, kThreads>(kbuf + nb, kg, ldkv, k0 + kBc, T, hs, vec);
+      load_tile<kBc, D, SD, kThreads>(vbuf + nb, vg, ldkv, k0 + kBc, T, hs, vec);
     }
     cp_async_commit();   // possibly empty: keeps one group per iteration
     cp_async_wait<1>();  // tile kt has landed (tile kt + 1 may be in flight)
@@ -93,8 +99,8 @@ __global__ void __launch_bounds__(kThreads) fwd_mma_kernel(FwdArgs a, bool vec) 
         mma<S>(s[2 * nn + 1], qa[kk], kb + 2);
       }
     }
-    // Scale, mask (causal and keys >= T), running max per row.
-    const bool need_mask = (k0 + kBc > q0) || (k0 + kBc > T);
+    // Scale, mask (causal, other documents, keys >= T), running max per row.
+    const bool need_mask = (k0 + kBc > q0) || (k0 + kBc > T) || (k0 < ds_last);
     float mx0 = m0, mx1 = m1;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -104,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) fwd_mma_kernel(FwdArgs a, bool vec) 
         if (need_mask) {
           const int key = k0 + nt * 8 + 2 * tq + (e & 1);
           const int row = e < 2 ? row0 : row1;
-          if (key > row || key >= T) v = -INFINITY;
+          if (key > row || key >= T || key < (e < 2 ? ds0 : ds1)) v = -INFINITY;
         }
         s[nt][e] = v;
       }
@@ -116,18 +122,20 @@ __global__ void __launch_bounds__(kThreads) fwd_mma_kernel(FwdArgs a, bool vec) 
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // Key 0 is in tile 0 and valid for every row, so mx is finite from the
-    // first tile on and exp2(-inf - mx) = 0 below.
-    const float al0 = exp2f(m0 - mx0), al1 = exp2f(m1 - mx1);
+    // A row whose document starts in a later tile has seen only masked keys
+    // (mx = -inf): subtracting mu = 0 instead keeps its o, l and p at 0 (no
+    // NaN from -inf - -inf). Every row sees its own key, so m ends finite.
+    const float mu0 = mx0 == -INFINITY ? 0.0f : mx0, mu1 = mx1 == -INFINITY ? 0.0f : mx1;
+    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
     m0 = mx0;
     m1 = mx1;
     float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mx0);
-      s[nt][1] = exp2f(s[nt][1] - mx0);
-      s[nt][2] = exp2f(s[nt][2] - mx1);
-      s[nt][3] = exp2f(s[nt][3] - mx1);
+      s[nt][0] = exp2f(s[nt][0] - mu0);
+      s[nt][1] = exp2f(s[nt][1] - mu0);
+      s[nt][2] = exp2f(s[nt][2] - mu1);
+      s[nt][3] = exp2f(s[nt][3] - mu1);
       rs0 += s[nt][0] + s[nt][1];
       rs1 += s[nt][2] + s[nt][3];
     }

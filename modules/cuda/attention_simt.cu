@@ -85,25 +85,29 @@ __global__ void __launch_bounds__(kThreads) fwd_simt_kernel(FwdArgs a) {
   __shared__ __align__(16) float ks[kTile * DP];
   __shared__ __align__(16) float vs[kTile * DP];
   const int T = a.d.T, hs = a.d.hs, NH = a.d.NH;
-  const int64_t C = a.d.C, C3 = 3 * C;
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int64_t C = a.d.C, ldq = a.d.ld_q, ldkv = a.d.ld_kv;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, hk = h / a.d.group();
   const int r0 = (gridDim.y - 1 - blockIdx.y) * RB;
-  const float* qg = static_cast<const float*>(a.qkv) + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * hs;
+  const int64_t row_b = static_cast<int64_t>(b) * T;
+  const float* qg = static_cast<const float*>(a.q) + row_b * ldq + static_cast<int64_t>(h) * hs;
+  const float* kg = static_cast<const float*>(a.k) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
+  const float* vg = static_cast<const float*>(a.v) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
   const RG rg(threadIdx.x % G);
   const int t = r0 + threadIdx.x / G;
+  const int ds = doc_first(a.doc_start, b, T, t);
   const float sl2 = kLog2e / sqrtf(static_cast<float>(hs));
 
   float q[16], o[16];
-  rg.load(q, qg + static_cast<int64_t>(t) * C3, hs, t < T, sl2);  // scores come out in log2 units
+  rg.load(q, qg + static_cast<int64_t>(t) * ldq, hs, t < T, sl2);  // scores come out in log2 units
 #pragma unroll
   for (int i = 0; i < 16; ++i) o[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
 
   const int last = min(r0 + RB, T) - 1;  // last query of the block
-  for (int k0 = 0; k0 <= last; k0 += kTile) {
+  for (int k0 = doc_first(a.doc_start, b, T, r0) / kTile * kTile; k0 <= last; k0 += kTile) {
     __syncthreads();
-    load_tile_scalar<kTile, DP, DP, kThreads>(ks, qg + C, C3, k0, T, hs);
-    load_tile_scalar<kTile, DP, DP, kThreads>(vs, qg + 2 * C, C3, k0, T, hs);
+    load_tile_scalar<kTile, DP, DP, kThreads>(ks, kg, ldkv, k0, T, hs);
+    load_tile_scalar<kTile, DP, DP, kThreads>(vs, vg, ldkv, k0, T, hs);
     __syncthreads();
     const int n = min(kTile, last - k0 + 1);
     for (int c = 0; c < n; c += 8) {  // 8 keys per online-softmax step
@@ -114,18 +118,20 @@ __global__ void __launch_bounds__(kThreads) fwd_simt_kernel(FwdArgs a) {
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int key = k0 + c + u;
-        if (key > t || key >= T) s[u] = -INFINITY;
+        if (key > t || key >= T || key < ds) s[u] = -INFINITY;
         mx = fmaxf(mx, s[u]);
       }
-      // Key 0 is valid for every row, so mx is finite from the first step on.
-      const float al = exp2f(m - mx);
+      // Until the row reaches its document's first key, mx is -inf:
+      // subtracting mu = 0 keeps o, l and p at 0 (no -inf - -inf).
+      const float mu = mx == -INFINITY ? 0.0f : mx;
+      const float al = exp2f(m - mu);
       m = mx;
       l *= al;
 #pragma unroll
       for (int i = 0; i < 16; ++i) o[i] *= al;
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        const float p = exp2f(s[u] - mx);
+        const float p = exp2f(s[u] - mu);
         l += p;
         rg.axpy(o, p, vs + (c + u) * DP);
       }
@@ -138,8 +144,9 @@ __global__ void __launch_bounds__(kThreads) fwd_simt_kernel(FwdArgs a) {
   }
 }
 
-// dK, dV: a thread group per key, RB keys per block, walking the query tiles
-// from the block's first key on. blockIdx.y = 0 (keys 0..) has the most work.
+// dK, dV: a thread group per key of a key/value head, RB keys per block,
+// walking the query tiles of each query head of the group from the block's
+// first key on. blockIdx.y = 0 (keys 0..) has the most work.
 template <int G>
 __global__ void __launch_bounds__(kThreads) dkdv_simt_kernel(BwdArgs a) {
   using RG = RowGroup<G>;
@@ -147,31 +154,38 @@ __global__ void __launch_bounds__(kThreads) dkdv_simt_kernel(BwdArgs a) {
   __shared__ __align__(16) float qs[kTile * DP];
   __shared__ __align__(16) float dos[kTile * DP];
   __shared__ float lse2_s[kTile], delta_s[kTile];
-  const int T = a.d.T, hs = a.d.hs, NH = a.d.NH;
-  const int64_t C = a.d.C, C3 = 3 * C, head = static_cast<int64_t>(a.d.hs) * (blockIdx.x % NH);
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  __shared__ int ds_s[kTile];
+  const int T = a.d.T, hs = a.d.hs, NH = a.d.NH, NKV = a.d.NKV;
+  const int64_t C = a.d.C, ldq = a.d.ld_q, ldkv = a.d.ld_kv;
+  const int b = blockIdx.x / NKV, hk = blockIdx.x % NKV;
   const int k0 = blockIdx.y * RB;
-  const float* qg = static_cast<const float*>(a.qkv) + static_cast<int64_t>(b) * T * C3 + head;
-  const float* dog = static_cast<const float*>(a.dout_s) + static_cast<int64_t>(b) * T * C + head;
-  const int64_t stat = (static_cast<int64_t>(b) * NH + h) * T;
+  const int64_t row_b = static_cast<int64_t>(b) * T;
   const RG rg(threadIdx.x % G);
   const int c = k0 + threadIdx.x / G;  // this group's key
   const float scale = 1.0f / sqrtf(static_cast<float>(hs)), sl2 = scale * kLog2e;
+  const int q_end = doc_query_end(a.doc_start, b, T, min(k0 + RB, T) - 1);
 
   float k[16], v[16], dk[16], dv[16];
-  rg.load(k, qg + C + static_cast<int64_t>(c) * C3, hs, c < T, 1.0f);
-  rg.load(v, qg + 2 * C + static_cast<int64_t>(c) * C3, hs, c < T, 1.0f);
+  const int64_t kv_off = row_b * ldkv + static_cast<int64_t>(hk) * hs + static_cast<int64_t>(c) * ldkv;
+  rg.load(k, static_cast<const float*>(a.k) + kv_off, hs, c < T, 1.0f);
+  rg.load(v, static_cast<const float*>(a.v) + kv_off, hs, c < T, 1.0f);
 #pragma unroll
   for (int i = 0; i < 16; ++i) dk[i] = dv[i] = 0.0f;
 
-  for (int q0 = k0 / kTile * kTile; q0 < T; q0 += kTile) {
+  // Every query head of this key/value head's group, in order.
+  for (int h = hk * a.d.group(); h < (hk + 1) * a.d.group(); ++h)
+  for (int q0 = k0 / kTile * kTile; q0 < q_end; q0 += kTile) {
+    const int64_t head = static_cast<int64_t>(h) * hs;
+    const int64_t stat = (static_cast<int64_t>(b) * NH + h) * T;
     __syncthreads();
-    load_tile_scalar<kTile, DP, DP, kThreads>(qs, qg, C3, q0, T, hs);
-    load_tile_scalar<kTile, DP, DP, kThreads>(dos, dog, C, q0, T, hs);
+    load_tile_scalar<kTile, DP, DP, kThreads>(qs, static_cast<const float*>(a.q) + row_b * ldq + head, ldq, q0, T, hs);
+    load_tile_scalar<kTile, DP, DP, kThreads>(dos, static_cast<const float*>(a.dout_s) + row_b * C + head, C, q0, T,
+                                              hs);
     if (threadIdx.x < kTile) {
       const int t = q0 + threadIdx.x;
       lse2_s[threadIdx.x] = t < T ? a.lse[stat + t] * kLog2e : 0.0f;
       delta_s[threadIdx.x] = t < T ? a.delta[stat + t] : 0.0f;
+      ds_s[threadIdx.x] = doc_first(a.doc_start, b, T, t);
     }
     __syncthreads();
 #pragma unroll 4
@@ -181,16 +195,16 @@ __global__ void __launch_bounds__(kThreads) dkdv_simt_kernel(BwdArgs a) {
       const float s = RG::sum(rg.dot(k, qrow));
       const float dp = RG::sum(rg.dot(v, dorow));
       const int t = q0 + u;
-      const float p = (t >= c && t < T) ? exp2f(s * sl2 - lse2_s[u]) : 0.0f;
+      const float p = (t >= c && t < T && c >= ds_s[u]) ? exp2f(s * sl2 - lse2_s[u]) : 0.0f;
       const float ds = p * (dp - delta_s[u]);
       rg.axpy(dv, p, dorow);
       rg.axpy(dk, ds, qrow);
     }
   }
   if (c < T) {
-    float* row = a.dqkv + (static_cast<int64_t>(b) * T + c) * C3 + head;
-    rg.store(row + C, dk, hs, scale);
-    rg.store(row + 2 * C, dv, hs, 1.0f);
+    const int64_t off = (row_b + c) * a.ld_dkv + static_cast<int64_t>(hk) * hs;
+    rg.store(a.dk + off, dk, hs, scale);
+    rg.store(a.dv + off, dv, hs, 1.0f);
   }
 }
 
@@ -203,18 +217,22 @@ __global__ void __launch_bounds__(kThreads) dq_simt_kernel(BwdArgs a) {
   __shared__ __align__(16) float ks[kTile * DP];
   __shared__ __align__(16) float vs[kTile * DP];
   const int T = a.d.T, hs = a.d.hs, NH = a.d.NH;
-  const int64_t C = a.d.C, C3 = 3 * C, head = static_cast<int64_t>(a.d.hs) * (blockIdx.x % NH);
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int64_t C = a.d.C, ldq = a.d.ld_q, ldkv = a.d.ld_kv;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, hk = h / a.d.group();
+  const int64_t head = static_cast<int64_t>(h) * hs, row_b = static_cast<int64_t>(b) * T;
   const int r0 = (gridDim.y - 1 - blockIdx.y) * RB;
-  const float* qg = static_cast<const float*>(a.qkv) + static_cast<int64_t>(b) * T * C3 + head;
-  const float* dog = static_cast<const float*>(a.dout_s) + static_cast<int64_t>(b) * T * C + head;
+  const float* qg = static_cast<const float*>(a.q) + row_b * ldq + head;
+  const float* kg = static_cast<const float*>(a.k) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
+  const float* vg = static_cast<const float*>(a.v) + row_b * ldkv + static_cast<int64_t>(hk) * hs;
+  const float* dog = static_cast<const float*>(a.dout_s) + row_b * C + head;
   const int64_t stat = (static_cast<int64_t>(b) * NH + h) * T;
   const RG rg(threadIdx.x % G);
   const int t = r0 + threadIdx.x / G;
+  const int ds = doc_first(a.doc_start, b, T, t);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs)), sl2 = scale * kLog2e;
 
   float q[16], dO[16], dq[16];
-  rg.load(q, qg + static_cast<int64_t>(t) * C3, hs, t < T, 1.0f);
+  rg.load(q, qg + static_cast<int64_t>(t) * ldq, hs, t < T, 1.0f);
   rg.load(dO, dog + static_cast<int64_t>(t) * C, hs, t < T, 1.0f);
 #pragma unroll
   for (int i = 0; i < 16; ++i) dq[i] = 0.0f;
@@ -222,10 +240,10 @@ __global__ void __launch_bounds__(kThreads) dq_simt_kernel(BwdArgs a) {
   const float delta = t < T ? a.delta[stat + t] : 0.0f;
 
   const int last = min(r0 + RB, T) - 1;
-  for (int k0 = 0; k0 <= last; k0 += kTile) {
+  for (int k0 = doc_first(a.doc_start, b, T, r0) / kTile * kTile; k0 <= last; k0 += kTile) {
     __syncthreads();
-    load_tile_scalar<kTile, DP, DP, kThreads>(ks, qg + C, C3, k0, T, hs);
-    load_tile_scalar<kTile, DP, DP, kThreads>(vs, qg + 2 * C, C3, k0, T, hs);
+    load_tile_scalar<kTile, DP, DP, kThreads>(ks, kg, ldkv, k0, T, hs);
+    load_tile_scalar<kTile, DP, DP, kThreads>(vs, vg, ldkv, k0, T, hs);
     __syncthreads();
     const int n = min(kTile, last - k0 + 1);
 #pragma unroll 4
@@ -234,11 +252,11 @@ __global__ void __launch_bounds__(kThreads) dq_simt_kernel(BwdArgs a) {
       const float s = RG::sum(rg.dot(q, krow));
       const float dp = RG::sum(rg.dot(dO, vs + u * DP));
       const int key = k0 + u;
-      const float p = (key <= t && key < T) ? exp2f(s * sl2 - lse2) : 0.0f;
+      const float p = (key <= t && key < T && key >= ds) ? exp2f(s * sl2 - lse2) : 0.0f;
       rg.axpy(dq, p * (dp - delta), krow);
     }
   }
-  if (t < T) rg.store(a.dqkv + (static_cast<int64_t>(b) * T + t) * C3 + head, dq, hs, scale);
+  if (t < T) rg.store(a.dq + (row_b + t) * a.ld_dq + head, dq, hs, scale);
 }
 
 template <int G>
@@ -252,10 +270,10 @@ void launch_fwd(const FwdArgs& a, cudaStream_t s) {
 template <int G>
 void launch_bwd(const BwdArgs& a, cudaStream_t s) {
   constexpr int RB = kThreads / G;
-  const dim3 grid(static_cast<unsigned>(a.d.B * a.d.NH), static_cast<unsigned>((a.d.T + RB - 1) / RB));
-  dkdv_simt_kernel<G><<<grid, kThreads, 0, s>>>(a);
+  const unsigned blocks = static_cast<unsigned>((a.d.T + RB - 1) / RB);
+  dkdv_simt_kernel<G><<<dim3(static_cast<unsigned>(a.d.B * a.d.NKV), blocks), kThreads, 0, s>>>(a);
   ZT_CUDA_CHECK_LAUNCH();
-  dq_simt_kernel<G><<<grid, kThreads, 0, s>>>(a);
+  dq_simt_kernel<G><<<dim3(static_cast<unsigned>(a.d.B * a.d.NH), blocks), kThreads, 0, s>>>(a);
   ZT_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,11 +19,14 @@ using cuda::rows;
 
 namespace {
 
-// The Llama operations without a GPU kernel yet (grouped-query attention, the
-// embedding without a position table).
-[[noreturn]] void llama_not_yet(const char* op) {
-  ZT_USER_ERROR("model.arch \"llama\" is not yet available on the CUDA backend (", op,
-                " has no GPU kernel); run it with --device cpu");
+// doc_start (B, T) i32 in device memory, or null when undefined
+// ([Note: document masking] in modules/kernels.hpp).
+const int32_t* doc_start_of(const Tensor& doc_start, int64_t B, int64_t T) {
+  if (!doc_start.defined()) return nullptr;
+  check_on_device(doc_start, "doc_start");
+  check_dtype(doc_start, DType::i32, "doc_start");
+  ZT_CHECK(doc_start.numel() == B * T, "doc_start must be (", B, ", ", T, "), got ", doc_start.shape.str());
+  return static_cast<const int32_t*>(doc_start.data);
 }
 
 }  // namespace
@@ -118,38 +121,46 @@ void CudaKernels::gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& 
 
 // ---- embedding -------------------------------------------------------------------------
 
-void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
-  if (!wpe.defined()) llama_not_yet("embedding without a position table");
+void CudaKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                const Tensor& doc_start) {
   ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2], V = wte.shape[0];
-  ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C && wpe.shape[1] == C && wpe.shape[0] >= T,
-           "embedding shapes: out ", out.shape.str(), " wte ", wte.shape.str(), " wpe ", wpe.shape.str());
-  ZT_CHECK(wpe.dtype == wte.dtype, "embedding: wte and wpe dtypes differ");
+  ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C, "embedding shapes: out ", out.shape.str(), " wte ",
+           wte.shape.str());
+  if (wpe.defined()) {
+    ZT_CHECK(wpe.shape[1] == C && wpe.shape[0] >= T, "embedding: wpe ", wpe.shape.str(), " for T ", T, ", C ", C);
+    ZT_CHECK(wpe.dtype == wte.dtype, "embedding: wte and wpe dtypes differ");
+    check_on_device(wpe, "embedding wpe");
+  }
   check_dtype(tokens, DType::i32, "tokens");
-  for (const Tensor* t : {&out, &tokens, &wte, &wpe}) check_on_device(*t, "embedding tensor");
-  cuda::embedding_fwd(out.data, out.dtype, static_cast<const int32_t*>(tokens.data), wte.data, wpe.data, wte.dtype,
-                      B, T, C, V, stream_);
+  for (const Tensor* t : {&out, &tokens, &wte}) check_on_device(*t, "embedding tensor");
+  cuda::embedding_fwd(out.data, out.dtype, static_cast<const int32_t*>(tokens.data), wte.data,
+                      wpe.defined() ? wpe.data : nullptr, wte.dtype, doc_start_of(doc_start, B, T), B, T, C, V,
+                      stream_);
 }
 
-void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
-  if (!dwpe.defined()) llama_not_yet("embedding without a position table");
+void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                const Tensor& doc_start) {
   ZT_CHECK(tokens.shape.rank() == 2, "embedding_bwd: tokens (B, T)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cols(dout), V = dwte.shape[0];
-  ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C && dwpe.shape[1] == C && dwpe.shape[0] >= T,
-           "embedding_bwd shapes");
+  ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C, "embedding_bwd shapes");
+  if (dwpe.defined()) {
+    ZT_CHECK(dwpe.shape[1] == C && dwpe.shape[0] >= T, "embedding_bwd: dwpe ", dwpe.shape.str());
+    check_dtype(dwpe, DType::f32, "embedding gradient");
+    check_on_device(dwpe, "embedding_bwd dwpe");
+  }
   check_dtype(tokens, DType::i32, "tokens");
-  for (const Tensor* t : {&dwte, &dwpe, &dout}) check_dtype(*t, DType::f32, "embedding gradient");
-  for (const Tensor* t : {&dwte, &dwpe, &dout, &tokens}) check_on_device(*t, "embedding_bwd tensor");
-  cuda::embedding_bwd(static_cast<float*>(dwte.data), static_cast<float*>(dwpe.data),
-                      static_cast<const float*>(dout.data), static_cast<const int32_t*>(tokens.data), B, T, C, V,
+  for (const Tensor* t : {&dwte, &dout}) check_dtype(*t, DType::f32, "embedding gradient");
+  for (const Tensor* t : {&dwte, &dout, &tokens}) check_on_device(*t, "embedding_bwd tensor");
+  cuda::embedding_bwd(static_cast<float*>(dwte.data), dwpe.defined() ? static_cast<float*>(dwpe.data) : nullptr,
+                      static_cast<const float*>(dout.data), static_cast<const int32_t*>(tokens.data),
+                      doc_start_of(doc_start, B, T), B, T, C, V,
                       scratch(cuda::embedding_bwd_workspace_bytes(B, T, V)), stream_);
 }
 
 // ---- Llama -------------------------------------------------------------------------------
-// RMSNorm, RoPE and SwiGLU run here (llama.cu); grouped-query attention does
-// not yet, so ztrain still refuses model.arch "llama" on this backend.
+// RMSNorm, RoPE and SwiGLU run here (llama.cu); grouped-query attention with
+// the other attention kernels (cuda_kernels_fused.cu, attention.cu).
 
 void CudaKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) {
   const int64_t C = cols(x), N = rows(x);
@@ -177,29 +188,18 @@ void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor
 }
 
 void CudaKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   ZT_CHECK(x.shape.rank() == 3, "rope_fwd: x must be (B, T, H * head_dim), got ", x.shape.str());
   check_on_device(x, "rope_fwd x");
-  cuda::rope(x.data, x.dtype, x.shape[0], x.shape[1], x.shape[2], rope, false, stream_);
+  cuda::rope(x.data, x.dtype, x.shape[0], x.shape[1], x.shape[2], rope, false,
+             doc_start_of(doc_start, x.shape[0], x.shape[1]), stream_);
 }
 
 void CudaKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   ZT_CHECK(dx.shape.rank() == 3, "rope_bwd: dx must be (B, T, H * head_dim), got ", dx.shape.str());
   check_on_device(dx, "rope_bwd dx");
   check_dtype(dx, DType::f32, "rope_bwd gradient");
-  cuda::rope(dx.data, dx.dtype, dx.shape[0], dx.shape[1], dx.shape[2], rope, true, stream_);
-}
-
-void CudaKernels::gqa_attention_fwd(Arena&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                    int, int, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
-  llama_not_yet("gqa_attention_fwd");
-}
-void CudaKernels::gqa_attention_bwd(Arena&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
-  llama_not_yet("gqa_attention_bwd");
+  cuda::rope(dx.data, dx.dtype, dx.shape[0], dx.shape[1], dx.shape[2], rope, true,
+             doc_start_of(doc_start, dx.shape[0], dx.shape[1]), stream_);
 }
 
 void CudaKernels::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) {

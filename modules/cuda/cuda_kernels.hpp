@@ -72,8 +72,7 @@ class CudaKernels final : public Kernels {
                      const Tensor& lse, int n_head, const Tensor& doc_start) override;
 
   // Llama: RMSNorm, RoPE and SwiGLU (llama.cuh); grouped-query attention
-  // throws a UserError naming it (ztrain refuses model.arch "llama" on this
-  // backend before it gets here).
+  // (attention.cuh).
   void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
                    const Tensor& w, const Tensor& rstd) override;

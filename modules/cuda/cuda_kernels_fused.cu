@@ -24,15 +24,26 @@ Tensor classifier_weight(Arena& ws, const Tensor& x, const Tensor& w, cudaStream
 
 }  // namespace
 
-void CudaKernels::attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
-  attention_fwd_cuda(out, lse, qkv, n_head, stream_);
+void CudaKernels::attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
+                                const Tensor& doc_start) {
+  attention_fwd_cuda(out, lse, qkv, n_head, doc_start, stream_);
 }
 
 void CudaKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                 const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
-  attention_bwd_cuda(dqkv, dout, qkv, out, lse, n_head, ws, stream_);
+  attention_bwd_cuda(dqkv, dout, qkv, out, lse, n_head, doc_start, ws, stream_);
+}
+
+void CudaKernels::gqa_attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) {
+  gqa_attention_fwd_cuda(out, lse, q, k, v, n_head, n_kv_head, doc_start, stream_);
+}
+
+void CudaKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& out, const Tensor& lse, int n_head, int n_kv_head,
+                                    const Tensor& doc_start) {
+  gqa_attention_bwd_cuda(dq, dk, dv, dout, q, k, v, out, lse, n_head, n_kv_head, doc_start, ws, stream_);
 }
 
 void CudaKernels::classifier_fwd(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x,

@@ -10,6 +10,7 @@
 // bit. dwpe[t] sums dout[b, t] over b in order, likewise.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <climits>
 
 #include "modules/cuda/common.cuh"
@@ -20,9 +21,11 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
+// wpe null: no position table (Llama). doc_start (N) or null: the position
+// of token n is n % T - doc_start[n].
 template <typename TO, typename TW, bool kVecPath>
-__global__ void embedding_fwd_kernel(TO* out, const int32_t* tokens, const TW* wte, const TW* wpe, int64_t N,
-                                     int64_t T, int C, int64_t V) {
+__global__ void embedding_fwd_kernel(TO* out, const int32_t* tokens, const TW* wte, const TW* wpe,
+                                     const int32_t* doc_start, int64_t N, int64_t T, int C, int64_t V) {
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (n >= N) return;
@@ -33,18 +36,21 @@ __global__ void embedding_fwd_kernel(TO* out, const int32_t* tokens, const TW* w
     return;
   }
   const TW* er = wte + static_cast<int64_t>(tok) * C;
-  const TW* pr = wpe + (n % T) * C;
+  const TW* pr = wpe == nullptr ? nullptr : wpe + (n % T - (doc_start == nullptr ? 0 : doc_start[n])) * C;
   if constexpr (kVecPath) {
     for (int c = lane * kVec; c < C; c += 32 * kVec) {
       float e[kVec], p[kVec];
       load_vec(er + c, e);
-      load_vec(pr + c, p);
+      if (pr != nullptr) {
+        load_vec(pr + c, p);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) e[k] += p[k];
+        for (int k = 0; k < kVec; ++k) e[k] += p[k];
+      }
       store_vec(orow + c, e);
     }
   } else {
-    for (int c = lane; c < C; c += 32) orow[c] = from_float<TO>(to_float(er[c]) + to_float(pr[c]));
+    for (int c = lane; c < C; c += 32)
+      orow[c] = from_float<TO>(pr == nullptr ? to_float(er[c]) : to_float(er[c]) + to_float(pr[c]));
   }
 }
 
@@ -55,6 +61,16 @@ __global__ void embedding_keys_kernel(uint32_t* keys, int32_t* positions, const 
   if (i >= N) return;
   const int32_t tok = tokens[i];
   keys[i] = (tok >= 0 && tok < V) ? static_cast<uint32_t>(tok) : static_cast<uint32_t>(V);
+  positions[i] = static_cast<int32_t>(i);
+}
+
+// Sort keys for the position table under document masking: each token's
+// position, i % T - doc_start[i].
+__global__ void position_keys_kernel(uint32_t* keys, int32_t* positions, const int32_t* doc_start, int64_t N,
+                                     int64_t T) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N) return;
+  keys[i] = static_cast<uint32_t>(i % T - doc_start[i]);
   positions[i] = static_cast<int32_t>(i);
 }
 
@@ -123,7 +139,7 @@ BwdWorkspace carve(void* base, int64_t N, int64_t V) {
 }  // namespace
 
 void embedding_fwd(void* out, DType out_t, const int32_t* tokens, const void* wte, const void* wpe, DType w_t,
-                   int64_t B, int64_t T, int64_t C, int64_t V, cudaStream_t stream) {
+                   const int32_t* doc_start, int64_t B, int64_t T, int64_t C, int64_t V, cudaStream_t stream) {
   const int64_t N = B * T;
   if (N <= 0 || C <= 0) return;
   ZT_CHECK(C <= (int64_t{1} << 30), "embedding: C = ", C);
@@ -134,9 +150,11 @@ void embedding_fwd(void* out, DType out_t, const int32_t* tokens, const void* wt
       using TW = typename decltype(tw)::type;
       auto run = [&](auto kernel) {
         kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(static_cast<TO*>(out), tokens, static_cast<const TW*>(wte),
-                                                         static_cast<const TW*>(wpe), N, T, static_cast<int>(C), V);
+                                                         static_cast<const TW*>(wpe), doc_start, N, T,
+                                                         static_cast<int>(C), V);
       };
-      const bool vec = C % kVec == 0 && vec_aligned<TO>(out) && vec_aligned<TW>(wte) && vec_aligned<TW>(wpe);
+      const bool vec = C % kVec == 0 && vec_aligned<TO>(out) && vec_aligned<TW>(wte) &&
+                       (wpe == nullptr || vec_aligned<TW>(wpe));
       if (vec) {
         run(embedding_fwd_kernel<TO, TW, true>);
       } else {
@@ -150,15 +168,15 @@ void embedding_fwd(void* out, DType out_t, const int32_t* tokens, const void* wt
 size_t embedding_bwd_workspace_bytes(int64_t B, int64_t T, int64_t V) {
   const int64_t N = B * T;
   if (N <= 0) return 0;
-  return 4 * align_up(static_cast<size_t>(N) * 4) + sort_tmp_bytes(N, V);
+  return 4 * align_up(static_cast<size_t>(N) * 4) + sort_tmp_bytes(N, std::max(V, T));
 }
 
-void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                   int64_t C, int64_t V, void* workspace, cudaStream_t stream) {
+void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* doc_start,
+                   int64_t B, int64_t T, int64_t C, int64_t V, void* workspace, cudaStream_t stream) {
   const int64_t N = B * T;
   if (N <= 0 || C <= 0) return;
   ZT_CHECK(N <= INT_MAX && V < INT_MAX, "embedding_bwd: ", N, " tokens, vocabulary ", V);
-  const BwdWorkspace w = carve(workspace, N, V);
+  const BwdWorkspace w = carve(workspace, N, std::max(V, T));
   embedding_keys_kernel<<<grid_for(N, 256), 256, 0, stream>>>(w.keys_in, w.pos_in, tokens, N, V);
   ZT_CUDA_CHECK_LAUNCH();
   size_t tmp_bytes = w.sort_tmp_bytes;
@@ -168,7 +186,22 @@ void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* t
   embedding_wte_bwd_kernel<<<static_cast<unsigned>(N), threads, 0, stream>>>(dwte, dout, w.keys_out, w.pos_out, N,
                                                                             C, V);
   ZT_CUDA_CHECK_LAUNCH();
-  embedding_wpe_bwd_kernel<<<grid_for(T * C, 256, 4096), 256, 0, stream>>>(dwpe, dout, B, T, C);
+  if (dwpe == nullptr) return;
+  if (doc_start == nullptr) {
+    embedding_wpe_bwd_kernel<<<grid_for(T * C, 256, 4096), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    ZT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Positions repeat within a row too: the same sort and run sums as dwte,
+  // keyed by position (T <= V is not assumed: the workspace is sized for
+  // max(V, T) keys by embedding_bwd_workspace_bytes).
+  position_keys_kernel<<<grid_for(N, 256), 256, 0, stream>>>(w.keys_in, w.pos_in, doc_start, N, T);
+  ZT_CUDA_CHECK_LAUNCH();
+  tmp_bytes = w.sort_tmp_bytes;
+  ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w.sort_tmp, tmp_bytes, w.keys_in, w.keys_out, w.pos_in, w.pos_out,
+                                                static_cast<int>(N), 0, key_bits(T), stream));
+  embedding_wte_bwd_kernel<<<static_cast<unsigned>(N), threads, 0, stream>>>(dwpe, dout, w.keys_out, w.pos_out, N,
+                                                                            C, T);
   ZT_CUDA_CHECK_LAUNCH();
 }
 

@@ -81,13 +81,13 @@ struct RopeFreqs {
 // One thread per (row, head, i < half): the pair (i, i + half).
 template <typename T>
 __global__ void rope_kernel(T* x, int64_t rows, int64_t T_len, int64_t width, int64_t half, RopeFreqs freqs,
-                            double sign) {
+                            double sign, const int32_t* doc_start) {
   const int64_t hd = 2 * half, heads = width / hd;
   const int64_t n = rows * heads * half;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
     const int64_t i = j % half, h = (j / half) % heads, row = j / (half * heads);
-    const int64_t t = row % T_len;
+    const int64_t t = row % T_len - (doc_start == nullptr ? 0 : doc_start[row]);
     double s, c;
     sincos(static_cast<double>(t) * freqs.f[i], &s, &c);
     const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
@@ -158,7 +158,7 @@ void rmsnorm_bwd(float* dx, bool accumulate_dx, float* dw, const float* dout, co
 }
 
 void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfig& rope, bool inverse,
-          cudaStream_t stream) {
+          const int32_t* doc_start, cudaStream_t stream) {
   const int64_t half = rope.head_dim / 2;
   ZT_CHECK(half >= 1 && half <= kMaxHalf && width % rope.head_dim == 0, "rope: head_dim ", rope.head_dim,
            " (at most ", 2 * kMaxHalf, ") must divide the width ", width);
@@ -170,7 +170,7 @@ void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfi
   with_float_type(t, "rope", [&](auto tx) {
     using TT = typename decltype(tx)::type;
     rope_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<TT*>(x), B * T, T, width, half,
-                                                                     freqs, inverse ? -1.0 : 1.0);
+                                                                     freqs, inverse ? -1.0 : 1.0, doc_start);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

@@ -26,11 +26,12 @@ void rmsnorm_bwd(float* dx, bool accumulate_dx, float* dw, const float* dout, co
                  const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
                  cudaStream_t stream);
 
-// x (B, T, width) rotated in place (rotate-half, position t within each
-// sequence); inverse: the transpose, for gradients. The angles t f_i are
-// formed and their cos/sin taken in double, as on the CPU. head_dim <= 512.
+// x (B, T, width) rotated in place (rotate-half, position t - doc_start[b, t]
+// within each sequence, t when doc_start is null); inverse: the transpose, for
+// gradients. The angles t f_i are formed and their cos/sin taken in double, as
+// on the CPU. head_dim <= 512.
 void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfig& rope, bool inverse,
-          cudaStream_t stream);
+          const int32_t* doc_start, cudaStream_t stream);
 
 // out = silu(gate) * up, all (n) in storage dtype t.
 void swiglu_fwd(void* out, const void* gate, const void* up, DType t, int64_t n, cudaStream_t stream);

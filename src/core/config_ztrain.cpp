@@ -23,8 +23,9 @@ struct ModelPreset {
 };
 
 constexpr RopeScalingConfig kNoScaling{};
-// Llama 3.1's published scaling (its config.json rope_scaling).
+// Llama 3.1's and 3.2's published scalings (their config.json rope_scaling).
 constexpr RopeScalingConfig kLlama31Scaling{true, 8.0, 1.0, 4.0, 8192};
+constexpr RopeScalingConfig kLlama32Scaling{true, 32.0, 1.0, 4.0, 8192};
 // llama-tiny's: its 16-wide heads have wavelengths from 6 to 20,000
 // positions, so with original 256 (high band < 64, low band > 256) every
 // regime of the llama3 scaling is exercised.
@@ -32,9 +33,10 @@ constexpr RopeScalingConfig kTinyScaling{true, 4.0, 1.0, 4.0, 256};
 
 // GPT-2 shapes as in the GPT-2 and GPT-3 papers; "tiny" is the test model.
 // Llama shapes as the published Hugging Face config.json files (meta-llama/
-// Llama-2-{7b,13b,70b}-hf, Meta-Llama-3-{8B,70B}, Llama-3.1-{8B,70B}); seq_len
-// is max_position_embeddings, except Llama 3.1's 131,072, which is reached by
-// the rope scaling from its original 8,192 (the training length here).
+// Llama-2-{7b,13b,70b}-hf, Meta-Llama-3-{8B,70B}, Llama-3.1-{8B,70B},
+// Llama-3.2-1B); seq_len is max_position_embeddings, except Llama 3.1's and
+// 3.2's 131,072, which is reached by the rope scaling from its original 8,192
+// (the training length here).
 // "llama-tiny" is the Llama test model: grouped-query (2 kv heads of 4) with
 // the llama3 scaling.
 const ModelPreset kModelPresets[] = {
@@ -50,6 +52,7 @@ const ModelPreset kModelPresets[] = {
     {"llama3-70b", "llama", 80, 64, 8192, 8192, 128256, 28672, 8, 1e-5, 500000.0, kNoScaling, false},
     {"llama3.1-8b", "llama", 32, 32, 4096, 8192, 128256, 14336, 8, 1e-5, 500000.0, kLlama31Scaling, false},
     {"llama3.1-70b", "llama", 80, 64, 8192, 8192, 128256, 28672, 8, 1e-5, 500000.0, kLlama31Scaling, false},
+    {"llama3.2-1b", "llama", 16, 32, 2048, 8192, 128256, 8192, 8, 1e-5, 500000.0, kLlama32Scaling, true},
 };
 
 // The keys that only one architecture reads: given for another, refused by name.

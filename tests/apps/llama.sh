@@ -19,8 +19,7 @@
 #    same run without it.
 #  - bf16 and fp16 storage train; a checkpoint resumes with the same bits on
 #    another layout; the loss falls; --estimate-memory works on every Llama
-#    preset with the published parameter counts; config errors name the key;
-#    the CUDA backend refuses llama.
+#    preset with the published parameter counts; config errors name the key.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -174,6 +173,4 @@ expect_error "llama3 scaling needs its keys" 2 "model.rope_scaling.original_max_
   c.json --set 'model.rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}'
 expect_error "preset and arch disagree" 2 "model.arch: \"gpt2\" contradicts preset \"llama2-7b\"" \
   c.json --set 'model={"preset": "llama2-7b", "arch": "gpt2"}'
-expect_error "llama on the CUDA backend" 2 "model.arch \"llama\" is not yet available on the CUDA backend" \
-  c.json --device cuda
 finish

@@ -1,6 +1,8 @@
-// Parity of CudaKernels with CpuKernels on the Llama operations that have GPU
-// kernels (RMSNorm, rotary embeddings, SwiGLU), in f32, bf16 and f16 storage;
-// and the refusal of the ones that do not yet (grouped-query attention).
+// Parity of CudaKernels with CpuKernels on the Llama operations (RMSNorm,
+// rotary embeddings, SwiGLU, the embedding without a position table) and on
+// document masking in RoPE and the GPT embedding, in f32, bf16 and f16
+// storage. Grouped-query attention has its own parity test
+// (tests/cuda_attn/test_attention_parity.cpp).
 // Tolerances, not bits: the GPU sums a row in another order (warp butterfly)
 // and SwiGLU uses expf where the CPU uses its polynomial exp.
 #include "cuda_test_support.hpp"
@@ -87,17 +89,104 @@ TEST_F(CudaLlama, SwigluMatchesCpu) {
   }
 }
 
-TEST_F(CudaLlama, GroupedQueryAttentionIsRefusedByName) {
-  const Tensor q = gpu_tensor(DType::f32, Shape{1, 4, 8}), k = gpu_tensor(DType::f32, Shape{1, 4, 4});
-  const Tensor out = gpu_tensor(DType::f32, Shape{1, 4, 8}), lse = gpu_tensor(DType::f32, Shape{1, 2, 4});
-  try {
-    gpu_k->gqa_attention_fwd(*gpu_ws, out, lse, q, k, k, 2, 1, Tensor());
-    ADD_FAILURE() << "expected a UserError";
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.arch \"llama\" is not yet available on the CUDA backend"),
-              std::string::npos)
-        << e.what();
+// Documents of row 0: [0, 50) [50, 51) [51, 130); row 1: [0, 130) whole.
+const std::vector<std::vector<int64_t>> kDocs = {{0, 50, 51, 130}, {0, 130}};
+
+Tensor doc_start_tensor(GpuFixture& f, int64_t T) {
+  const Tensor ds = f.host_tensor(DType::i32, Shape{static_cast<int64_t>(kDocs.size()), T});
+  for (size_t b = 0; b < kDocs.size(); ++b)
+    for (size_t i = 0; i + 1 < kDocs[b].size(); ++i)
+      for (int64_t t = kDocs[b][i]; t < kDocs[b][i + 1]; ++t) ds.as<int32_t>()[b * T + t] = static_cast<int32_t>(kDocs[b][i]);
+  return ds;
+}
+
+// Rows [s, e) of row b of x (B, T, W) as a (1, e - s, W) host tensor, and back.
+Tensor doc_rows(GpuFixture& f, const Tensor& x, int64_t b, int64_t s, int64_t e) {
+  const int64_t T = x.shape[1], W = x.shape[2];
+  const Tensor d = f.host_tensor(x.dtype, Shape{1, e - s, W});
+  const size_t row = static_cast<size_t>(W) * dtype_size(x.dtype);
+  std::memcpy(d.data, static_cast<const char*>(x.data) + (b * T + s) * row, static_cast<size_t>(e - s) * row);
+  return d;
+}
+void put_doc_rows(const Tensor& x, const Tensor& d, int64_t b, int64_t s) {
+  const size_t row = static_cast<size_t>(x.shape[2]) * dtype_size(x.dtype);
+  std::memcpy(static_cast<char*>(x.data) + (b * x.shape[1] + s) * row, d.data, d.bytes());
+}
+
+// With doc_start, each document is rotated as a sequence of its own: the CPU
+// run on each document alone is the reference.
+TEST_F(CudaLlama, RopeWithDocumentsRotatesEachDocumentFromPositionZero) {
+  RopeConfig rope;
+  rope.head_dim = 64;
+  rope.theta = 10000.0;
+  const int64_t B = 2, T = 130, W = 2 * 64;
+  const Tensor ds = doc_start_tensor(*this, T), ds_d = to_gpu(ds);
+  for (int pass = 0; pass < 2; ++pass) {  // 0: forward (bf16), 1: backward (f32 gradients)
+    const DType t = pass == 0 ? DType::bf16 : DType::f32;
+    const Tensor x = host_random(t, Shape{B, T, W}), x_d = to_gpu(x), want = host_tensor(t, Shape{B, T, W});
+    for (int64_t b = 0; b < B; ++b) {
+      for (size_t i = 0; i + 1 < kDocs[b].size(); ++i) {
+        const Tensor d = doc_rows(*this, x, b, kDocs[b][i], kDocs[b][i + 1]);
+        if (pass == 0) cpu_k->rope_fwd(d, rope, Tensor()); else cpu_k->rope_bwd(d, rope, Tensor());
+        put_doc_rows(want, d, b, kDocs[b][i]);
+      }
+    }
+    if (pass == 0) gpu_k->rope_fwd(x_d, rope, ds_d); else gpu_k->rope_bwd(x_d, rope, ds_d);
+    EXPECT_LT(rel_error(values(x_d), values(want)), pass == 0 ? tolerance(t) : 1e-6) << "pass " << pass;
+    // Without doc_start the second document of row 0 would be rotated from 50 on.
+    EXPECT_GT(rel_error(values(x_d), values(x)), 1e-2);
   }
+}
+
+TEST_F(CudaLlama, EmbeddingWithoutPositionTableMatchesCpuExactly) {
+  const int64_t B = 3, T = 17, V = 11, C = 64;
+  for (DType t : kStorage) {
+    const Tensor tok = host_tensor(DType::i32, Shape{B, T});
+    fill_tokens(tok, rng_key(seed, ++draws), static_cast<int>(V));
+    const Tensor wte = host_random(t, Shape{V, C}), out = host_tensor(t, Shape{B, T, C});
+    const Tensor out_d = gpu_tensor(t, Shape{B, T, C}), tok_d = to_gpu(tok);
+    poison(out_d);
+    cpu_k->embedding_fwd(out, tok, wte, Tensor(), Tensor());
+    gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), Tensor(), Tensor());
+    EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << dtype_name(t);
+    const Tensor dout = host_random(DType::f32, Shape{B, T, C}), dwte = host_random(DType::f32, Shape{V, C});
+    const Tensor dwte_d = to_gpu(dwte);
+    cpu_k->embedding_bwd(dwte, Tensor(), dout, tok, Tensor());
+    gpu_k->embedding_bwd(dwte_d, Tensor(), to_gpu(dout), tok_d, Tensor());
+    EXPECT_EQ(max_abs_diff(values(dwte_d), values(dwte)), 0.0) << dtype_name(t);
+  }
+}
+
+// The GPT position table under document masking: each document reads and
+// writes positions from 0. Reference: the CPU on each document alone, in
+// row and document order, which is also the order of the GPU's additions.
+TEST_F(CudaLlama, EmbeddingPositionsRestartAtEachDocument) {
+  const int64_t B = 2, T = 130, V = 7, C = 32;
+  const Tensor ds = doc_start_tensor(*this, T), ds_d = to_gpu(ds);
+  const Tensor tok = host_tensor(DType::i32, Shape{B, T});
+  fill_tokens(tok, rng_key(seed, ++draws), static_cast<int>(V));
+  const Tensor wte = host_random(DType::f32, Shape{V, C}), wpe = host_random(DType::f32, Shape{T, C});
+  const Tensor want = host_tensor(DType::f32, Shape{B, T, C}), out_d = gpu_tensor(DType::f32, Shape{B, T, C});
+  const Tensor dout = host_random(DType::f32, Shape{B, T, C});
+  const Tensor dwte = host_random(DType::f32, Shape{V, C}), dwpe = host_random(DType::f32, Shape{T, C});
+  const Tensor dwte_d = to_gpu(dwte), dwpe_d = to_gpu(dwpe);
+  for (int64_t b = 0; b < B; ++b) {
+    for (size_t i = 0; i + 1 < kDocs[b].size(); ++i) {
+      const int64_t s = kDocs[b][i], e = kDocs[b][i + 1];
+      const Tensor tk(static_cast<int32_t*>(tok.data) + b * T + s, DType::i32, Shape{1, e - s}, DeviceKind::cpu);
+      const Tensor o = host_tensor(DType::f32, Shape{1, e - s, C});
+      cpu_k->embedding_fwd(o, tk, wte, wpe, Tensor());
+      put_doc_rows(want, o, b, s);
+      cpu_k->embedding_bwd(dwte, dwpe, doc_rows(*this, dout, b, s, e), tk, Tensor());
+    }
+  }
+  poison(out_d);
+  const Tensor tok_d = to_gpu(tok);
+  gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), to_gpu(wpe), ds_d);
+  EXPECT_EQ(max_abs_diff(values(out_d), values(want)), 0.0);
+  gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), tok_d, ds_d);
+  EXPECT_EQ(max_abs_diff(values(dwte_d), values(dwte)), 0.0);
+  EXPECT_EQ(max_abs_diff(values(dwpe_d), values(dwpe)), 0.0);
 }
 
 }  // namespace

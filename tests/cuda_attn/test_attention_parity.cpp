@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -81,7 +82,7 @@ TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
   out.poison();
   lse.poison();
   ZT_TEST_CUDA(cudaDeviceSynchronize());
-  attention_fwd_cuda(out.t, lse.t, qkv.t, c.NH, stream);
+  attention_fwd_cuda(out.t, lse.t, qkv.t, c.NH, Tensor(), stream);
   ZT_TEST_CUDA(cudaStreamSynchronize(stream));
   const std::vector<float> out_g = out.read(dev), lse_g = lse.read(dev);
   EXPECT_EQ(test::count_nonfinite(out_g), 0) << "out has unwritten or non-finite elements";
@@ -97,7 +98,7 @@ TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
   for (auto& r : dqkv_g) {
     dqkv.poison();
     ZT_TEST_CUDA(cudaDeviceSynchronize());
-    attention_bwd_cuda(dqkv.t, dout.t, qkv.t, out.t, lse.t, c.NH, ws, stream);
+    attention_bwd_cuda(dqkv.t, dout.t, qkv.t, out.t, lse.t, c.NH, Tensor(), ws, stream);
     ZT_TEST_CUDA(cudaStreamSynchronize(stream));
     r = dqkv.read(dev);
   }
@@ -136,15 +137,169 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionParity,
                                             ::testing::ValuesIn(kCases)),
                          case_name);
 
+// ---- grouped-query attention and document masking ----------------------------
+// The reference of a packed row is the CPU's grouped-query attention run on
+// each document alone, as a sequence of its own: document masking must make
+// the packed computation exactly that (attention is position-free, so the
+// per-document results do not depend on where the document sits). Rows hold
+// documents of random lengths, some of length 1; `docs` false runs the GQA
+// kernels without doc_start against the CPU on the whole rows.
+struct GqaCase {
+  int B, T, NH, NKV, hs;
+  bool docs;
+};
+
+class GqaParity : public ::testing::TestWithParam<std::tuple<DType, GqaCase>> {};
+
+// Slice rows [s, e) of row b of a (B, T, W) host array into a (1, e - s, W) one.
+std::vector<float> slice_rows(const std::vector<float>& v, int T, int64_t W, int b, int s, int e) {
+  const auto first = v.begin() + (int64_t{b} * T + s) * W;
+  return std::vector<float>(first, first + int64_t{e - s} * W);
+}
+void put_rows(std::vector<float>& v, int T, int64_t W, int b, int s, const std::vector<float>& part) {
+  std::copy(part.begin(), part.end(), v.begin() + (int64_t{b} * T + s) * W);
+}
+
+TEST_P(GqaParity, PackedDocumentsMatchCpuPerDocument) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DType st = std::get<0>(GetParam());
+  const GqaCase c = std::get<1>(GetParam());
+  const int64_t Wq = int64_t{c.NH} * c.hs, Wkv = int64_t{c.NKV} * c.hs;
+  std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.T) << 24 | uint64_t(c.NH) << 16 | uint64_t(c.NKV) << 8 | c.hs) ^
+                      (static_cast<uint64_t>(st) << 40) ^ (c.docs ? 0x5bd1e995ull : 0));
+  const std::vector<float> q_h = test::round_to(test::normal_vec(rng, size_t(c.B) * c.T * Wq, 1.225f), st);
+  const std::vector<float> k_h = test::round_to(test::normal_vec(rng, size_t(c.B) * c.T * Wkv, 1.225f), st);
+  const std::vector<float> v_h = test::round_to(test::normal_vec(rng, size_t(c.B) * c.T * Wkv, 1.225f), st);
+  const std::vector<float> dout_h = test::normal_vec(rng, size_t(c.B) * c.T * Wq, 1.0f);
+
+  // Documents: [starts[b][i], starts[b][i + 1]) per row.
+  std::vector<std::vector<int>> bounds(c.B);
+  std::vector<int32_t> doc_start(size_t(c.B) * c.T);
+  for (int b = 0; b < c.B; ++b) {
+    bounds[b].push_back(0);
+    while (c.docs && bounds[b].back() < c.T) {
+      const int r = static_cast<int>(rng() % 8);
+      const int len = r == 0 ? 1 : 1 + static_cast<int>(rng() % (b == 0 ? 150 : 40));  // long and short ones
+      bounds[b].push_back(std::min(c.T, bounds[b].back() + len));
+    }
+    if (!c.docs) bounds[b].push_back(c.T);
+    for (size_t i = 0; i + 1 < bounds[b].size(); ++i)
+      for (int t = bounds[b][i]; t < bounds[b][i + 1]; ++t) doc_start[size_t(b) * c.T + t] = bounds[b][i];
+  }
+
+  // CPU reference, document by document.
+  CpuDevice cpu_dev;
+  Arena cpu_ws(cpu_dev, MemTag::workspace);
+  CpuKernels cpu;
+  std::vector<float> out_ref(q_h.size()), lse_ref(size_t(c.B) * c.NH * c.T), dq_ref(q_h.size()),
+      dk_ref(k_h.size()), dv_ref(v_h.size());
+  for (int b = 0; b < c.B; ++b) {
+    for (size_t i = 0; i + 1 < bounds[b].size(); ++i) {
+      const int s = bounds[b][i], e = bounds[b][i + 1], L = e - s;
+      TestTensor q(cpu_dev, st, Shape{1, L, Wq}), k(cpu_dev, st, Shape{1, L, Wkv}), v(cpu_dev, st, Shape{1, L, Wkv}),
+          out(cpu_dev, st, Shape{1, L, Wq}), lse(cpu_dev, DType::f32, Shape{1, c.NH, L}),
+          dout(cpu_dev, DType::f32, Shape{1, L, Wq}), dq(cpu_dev, DType::f32, Shape{1, L, Wq}),
+          dk(cpu_dev, DType::f32, Shape{1, L, Wkv}), dv(cpu_dev, DType::f32, Shape{1, L, Wkv});
+      q.fill(cpu_dev, slice_rows(q_h, c.T, Wq, b, s, e));
+      k.fill(cpu_dev, slice_rows(k_h, c.T, Wkv, b, s, e));
+      v.fill(cpu_dev, slice_rows(v_h, c.T, Wkv, b, s, e));
+      dout.fill(cpu_dev, slice_rows(dout_h, c.T, Wq, b, s, e));
+      cpu.gqa_attention_fwd(cpu_ws, out.t, lse.t, q.t, k.t, v.t, c.NH, c.NKV, Tensor());
+      cpu.gqa_attention_bwd(cpu_ws, dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse.t, c.NH, c.NKV, Tensor());
+      put_rows(out_ref, c.T, Wq, b, s, out.read(cpu_dev));
+      put_rows(dq_ref, c.T, Wq, b, s, dq.read(cpu_dev));
+      put_rows(dk_ref, c.T, Wkv, b, s, dk.read(cpu_dev));
+      put_rows(dv_ref, c.T, Wkv, b, s, dv.read(cpu_dev));
+      const std::vector<float> l = lse.read(cpu_dev);
+      for (int h = 0; h < c.NH; ++h)
+        for (int t = 0; t < L; ++t) lse_ref[(size_t(b) * c.NH + h) * c.T + s + t] = l[size_t(h) * L + t];
+    }
+  }
+
+  test::PlainCudaDevice dev;
+  Arena ws(dev, MemTag::workspace, size_t{1} << 20);
+  TestTensor q(dev, st, Shape{c.B, c.T, Wq}), k(dev, st, Shape{c.B, c.T, Wkv}), v(dev, st, Shape{c.B, c.T, Wkv}),
+      out(dev, st, Shape{c.B, c.T, Wq}), lse(dev, DType::f32, Shape{c.B, c.NH, c.T}),
+      dout(dev, DType::f32, Shape{c.B, c.T, Wq}), dq(dev, DType::f32, Shape{c.B, c.T, Wq}),
+      dk(dev, DType::f32, Shape{c.B, c.T, Wkv}), dv(dev, DType::f32, Shape{c.B, c.T, Wkv}),
+      ds(dev, DType::i32, Shape{c.B, c.T});
+  q.fill(dev, q_h);
+  k.fill(dev, k_h);
+  v.fill(dev, v_h);
+  dout.fill(dev, dout_h);
+  ds.fill_i32(dev, doc_start);
+  const Tensor doc = c.docs ? ds.t : Tensor();
+  cudaStream_t stream = nullptr;
+  ZT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  out.poison();
+  lse.poison();
+  ZT_TEST_CUDA(cudaDeviceSynchronize());
+  gqa_attention_fwd_cuda(out.t, lse.t, q.t, k.t, v.t, c.NH, c.NKV, doc, stream);
+  ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+  const std::vector<float> out_g = out.read(dev), lse_g = lse.read(dev);
+  EXPECT_EQ(test::count_nonfinite(out_g), 0) << "out has unwritten or non-finite elements";
+  EXPECT_EQ(test::count_nonfinite(lse_g), 0) << "lse has unwritten or non-finite elements";
+  const double e_out = test::rel_err(out_g, out_ref), e_lse = test::rel_err(lse_g, lse_ref);
+  EXPECT_LE(e_out, out_tol(st));
+  EXPECT_LE(e_lse, lse_tol(st));
+
+  out.fill(dev, out_ref);
+  lse.fill(dev, lse_ref);
+  std::vector<float> g[2][3];
+  for (auto& r : g) {
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    ZT_TEST_CUDA(cudaDeviceSynchronize());
+    gqa_attention_bwd_cuda(dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse.t, c.NH, c.NKV, doc, ws, stream);
+    ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+    r[0] = dq.read(dev);
+    r[1] = dk.read(dev);
+    r[2] = dv.read(dev);
+  }
+  const std::vector<float>* ref[3] = {&dq_ref, &dk_ref, &dv_ref};
+  double e[3];
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(test::count_nonfinite(g[0][p]), 0) << "d" << "qkv"[p] << " has unwritten or non-finite elements";
+    EXPECT_TRUE(g[0][p] == g[1][p]) << "d" << "qkv"[p] << " is not bitwise reproducible";
+    e[p] = test::rel_err(g[0][p], *ref[p]);
+    EXPECT_LE(e[p], out_tol(st)) << "d" << "qkv"[p];
+  }
+  std::printf("[ errors   ] %s B=%d T=%d NH=%d NKV=%d hs=%d docs=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+              dtype_name(st), c.B, c.T, c.NH, c.NKV, c.hs, int(c.docs), e_out, e_lse, e[0], e[1], e[2]);
+  ZT_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
+const GqaCase kGqaCases[] = {
+    {2, 200, 8, 2, 64, false},   // GQA 4:1, no documents
+    {1, 130, 4, 1, 128, false},  // multi-query, hs 128
+    {2, 300, 6, 3, 64, true},    // documents across tiles
+    {3, 129, 4, 4, 32, true},    // multi-head with documents
+    {2, 257, 8, 1, 128, true},   // multi-query, hs 128, documents
+    {1, 77, 2, 1, 40, true},     // padded head size, T not a tile multiple
+};
+
+std::string gqa_case_name(const ::testing::TestParamInfo<std::tuple<DType, GqaCase>>& info) {
+  const GqaCase c = std::get<1>(info.param);
+  return std::string(dtype_name(std::get<0>(info.param))) + "_B" + std::to_string(c.B) + "_T" +
+         std::to_string(c.T) + "_H" + std::to_string(c.NH) + "_KV" + std::to_string(c.NKV) + "_D" +
+         std::to_string(c.hs) + (c.docs ? "_docs" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GqaParity,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
+                                            ::testing::ValuesIn(kGqaCases)),
+                         gqa_case_name);
+
 TEST(AttentionChecks, RejectsBadArguments) {
   ZT_SKIP_WITHOUT_GPU();
   test::PlainCudaDevice dev;
   TestTensor qkv(dev, DType::bf16, Shape{1, 8, 3 * 64}), out(dev, DType::f32, Shape{1, 8, 64}),
       lse(dev, DType::f32, Shape{1, 2, 8});
-  EXPECT_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 2, nullptr), Error);  // out dtype != qkv dtype
+  EXPECT_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 2, Tensor(), nullptr), Error);  // out dtype != qkv dtype
   TestTensor big(dev, DType::bf16, Shape{1, 8, 3 * 256}), out2(dev, DType::bf16, Shape{1, 8, 256}),
       lse2(dev, DType::f32, Shape{1, 1, 8});
-  EXPECT_THROW(attention_fwd_cuda(out2.t, lse2.t, big.t, 1, nullptr), Error);  // hs 256 > 128
+  EXPECT_THROW(attention_fwd_cuda(out2.t, lse2.t, big.t, 1, Tensor(), nullptr), Error);  // hs 256 > 128
 }
 
 }  // namespace

@@ -130,6 +130,7 @@ TEST(ModelDesc, LlamaPresetsHavePublishedShapes) {
   EXPECT_EQ(describe_model(preset("llama3-8b")).num_params(), 8030261248);
   EXPECT_EQ(describe_model(preset("llama3-70b")).num_params(), 70553706496);
   EXPECT_EQ(describe_model(preset("llama3.1-8b")).num_params(), 8030261248);
+  EXPECT_EQ(describe_model(preset("llama3.2-1b")).num_params(), 1235814400);  // tied head
   const ModelDesc l3 = describe_model(preset("llama3-8b"));
   EXPECT_EQ(l3.shape.n_kv_head, 8);
   EXPECT_EQ(l3.shape.ffn_hidden, 14336);
