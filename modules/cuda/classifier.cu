@@ -1,5 +1,6 @@
-// The fused classifier + softmax cross-entropy: cuBLASLt for the three
-// products of each chunk of rows, and three small kernels (forward partial
+// The fused classifier + softmax cross-entropy: cuBLASLt for the products
+// (logits per chunk of rows in the forward; logits, dx and dw per slice of
+// classes in the backward), and three small kernels (forward partial
 // log-sum-exps, their merge with the loss, backward dlogits). See
 // classifier.cuh for the contract.
 //
@@ -149,29 +150,20 @@ class LtGemm {
   cublasLtMatmulAlgo_t algo_{};
 };
 
-// The products of a chunk of rr rows ([Note: transposed logits]), in
-// column-major terms with x_c = x[r0 : r0 + rr] and L, G the chunk's logits
-// and dlogits (rr, V; ld R):
-//   logits  L (rr, V)      = op_T(x_c^T (C, rr)) . w^T (C, V)
-//   dx      dx_c^T (C, rr) = w^T (C, V) . op_T(G (rr, V))
-//   dw      dw^T (C, V)   += x_c^T (C, rr) . G (rr, V)
+// The forward's product for a chunk of rr rows ([Note: transposed logits]),
+// in column-major terms with x_c = x[r0 : r0 + rr] and L the chunk's logits
+// (rr, V; ld R): L (rr, V) = op_T(x_c^T (C, rr)) . w^T (C, V).
 struct ChunkPlans {
-  std::unique_ptr<LtGemm> logits, dx, dw;
+  std::unique_ptr<LtGemm> logits;
 };
 
 ChunkPlans make_plans(const ClassifierBlas& blas, const ClsDims& d, int rr, const Tensor& x, const Tensor& w,
-                      const void* L, const void* G, const float* dx, const float* dw) {
+                      const void* L) {
   const cudaDataType_t st = cuda_type(x.dtype);
   const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
   const int ax = alignment(x.data, int64_t{d.R} * d.C * es), aw = alignment(w.data, 0);
   ChunkPlans p;
   p.logits = std::make_unique<LtGemm>(blas, true, false, rr, d.V, d.C, st, d.C, d.C, d.R, ax, aw, alignment(L, 0));
-  if (G != nullptr) {
-    p.dx = std::make_unique<LtGemm>(blas, false, true, d.C, rr, d.V, st, d.C, d.R, d.C, aw, alignment(G, 0),
-                                    alignment(dx, int64_t{d.R} * d.C * 4));
-    p.dw = std::make_unique<LtGemm>(blas, false, false, d.C, d.V, rr, st, d.C, d.R, d.C, ax, alignment(G, 0),
-                                    alignment(dw, 0));
-  }
   return p;
 }
 
@@ -272,9 +264,11 @@ __device__ __forceinline__ void store4(__half* p, float4 v) {
 // padding rows [rr, rr rounded up to 4). Same grid and thread mapping as
 // fwd_partial_kernel. For f32, G aliases L: a thread loads a batch of float4s
 // before it stores them, and no other thread touches them.
+// The classes of L and G are v_off .. v_off + V - 1 of the vocabulary
+// (V_all classes in all).
 template <typename O>
-__global__ void __launch_bounds__(kThreads) bwd_dlogits_kernel(const float* L, int R, int rr, int V, O* G,
-                                                              const int* __restrict__ targets,
+__global__ void __launch_bounds__(kThreads) bwd_dlogits_kernel(const float* L, int R, int rr, int V, int v_off,
+                                                              int V_all, O* G, const int* __restrict__ targets,
                                                               const float* __restrict__ dloss,
                                                               const float* __restrict__ lse) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -287,7 +281,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dlogits_kernel(const float* L, i
   for (int i = 0; i < 4; ++i) {
     const int n = n0 + i;
     tg[i] = n < rr ? targets[n] : -1;
-    g[i] = tg[i] < 0 ? 0.0f : (tg[i] < V ? dloss[n] : NAN);  // ignored rows get no gradient
+    g[i] = tg[i] < 0 ? 0.0f : (tg[i] < V_all ? dloss[n] : NAN);  // ignored rows get no gradient
+    tg[i] -= v_off;                                                  // the target's class in this slice
     l[i] = n < rr ? lse[n] : 0.0f;
   }
   for (int v = v_begin + warp; v < v_end; v += kWarps * kUnroll) {
@@ -363,8 +358,8 @@ void classifier_fwd_cuda(Arena& ws, const Tensor& losses, const Tensor& lse, con
   const Workspace wk = take_workspace(ws, d, x.dtype, false);
   const size_t xrow = static_cast<size_t>(d.C) * dtype_size(x.dtype);
   const int tail = d.N % d.R;
-  const ChunkPlans full = make_plans(blas, d, d.R, x, w, wk.L, nullptr, nullptr, nullptr);
-  const ChunkPlans last = tail ? make_plans(blas, d, tail, x, w, wk.L, nullptr, nullptr, nullptr) : ChunkPlans{};
+  const ChunkPlans full = make_plans(blas, d, d.R, x, w, wk.L);
+  const ChunkPlans last = tail ? make_plans(blas, d, tail, x, w, wk.L) : ChunkPlans{};
   for (int r0 = 0; r0 < d.N; r0 += d.R) {
     const int rr = std::min(d.R, d.N - r0);
     const ChunkPlans& p = rr == d.R ? full : last;
@@ -377,44 +372,86 @@ void classifier_fwd_cuda(Arena& ws, const Tensor& losses, const Tensor& lse, con
   }
 }
 
+// [Note: classifier backward by class slices] The backward walks the
+// vocabulary in slices of Vc classes over all N rows, not the rows in chunks
+// over all classes as the forward does: dw += G^T x then writes each class's
+// gradient row once, where row chunks reread and rewrote the whole fp32
+// (V, C) gradient once per chunk (at V 128,256, C 2048: 2 GB of traffic per
+// chunk, 24 chunks in the default budget). What slices reread instead is dx
+// (N, C) fp32, 1/16 of that at these shapes, and every product has N rows,
+// so it stays on cuBLASLt's large tiles.
 void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss, const Tensor& x,
                          const Tensor& w, const Tensor& targets, const Tensor& lse, const ClassifierBlas& blas,
                          cudaStream_t stream, size_t chunk_bytes) {
-  const ClsDims d = cls_dims(x, w, targets, chunk_bytes);
-  float* dx_p = const_cast<float*>(f32_ptr(dx, int64_t{d.N} * d.C, "dx"));
-  float* dw_p = const_cast<float*>(f32_ptr(dw, int64_t{d.V} * d.C, "dw"));
-  const float* dloss_p = f32_ptr(dloss, d.N, "dloss");
-  const float* lse_p = f32_ptr(lse, d.N, "lse");
+  const ClsDims all = cls_dims(x, w, targets, chunk_bytes);
+  float* dx_p = const_cast<float*>(f32_ptr(dx, int64_t{all.N} * all.C, "dx"));
+  float* dw_p = const_cast<float*>(f32_ptr(dw, int64_t{all.V} * all.C, "dw"));
+  const float* dloss_p = f32_ptr(dloss, all.N, "dloss");
+  const float* lse_p = f32_ptr(lse, all.N, "lse");
   const int* tg = static_cast<const int*>(targets.data);
+  // Slice geometry: R = N rounded up to 8 rows (the logits' leading
+  // dimension), Vc classes (a multiple of 8, so that each slice of w and dw
+  // keeps 16-byte alignment) whose logits (and 16-bit dlogits) fit the budget.
+  const int64_t Np = (int64_t{all.N} + 7) / 8 * 8;
+  const int64_t per_class = Np * (x.dtype == DType::f32 ? 4 : 6);
+  int64_t Vc = static_cast<int64_t>(chunk_bytes) / per_class / 8 * 8;
+  Vc = std::max<int64_t>(8, std::min<int64_t>(Vc, (int64_t{all.V} + 7) / 8 * 8));
+  Vc = std::min<int64_t>(Vc, all.V);
+  ZT_CHECK(Np * Vc <= std::numeric_limits<int>::max(), "classifier: slice of ", Np, " rows x ", Vc,
+           " classes exceeds cuBLAS int");
+  auto slice_dims = [&](int64_t vc) {
+    return ClsDims{all.N, all.C, static_cast<int>(vc), static_cast<int>(Np),
+                   static_cast<int>((vc + kSlab - 1) / kSlab)};
+  };
+  const ClsDims d = slice_dims(Vc);
   const ArenaScope scope(ws);
   const Workspace wk = take_workspace(ws, d, x.dtype, true);
-  const size_t xrow = static_cast<size_t>(d.C) * dtype_size(x.dtype);
-  const int tail = d.N % d.R;
-  const ChunkPlans full = make_plans(blas, d, d.R, x, w, wk.L, wk.G, dx_p, dw_p);
-  const ChunkPlans last = tail ? make_plans(blas, d, tail, x, w, wk.L, wk.G, dx_p, dw_p) : ChunkPlans{};
-  for (int r0 = 0; r0 < d.N; r0 += d.R) {
-    const int rr = std::min(d.R, d.N - r0);
-    const ChunkPlans& p = rr == d.R ? full : last;
-    const char* xr = static_cast<const char*>(x.data) + static_cast<size_t>(r0) * xrow;
-    p.logits->run(xr, w.data, 0.0f, wk.L, stream);
-    const dim3 grid = row_grid(d, rr);
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+  const int tail = static_cast<int>(all.V % Vc);
+  // Plans for a slice: logits L (N, vc) = x . w_s^T; dx^T (C, N) (+)= w_s^T
+  // (C, vc) . G^T; dw_s^T (C, vc) += x^T (C, N) . G (N, vc), column-major.
+  struct SlicePlans {
+    std::unique_ptr<LtGemm> logits, dx, dw;
+  };
+  auto plans_for = [&](const ClsDims& s) {
+    const cudaDataType_t st = cuda_type(x.dtype);
+    // Slices of w and dw start at v0 * C elements, v0 a multiple of Vc.
+    const int aw = alignment(w.data, Vc * all.C * es), adw = alignment(dw_p, Vc * all.C * 4);
+    const int ax = alignment(x.data, 0), aL = alignment(wk.L, 0), aG = alignment(wk.G, 0);
+    SlicePlans p;
+    p.logits = std::make_unique<LtGemm>(blas, true, false, all.N, s.V, all.C, st, all.C, all.C, s.R, ax, aw, aL);
+    p.dx = std::make_unique<LtGemm>(blas, false, true, all.C, all.N, s.V, st, all.C, s.R, all.C, aw, aG,
+                                    alignment(dx_p, 0));
+    p.dw = std::make_unique<LtGemm>(blas, false, false, all.C, s.V, all.N, st, all.C, s.R, all.C, ax, aG, adw);
+    return p;
+  };
+  const SlicePlans full = plans_for(d);
+  const SlicePlans last = tail ? plans_for(slice_dims(tail)) : SlicePlans{};
+  for (int64_t v0 = 0; v0 < all.V; v0 += Vc) {
+    const int vc = static_cast<int>(std::min<int64_t>(Vc, all.V - v0));
+    const SlicePlans& p = vc == Vc ? full : last;
+    const ClsDims s = vc == Vc ? d : slice_dims(vc);
+    const char* ws_ = static_cast<const char*>(w.data) + v0 * all.C * es;
+    p.logits->run(x.data, ws_, 0.0f, wk.L, stream);
+    const dim3 grid = row_grid(s, all.N);
+    const int off = static_cast<int>(v0);
     switch (x.dtype) {
       case DType::f32:
-        bwd_dlogits_kernel<float><<<grid, kThreads, 0, stream>>>(wk.L, d.R, rr, d.V, wk.L, tg + r0, dloss_p + r0,
-                                                                 lse_p + r0);
+        bwd_dlogits_kernel<float><<<grid, kThreads, 0, stream>>>(wk.L, s.R, all.N, vc, off, all.V, wk.L, tg, dloss_p,
+                                                                 lse_p);
         break;
       case DType::bf16:
         bwd_dlogits_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-            wk.L, d.R, rr, d.V, static_cast<__nv_bfloat16*>(wk.G), tg + r0, dloss_p + r0, lse_p + r0);
+            wk.L, s.R, all.N, vc, off, all.V, static_cast<__nv_bfloat16*>(wk.G), tg, dloss_p, lse_p);
         break;
       default:
-        bwd_dlogits_kernel<__half><<<grid, kThreads, 0, stream>>>(wk.L, d.R, rr, d.V, static_cast<__half*>(wk.G),
-                                                                  tg + r0, dloss_p + r0, lse_p + r0);
+        bwd_dlogits_kernel<__half><<<grid, kThreads, 0, stream>>>(wk.L, s.R, all.N, vc, off, all.V,
+                                                                  static_cast<__half*>(wk.G), tg, dloss_p, lse_p);
         break;
     }
     ZT_CUDA_CHECK_LAUNCH();
-    p.dx->run(w.data, wk.G, 0.0f, dx_p + int64_t{r0} * d.C, stream);
-    p.dw->run(xr, wk.G, 1.0f, dw_p, stream);
+    p.dx->run(ws_, wk.G, v0 == 0 ? 0.0f : 1.0f, dx_p, stream);
+    p.dw->run(x.data, wk.G, 1.0f, dw_p + v0 * all.C, stream);
   }
 }
 
