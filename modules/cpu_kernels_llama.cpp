@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "modules/cpu_kernels.hpp"
+
+#include <type_traits>
 #include "modules/cpu_kernels_detail.hpp"
 
 namespace zt {
@@ -206,20 +208,28 @@ void CpuKernels::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor
   const int64_t n = gate.numel();
   ZT_CHECK(dgate.numel() == n && dup.numel() == n && dout.numel() == n && up.numel() == n && up.dtype == gate.dtype,
            "swiglu_bwd shapes: dgate ", dgate.shape.str(), " gate ", gate.shape.str());
+  ZT_CHECK(dgate.dtype == dup.dtype, "swiglu_bwd: dgate and dup dtypes differ");
   cpu::with_storage(gate.dtype, [&](auto gt) {
     using T = decltype(gt);
     using M = cpu::math_t<T>;
-    M* dg = cpu::math_ptr<M>(dgate, "dgate");
-    M* du = cpu::math_ptr<M>(dup, "dup");
     const M* d = cpu::math_ptr<const M>(dout, "dout");
     const T* g = cpu::typed<const T>(gate);
     const T* u = cpu::typed<const T>(up);
+    // Gradients in the math dtype, or rounded once to the storage dtype.
+    auto run = [&](auto* dg, auto* du) {
+      using O = std::remove_pointer_t<decltype(dg)>;
 #pragma omp parallel for simd schedule(static) if (n > cpu::kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      const M gv = load<M>(g[i]), uv = load<M>(u[i]), dv = d[i];
-      const M sg = sigmoid(gv);
-      du[i] = dv * gv * sg;
-      dg[i] = dv * uv * sg * (M(1) + gv * (M(1) - sg));
+      for (int64_t i = 0; i < n; ++i) {
+        const M gv = load<M>(g[i]), uv = load<M>(u[i]), dv = d[i];
+        const M sg = sigmoid(gv);
+        du[i] = cpu::narrow<O>(dv * gv * sg);
+        dg[i] = cpu::narrow<O>(dv * uv * sg * (M(1) + gv * (M(1) - sg)));
+      }
+    };
+    if (dgate.dtype == gate.dtype && (gate.dtype == DType::bf16 || gate.dtype == DType::f16)) {
+      run(cpu::typed<T>(dgate), cpu::typed<T>(dup));
+    } else {
+      run(cpu::math_ptr<M>(dgate, "dgate"), cpu::math_ptr<M>(dup, "dup"));
     }
   });
 }

@@ -102,7 +102,9 @@ class Kernels {
                                  const Tensor& doc_start) = 0;
   // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); all (N, F).
   virtual void swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
-  // dgate, dup (math dtype) written from dout (math dtype).
+  // dgate, dup written from dout (math dtype): in the math dtype, or in the
+  // storage dtype of gate (rounded once), which is what the products that
+  // read them take on the GPU; dgate may alias dout in the math dtype.
   virtual void swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                           const Tensor& up) = 0;
 

@@ -163,10 +163,16 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor h = ws.alloc(act, Shape{B, T, F_});
   k.swiglu_fwd(h, s[kGate], s[kUp]);
   k.matmul(ws, g[kDownW], dout, true, h, false, true);  // (C, F) += dout^T h
-  const Tensor dgate = ws.alloc(md, Shape{B, T, F_});
-  const Tensor dup = ws.alloc(md, Shape{B, T, F_});
-  k.matmul(ws, dgate, dout, false, p[kDownW], false, false);  // dh = dout Wd
-  k.swiglu_bwd(dgate, dup, dgate, s[kGate], s[kUp]);          // dgate in place of dh
+  // With 16-bit activations dgate and dup are rounded to the storage dtype
+  // once, by swiglu_bwd: the four products below read them in that dtype
+  // anyway, and would each round an fp32 copy ([Note: matmul precision] in
+  // modules/cuda/matmul.cuh) — at F 8192 that was 1.6 GB of traffic a layer.
+  const DType gd = act == md ? md : act;
+  const Tensor dh = ws.alloc(md, Shape{B, T, F_});
+  k.matmul(ws, dh, dout, false, p[kDownW], false, false);  // dh = dout Wd
+  const Tensor dgate = act == md ? dh : ws.alloc(gd, Shape{B, T, F_});
+  const Tensor dup = ws.alloc(gd, Shape{B, T, F_});
+  k.swiglu_bwd(dgate, dup, dh, s[kGate], s[kUp]);  // in place of dh in the math dtype
   k.matmul(ws, g[kGateW], dgate, true, s[kLn2], false, true);
   k.matmul(ws, g[kUpW], dup, true, s[kLn2], false, true);
   const Tensor dln = ws.alloc(md, Shape{B, T, C});

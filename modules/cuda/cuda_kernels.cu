@@ -216,9 +216,11 @@ void CudaKernels::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tenso
   ZT_CHECK(dgate.numel() == n && dup.numel() == n && dout.numel() == n && up.numel() == n && up.dtype == gate.dtype,
            "swiglu_bwd shapes: dgate ", dgate.shape.str(), " gate ", gate.shape.str());
   for (const Tensor* t : {&dgate, &dup, &dout, &gate, &up}) check_on_device(*t, "swiglu_bwd tensor");
-  for (const Tensor* t : {&dgate, &dup, &dout}) check_dtype(*t, DType::f32, "swiglu_bwd gradient");
-  cuda::swiglu_bwd(static_cast<float*>(dgate.data), static_cast<float*>(dup.data),
-                   static_cast<const float*>(dout.data), gate.data, up.data, gate.dtype, n, stream_);
+  check_dtype(dout, DType::f32, "swiglu_bwd dout");
+  const bool in_storage = dgate.dtype == gate.dtype && gate.dtype != DType::f32;
+  for (const Tensor* t : {&dgate, &dup}) check_dtype(*t, in_storage ? gate.dtype : DType::f32, "swiglu_bwd gradient");
+  cuda::swiglu_bwd(dgate.data, dup.data, in_storage, static_cast<const float*>(dout.data), gate.data, up.data,
+                   gate.dtype, n, stream_);
 }
 
 // ---- element-wise ------------------------------------------------------------------------

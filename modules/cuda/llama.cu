@@ -109,15 +109,15 @@ __global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t n)
   }
 }
 
-template <typename T>
-__global__ void swiglu_bwd_kernel(float* dgate, float* dup, const float* dout, const T* gate, const T* up,
-                                  int64_t n) {
+// O: float, or T (gradients rounded once to the storage dtype).
+template <typename T, typename O>
+__global__ void swiglu_bwd_kernel(O* dgate, O* dup, const float* dout, const T* gate, const T* up, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = to_float(gate[i]), u = to_float(up[i]), d = dout[i];
     const float sg = sigmoid(g);
-    dup[i] = d * g * sg;
-    dgate[i] = d * u * sg * (1.0f + g * (1.0f - sg));
+    dup[i] = from_float<O>(d * g * sg);
+    dgate[i] = from_float<O>(d * u * sg * (1.0f + g * (1.0f - sg)));
   }
 }
 
@@ -185,13 +185,20 @@ void swiglu_fwd(void* out, const void* gate, const void* up, DType t, int64_t n,
   });
 }
 
-void swiglu_bwd(float* dgate, float* dup, const float* dout, const void* gate, const void* up, DType t, int64_t n,
-                cudaStream_t stream) {
+void swiglu_bwd(void* dgate, void* dup, bool grads_in_storage, const float* dout, const void* gate, const void* up,
+                DType t, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   with_float_type(t, "swiglu_bwd", [&](auto tx) {
     using TT = typename decltype(tx)::type;
-    swiglu_bwd_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        dgate, dup, dout, static_cast<const TT*>(gate), static_cast<const TT*>(up), n);
+    if (grads_in_storage) {
+      swiglu_bwd_kernel<TT, TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          static_cast<TT*>(dgate), static_cast<TT*>(dup), dout, static_cast<const TT*>(gate),
+          static_cast<const TT*>(up), n);
+    } else {
+      swiglu_bwd_kernel<TT, float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          static_cast<float*>(dgate), static_cast<float*>(dup), dout, static_cast<const TT*>(gate),
+          static_cast<const TT*>(up), n);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

@@ -35,8 +35,9 @@ void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfi
 
 // out = silu(gate) * up, all (n) in storage dtype t.
 void swiglu_fwd(void* out, const void* gate, const void* up, DType t, int64_t n, cudaStream_t stream);
-// dgate, dup (fp32) from dout (fp32); dgate or dup may alias dout.
-void swiglu_bwd(float* dgate, float* dup, const float* dout, const void* gate, const void* up, DType t, int64_t n,
-                cudaStream_t stream);
+// dgate, dup from dout (fp32): fp32 (either may alias dout), or with
+// grads_in_storage in the storage dtype t, rounded once.
+void swiglu_bwd(void* dgate, void* dup, bool grads_in_storage, const float* dout, const void* gate, const void* up,
+                DType t, int64_t n, cudaStream_t stream);
 
 }  // namespace zt::cuda
