@@ -108,7 +108,8 @@ int64_t count_ones(const TokenDataset& data, int64_t start, int64_t len, std::ve
 int64_t DataFeed::train_targets(int64_t step) const {
   if (packing()) {  // counted per row when the rows were laid out
     int64_t n = 0;
-    for (int64_t i = 0; i < global_batch_; ++i) n += packed_train_->counted_targets(packed_train_->train_row(step, i, global_batch_));
+    for (int64_t i = 0; i < global_batch_; ++i)
+      n += packed_train_->counted_targets(packed_train_->train_row(step, i, global_batch_));
     return n;
   }
   if (!train_->has_mask()) return global_batch_ * T_;
@@ -124,7 +125,8 @@ int64_t DataFeed::val_targets(int64_t batches) const {
   if (packing()) {
     int64_t n = 0;
     for (int64_t e = 0; e < batches; ++e)
-      for (int64_t i = 0; i < global_batch_; ++i) n += packed_val_->counted_targets(packed_val_->val_row(e, i, global_batch_));
+      for (int64_t i = 0; i < global_batch_; ++i)
+        n += packed_val_->counted_targets(packed_val_->val_row(e, i, global_batch_));
     return n;
   }
   if (!val_->has_mask()) return batches * global_batch_ * T_;

@@ -1,7 +1,7 @@
 // DataFeed: the token stream of a run. Opens the train (and validation) data
 // of the config, or the embedded corpus, checks it against the model's
 // vocabulary and sequence length, and fills a micro-batch's tokens and
-// targets on the device.
+// targets (and, with data.packing, its doc_start) on the device.
 //
 // Row b of micro-batch m on data-parallel rank r is sample (m*dp + r)*B + b
 // of the global batch, so every layout of the same global batch trains on
@@ -34,9 +34,10 @@ class DataFeed {
   // The loss is then a mean over the counted targets of the global batch, and
   // every rank needs that count to weigh each token by 1/count: it is
   // computed here from the sampler, which every rank can evaluate for every
-  // sample of the global batch (G * T mask bytes, no communication), so all
-  // ranks and layouts agree on it bit for bit. Without a mask the count is
-  // global_batch * T and nothing changes.
+  // sample of the global batch (G * T mask bytes, no communication; with
+  // packing, the packed rows' counts), so all ranks and layouts agree on it
+  // bit for bit. Without a mask the count is global_batch * T and nothing
+  // changes.
   //
   // Targets that count in the loss in training step `step` (0-based), over
   // the whole global batch.
