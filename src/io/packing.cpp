@@ -21,7 +21,7 @@ PackedRows::PackedRows(const TokenDataset& data, int64_t seq_len, uint64_t seed,
   }
   ZT_CHECK(seq_len >= 1, "packing: sequence length ", seq_len);
   const int64_t n = static_cast<int64_t>(data.example_starts().size());
-  ZT_CHECK(n >= 1, "packing: ", what, " has no examples");
+  if (n == 0) ZT_USER_ERROR(what, " '", data.describe(), "' holds no examples to pack");
   order_.resize(static_cast<size_t>(n));
   if (shuffle) {
     const FeistelPermutation perm(n, rng_key(seed, kPackingStream));

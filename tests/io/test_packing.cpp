@@ -105,6 +105,12 @@ TEST(LossMaskV2, DatasetExampleStartsAcrossShards) {
   EXPECT_TRUE(abc.example_starts().empty());
   expect_user_error([&] { PackedRows(abc, 4, 1, true, "data.packing: data.train"); },
                     {"data.packing: data.train", "c.bin", "no example boundaries"});
+  // An empty split (zdata finetune --val-fraction of too few examples).
+  write_examples(dir, "e", {}, 0);
+  const TokenDataset e = TokenDataset::open({dir / "e.bin"});
+  EXPECT_TRUE(e.has_examples());
+  expect_user_error([&] { PackedRows(e, 4, 1, false, "data.packing: data.val"); },
+                    {"data.packing: data.val", "e.bin", "holds no examples"});
 }
 
 // T = 6 (rows of 7 tokens), examples of 3, 2, 8, 1 tokens in shard a and 4, 3
