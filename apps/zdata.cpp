@@ -65,7 +65,8 @@ const char* kUsage =
     "         --out DIR [--val-fraction F] [--bos B] [--eos E] FILE.jsonl...\n"
     "      JSONL examples ({\"prompt\", \"completion\"} or {\"messages\": [...]}) to\n"
     "      train.bin plus a loss mask train.mask (only completion / assistant tokens\n"
-    "      count in the loss); val.bin and val.mask hold the last fraction F of examples\n"
+    "      count in the loss) that also marks where each example starts (for\n"
+    "      data.packing); val.bin and val.mask hold the last fraction F of examples\n"
     "  markov --out DIR [--states K] [--successors M] [--background B]\n"
     "         [--train-tokens N] [--val-tokens N] [--seed S]\n"
     "      a seeded first-order Markov source of known entropy rate: DIR/train.bin,\n"
@@ -353,13 +354,17 @@ int cmd_finetune(int argc, char** argv) {
     zt::MaskedTokens p;
     p.tokens.assign(all.tokens.begin() + static_cast<std::ptrdiff_t>(b), all.tokens.begin() + static_cast<std::ptrdiff_t>(e));
     p.mask.assign(all.mask.begin() + static_cast<std::ptrdiff_t>(b), all.mask.begin() + static_cast<std::ptrdiff_t>(e));
+    for (size_t s : all.example_begin)
+      if (s >= b && s < e) p.example_begin.push_back(s - b);
     return p;
   };
   make_dir(dir);
   auto write = [&](const std::string& name, const zt::MaskedTokens& p, size_t n_examples) {
     const std::string shard = dir + "/" + name + ".bin";
     zt::write_token_shard(shard, p.tokens, tok->vocab_size());
-    zt::write_loss_mask(zt::mask_path_for(shard), p.mask);
+    // Version 2: the example starts go with the loss bits (data.packing).
+    zt::write_loss_mask(zt::mask_path_for(shard), p.mask,
+                        std::vector<int64_t>(p.example_begin.begin(), p.example_begin.end()));
     int64_t counted = 0;
     for (uint8_t m : p.mask) counted += m;
     std::cout << shard << ": " << p.tokens.size() << " tokens, " << n_examples << " examples; "
@@ -470,7 +475,8 @@ int cmd_inspect(int argc, char** argv) {
   const std::string mask_path = zt::mask_path_for(shard.path());
   std::error_code ec;
   if (fs::exists(mask_path, ec)) {
-    const std::vector<uint8_t> mask = zt::read_loss_mask(mask_path);
+    const zt::LossMaskFile file = zt::read_loss_mask_file(mask_path);
+    const std::vector<uint8_t>& mask = file.counts;
     int64_t counted = 0;
     for (uint8_t m : mask) counted += m;
     if (static_cast<int64_t>(mask.size()) != shard.size())
@@ -478,6 +484,7 @@ int cmd_inspect(int argc, char** argv) {
                     " tokens");
     std::cout << "loss mask: " << mask_path << ": " << counted << " of " << mask.size()
               << " targets count in the loss\n";
+    if (file.has_examples) std::cout << "examples: " << file.example_starts.size() << "\n";
   }
   return 0;
 }

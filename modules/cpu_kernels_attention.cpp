@@ -12,6 +12,11 @@
 // own columns of the outputs, so there are no races and no reduction-order
 // differences between thread counts. Multi-head attention (GPT-2) is the case
 // of one query head per key/value head.
+//
+// Document masking ([Note: document masking] in kernels.hpp): query t's keys
+// are s0..t with s0 = doc_start[b, t] instead of 0..t; the loops run over
+// that range only (the masked keys cost nothing), so an undefined doc_start
+// (s0 = 0) is the unmasked computation, bit for bit.
 #include <cmath>
 #include <limits>
 
@@ -70,7 +75,8 @@ void gather_transposed(M* dst, const S* src, int64_t T, int64_t stride, int64_t 
 }
 
 template <typename S, typename M>
-void attention_fwd_impl(M* work, S* out, M* lse, const S* qp, const S* kp, const S* vp, const AttnDims& d) {
+void attention_fwd_impl(M* work, S* out, M* lse, const S* qp, const S* kp, const S* vp, const int32_t* doc,
+                        const AttnDims& d) {
   const int64_t T = d.T, C = d.C(), hs = d.hs, G = d.NH / d.NKV;
   const M scale = M(1) / std::sqrt(static_cast<M>(hs));
   const bool par = d.B * d.NH * T * T * hs > 2 * cpu::kParallelGrain;
@@ -89,12 +95,13 @@ void attention_fwd_impl(M* work, S* out, M* lse, const S* qp, const S* kp, const
         for (int64_t h = kh * G; h < (kh + 1) * G; ++h) {
           const S* base = qp + b * T * d.qs + h * hs;  // q of token 0, head h
           for (int64_t t = 0; t < T; ++t) {
-            const int64_t n = t + 1;  // causal: keys 0..t
+            // Causal, within t's document: keys s0..t, p[j] for key s0 + j.
+            const int64_t s0 = cpu::doc_start_of(doc, b * T + t), n = t + 1 - s0;
             for (int64_t i = 0; i < hs; ++i) q[i] = load<M>(base[t * d.qs + i]) * scale;
             for (int64_t t2 = 0; t2 < n; ++t2) p[t2] = 0;
             for (int64_t i = 0; i < hs; ++i) {
               const M qi = q[i];
-              const M* kr = kt + i * T;
+              const M* kr = kt + i * T + s0;
 #pragma omp simd
               for (int64_t t2 = 0; t2 < n; ++t2) p[t2] += qi * kr[t2];
             }
@@ -110,7 +117,7 @@ void attention_fwd_impl(M* work, S* out, M* lse, const S* qp, const S* kp, const
             const M inv = M(1) / sum;
             S* o = out + (b * T + t) * C + h * hs;
             for (int64_t i = 0; i < hs; ++i) {
-              const M* vr = vt + i * T;
+              const M* vr = vt + i * T + s0;
               M acc = 0;
 #pragma omp simd reduction(+ : acc)
               for (int64_t t2 = 0; t2 < n; ++t2) acc += p[t2] * vr[t2];
@@ -131,7 +138,7 @@ void attention_fwd_impl(M* work, S* out, M* lse, const S* qp, const S* kp, const
 // end (one thread owns each (b, key/value head): no races).
 template <typename S, typename M>
 void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S* qp, const S* kp, const S* vp,
-                        const S* out, const M* lse, const AttnDims& d) {
+                        const S* out, const M* lse, const int32_t* doc, const AttnDims& d) {
   const int64_t T = d.T, C = d.C(), hs = d.hs, G = d.NH / d.NKV;
   const M scale = M(1) / std::sqrt(static_cast<M>(hs));
   const bool par = d.B * d.NH * T * T * hs > 2 * cpu::kParallelGrain;
@@ -155,7 +162,7 @@ void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S*
           const S* base = qp + b * T * d.qs + h * hs;
           M* dbase = dqp + b * T * d.qs + h * hs;
           for (int64_t t = 0; t < T; ++t) {
-            const int64_t n = t + 1;
+            const int64_t s0 = cpu::doc_start_of(doc, b * T + t), n = t + 1 - s0;  // keys s0..t
             for (int64_t i = 0; i < hs; ++i) q[i] = load<M>(base[t * d.qs + i]);
             const M* g = dout + (b * T + t) * C + h * hs;
             const S* o = out + (b * T + t) * C + h * hs;
@@ -165,8 +172,8 @@ void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S*
             for (int64_t t2 = 0; t2 < n; ++t2) p[t2] = 0, ds[t2] = 0;
             for (int64_t i = 0; i < hs; ++i) {
               const M qi = q[i] * scale, gi = g[i];
-              const M* kr = kt + i * T;
-              const M* vr = vt + i * T;
+              const M* kr = kt + i * T + s0;
+              const M* vr = vt + i * T + s0;
 #pragma omp simd
               for (int64_t t2 = 0; t2 < n; ++t2) {
                 p[t2] += qi * kr[t2];   // scaled score
@@ -181,9 +188,9 @@ void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S*
             M* dq = dbase + t * d.qs;
             for (int64_t i = 0; i < hs; ++i) {
               const M qi = q[i], gi = g[i];
-              const M* kr = kt + i * T;
-              M* dkr = dkt + i * T;
-              M* dvr = dvt + i * T;
+              const M* kr = kt + i * T + s0;
+              M* dkr = dkt + i * T + s0;
+              M* dvr = dvt + i * T + s0;
               M acc = 0;
 #pragma omp simd reduction(+ : acc)
               for (int64_t t2 = 0; t2 < n; ++t2) {
@@ -212,8 +219,8 @@ void attention_bwd_impl(M* work, M* dqp, M* dkp, M* dvp, const M* dout, const S*
 
 void CpuKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                                int n_head, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   const AttnDims d = attn_dims(qkv, n_head);
+  const int32_t* doc = cpu::doc_starts(doc_start, d.B, d.T, "attention_fwd");
   const int64_t C = d.C();
   ZT_CHECK(out.shape == (Shape{d.B, d.T, C}) && out.dtype == qkv.dtype, "attention_fwd: out ",
            out.shape.str(), " for qkv ", qkv.shape.str());
@@ -224,14 +231,14 @@ void CpuKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, 
     using M = cpu::math_t<S>;
     M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (2 * d.hs * d.T + d.T + d.hs));
     const S* p = cpu::typed<const S>(qkv);
-    attention_fwd_impl<S, M>(work, cpu::typed<S>(out), cpu::math_ptr<M>(lse, "lse"), p, p + C, p + 2 * C, d);
+    attention_fwd_impl<S, M>(work, cpu::typed<S>(out), cpu::math_ptr<M>(lse, "lse"), p, p + C, p + 2 * C, doc, d);
   });
 }
 
 void CpuKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   const AttnDims d = attn_dims(qkv, n_head);
+  const int32_t* doc = cpu::doc_starts(doc_start, d.B, d.T, "attention_bwd");
   const int64_t C = d.C();
   ZT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == d.B * d.T * C && out.numel() == dout.numel() &&
                lse.numel() == d.B * d.NH * d.T && out.dtype == qkv.dtype,
@@ -244,14 +251,14 @@ void CpuKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout
     const S* p = cpu::typed<const S>(qkv);
     M* dp = cpu::math_ptr<M>(dqkv, "dqkv");
     attention_bwd_impl<S, M>(work, dp, dp + C, dp + 2 * C, cpu::math_ptr<const M>(dout, "dout"), p, p + C,
-                             p + 2 * C, cpu::typed<const S>(out), cpu::math_ptr<const M>(lse, "lse"), d);
+                             p + 2 * C, cpu::typed<const S>(out), cpu::math_ptr<const M>(lse, "lse"), doc, d);
   });
 }
 
 void CpuKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
                                    const Tensor& k, const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   const AttnDims d = gqa_dims(q, k, v, n_head, n_kv_head);
+  const int32_t* doc = cpu::doc_starts(doc_start, d.B, d.T, "gqa_attention_fwd");
   ZT_CHECK(out.shape == q.shape && out.dtype == q.dtype, "gqa_attention_fwd: out ", out.shape.str(), " for q ",
            q.shape.str());
   ZT_CHECK(lse.numel() == d.B * d.NH * d.T, "gqa_attention_fwd: lse must be (B, NH, T)");
@@ -261,15 +268,15 @@ void CpuKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& l
     using M = cpu::math_t<S>;
     M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (2 * d.hs * d.T + d.T + d.hs));
     attention_fwd_impl<S, M>(work, cpu::typed<S>(out), cpu::math_ptr<M>(lse, "lse"), cpu::typed<const S>(q),
-                             cpu::typed<const S>(k), cpu::typed<const S>(v), d);
+                             cpu::typed<const S>(k), cpu::typed<const S>(v), doc, d);
   });
 }
 
 void CpuKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& lse, int n_head, int n_kv_head, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   const AttnDims d = gqa_dims(q, k, v, n_head, n_kv_head);
+  const int32_t* doc = cpu::doc_starts(doc_start, d.B, d.T, "gqa_attention_bwd");
   ZT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
                dout.numel() == q.numel() && out.numel() == q.numel() && lse.numel() == d.B * d.NH * d.T &&
                out.dtype == q.dtype,
@@ -281,7 +288,7 @@ void CpuKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk
     M* work = st.temp<M>(static_cast<int64_t>(omp_get_max_threads()) * (4 * d.hs * d.T + 2 * d.T + d.hs));
     attention_bwd_impl<S, M>(work, cpu::math_ptr<M>(dq, "dq"), cpu::math_ptr<M>(dk, "dk"), cpu::math_ptr<M>(dv, "dv"),
                              cpu::math_ptr<const M>(dout, "dout"), cpu::typed<const S>(q), cpu::typed<const S>(k),
-                             cpu::typed<const S>(v), cpu::typed<const S>(out), cpu::math_ptr<const M>(lse, "lse"), d);
+                             cpu::typed<const S>(v), cpu::typed<const S>(out), cpu::math_ptr<const M>(lse, "lse"), doc, d);
   });
 }
 

@@ -117,9 +117,10 @@ void CpuKernels::bias_grad(const Tensor& dbias, const Tensor& dout) {
 
 void CpuKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                const Tensor& wpe, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   ZT_CHECK(tokens.shape.rank() == 2 && out.shape.rank() == 3, "embedding: tokens (B, T), out (B, T, C)");
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = out.shape[2];
+  // Positions count from each token's document start ([Note: document masking]).
+  const int32_t* doc = cpu::doc_starts(doc_start, B, T, "embedding_fwd");
   const int64_t V = wte.shape[0];
   const bool pos = wpe.defined();  // no wpe: rotary positions (Llama), a plain lookup
   ZT_CHECK(out.shape == (Shape{B, T, C}) && wte.shape[1] == C && (!pos || (wpe.shape[1] == C && wpe.shape[0] >= T)),
@@ -148,7 +149,7 @@ void CpuKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Te
 #pragma omp parallel for schedule(static) if (B * T * C > cpu::kParallelGrain)
       for (int64_t bt = 0; bt < B * T; ++bt) {
         const TW* er = e + tok[bt] * C;
-        const TW* pr = p + (bt % T) * C;
+        const TW* pr = p + (bt % T - cpu::doc_start_of(doc, bt)) * C;
         TO* orow = o + bt * C;
         for (int64_t c = 0; c < C; ++c) orow[c] = narrow<TO>(load<M>(er[c]) + load<M>(pr[c]));
       }
@@ -157,8 +158,8 @@ void CpuKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Te
 }
 
 template <typename M>
-static void embedding_bwd_impl(M* dwte, M* dwpe, const M* dout, const int32_t* tok, int64_t B,
-                               int64_t T, int64_t C) {
+static void embedding_bwd_impl(M* dwte, M* dwpe, const M* dout, const int32_t* tok, const int32_t* doc,
+                               int64_t B, int64_t T, int64_t C) {
   // Threads own column ranges and walk tokens in order: repeated tokens
   // accumulate without races, in the same order for any thread count.
 #pragma omp parallel if (B * T * C > cpu::kParallelGrain)
@@ -173,7 +174,7 @@ static void embedding_bwd_impl(M* dwte, M* dwpe, const M* dout, const int32_t* t
         for (int64_t c = c0; c < c1; ++c) we[c] += d[c];
         continue;
       }
-      M* wp = dwpe + (bt % T) * C;
+      M* wp = dwpe + (bt % T - cpu::doc_start_of(doc, bt)) * C;
 #pragma omp simd
       for (int64_t c = c0; c < c1; ++c) {
         we[c] += d[c];
@@ -185,8 +186,8 @@ static void embedding_bwd_impl(M* dwte, M* dwpe, const M* dout, const int32_t* t
 
 void CpuKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                const Tensor& tokens, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   const int64_t B = tokens.shape[0], T = tokens.shape[1], C = cpu::cols(dout);
+  const int32_t* doc = cpu::doc_starts(doc_start, B, T, "embedding_bwd");
   const int64_t V = dwte.shape[0];
   const bool pos = dwpe.defined();
   ZT_CHECK(dout.numel() == B * T * C && dwte.shape[1] == C && (!pos || (dwpe.shape[1] == C && dwpe.shape[0] >= T)),
@@ -195,10 +196,10 @@ void CpuKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Ten
   for (int64_t i = 0; i < B * T; ++i) ZT_CHECK(tok[i] >= 0 && tok[i] < V, "token ", tok[i], " outside vocabulary of ", V);
   if (dout.dtype == DType::f64) {
     embedding_bwd_impl(cpu::math_ptr<double>(dwte, "dwte"), pos ? cpu::math_ptr<double>(dwpe, "dwpe") : nullptr,
-                       cpu::math_ptr<double>(dout, "dout"), tok, B, T, C);
+                       cpu::math_ptr<double>(dout, "dout"), tok, doc, B, T, C);
   } else {
     embedding_bwd_impl(cpu::math_ptr<float>(dwte, "dwte"), pos ? cpu::math_ptr<float>(dwpe, "dwpe") : nullptr,
-                       cpu::math_ptr<float>(dout, "dout"), tok, B, T, C);
+                       cpu::math_ptr<float>(dout, "dout"), tok, doc, B, T, C);
   }
 }
 

@@ -118,6 +118,29 @@ constexpr int64_t kParallelGrain = 1 << 15;
 // dst = src element-wise, any floating dtypes; parallel for large tensors.
 void cast_into(const Tensor& dst, const Tensor& src);
 
+// ---- document masking ([Note: document masking] in kernels.hpp) ---------------
+// The (B, T) i32 doc_start of a call as a host array, checked to describe
+// documents: doc_start[b, 0] = 0, and each later entry either continues the
+// previous token's document or starts one at itself. nullptr when undefined
+// (a plain corpus: every start is 0).
+inline const int32_t* doc_starts(const Tensor& doc_start, int64_t B, int64_t T, const char* who) {
+  if (!doc_start.defined()) return nullptr;
+  ZT_CHECK(doc_start.dtype == DType::i32 && doc_start.shape == (Shape{B, T}), who, ": doc_start must be (", B, ", ",
+           T, ") i32, got ", doc_start.shape.str(), " ", dtype_name(doc_start.dtype));
+  const int32_t* d = typed<const int32_t>(doc_start);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* r = d + b * T;
+    for (int64_t t = 0; t < T; ++t) {
+      ZT_CHECK(r[t] == t || (t > 0 && r[t] == r[t - 1]), who, ": doc_start[", b, ", ", t, "] = ", r[t],
+               " is neither ", t, " (a document starts) nor doc_start[", b, ", ", t - 1, "]");
+    }
+  }
+  return d;
+}
+// The first key token t (row-major index bt = b T + t) may attend to, which
+// is also the token its position counts from.
+inline int64_t doc_start_of(const int32_t* doc_start, int64_t bt) { return doc_start ? doc_start[bt] : 0; }
+
 // ---- staging ------------------------------------------------------------------
 // Gives a kernel math-precision pointers to tensors stored in another dtype:
 // inputs are converted into workspace copies, outputs are computed in a

@@ -91,16 +91,18 @@ void rope_table(std::vector<M>& cs, std::vector<M>& sn, const RopeConfig& rope, 
 }
 
 // Rotate-half: (x0, x1) = (x[i], x[i + half]) becomes (x0 c - x1 s, x1 c + x0 s);
-// the inverse (backward) uses -s.
+// the inverse (backward) uses -s. Token t is at position t - doc[b, t]
+// ([Note: document masking] in kernels.hpp; doc null: position t).
 template <typename T, typename M>
-void rope_impl(T* x, int64_t B, int64_t Tn, int64_t width, const RopeConfig& rope, bool inverse) {
+void rope_impl(T* x, int64_t B, int64_t Tn, int64_t width, const RopeConfig& rope, bool inverse,
+               const int32_t* doc) {
   std::vector<M> cs, sn;
   rope_table(cs, sn, rope, Tn);
   const int64_t hd = rope.head_dim, half = hd / 2, H = width / hd;
   const M sign = inverse ? M(-1) : M(1);
 #pragma omp parallel for schedule(static) if (B * Tn * width > cpu::kParallelGrain)
   for (int64_t bt = 0; bt < B * Tn; ++bt) {
-    const int64_t t = bt % Tn;
+    const int64_t t = bt % Tn - cpu::doc_start_of(doc, bt);
     const M* c = cs.data() + t * half;
     const M* s = sn.data() + t * half;
     for (int64_t h = 0; h < H; ++h) {
@@ -165,21 +167,21 @@ void CpuKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor&
 }
 
 void CpuKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   check_rope(x, rope, "rope_fwd");
+  const int32_t* doc = cpu::doc_starts(doc_start, x.shape[0], x.shape[1], "rope_fwd");
   cpu::with_storage(x.dtype, [&](auto xt) {
     using T = decltype(xt);
-    rope_impl<T, cpu::math_t<T>>(cpu::typed<T>(x), x.shape[0], x.shape[1], x.shape[2], rope, false);
+    rope_impl<T, cpu::math_t<T>>(cpu::typed<T>(x), x.shape[0], x.shape[1], x.shape[2], rope, false, doc);
   });
 }
 
 void CpuKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
-  no_doc_masking_yet(doc_start);
   check_rope(dx, rope, "rope_bwd");
+  const int32_t* doc = cpu::doc_starts(doc_start, dx.shape[0], dx.shape[1], "rope_bwd");
   if (dx.dtype == DType::f64) {
-    rope_impl<double, double>(cpu::math_ptr<double>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true);
+    rope_impl<double, double>(cpu::math_ptr<double>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true, doc);
   } else {
-    rope_impl<float, float>(cpu::math_ptr<float>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true);
+    rope_impl<float, float>(cpu::math_ptr<float>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true, doc);
   }
 }
 

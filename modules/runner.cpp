@@ -10,6 +10,7 @@ void MicroBatchState::reset() {
   for (Stash& s : stashes) s.t.clear();
   std::fill(inputs.begin(), inputs.end(), Tensor());
   targets = Tensor();
+  doc_start = Tensor();
 }
 
 UnitRunner::UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev,
@@ -39,11 +40,12 @@ UnitContext UnitRunner::context(MicroBatchState& mb, Arena& keep) const {
   ctx.T = mb.T;
   ctx.act_dtype = act_dtype_;
   ctx.targets = mb.targets;
+  ctx.doc_start = mb.doc_start;
   return ctx;
 }
 
 Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvider& params,
-                           const Tensor& in, const Tensor& targets) {
+                           const Tensor& in, const Tensor& targets, const Tensor& doc_start) {
   check_range(first, last);
   ZT_CHECK(in.shape.rank() >= 2, "unit input must be (B, T, ...), got ", in.shape.str());
   const size_t n = units_.size();
@@ -55,6 +57,11 @@ Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvid
     ZT_CHECK(targets.dtype == DType::i32 && targets.numel() == mb.B * mb.T, "targets must be (B, T) i32, got ",
              targets.shape.str());
     mb.targets = targets;
+  }
+  if (doc_start.defined()) {
+    ZT_CHECK(doc_start.dtype == DType::i32 && doc_start.shape == (Shape{mb.B, mb.T}),
+             "doc_start must be (B, T) i32, got ", doc_start.shape.str());
+    mb.doc_start = doc_start;
   }
   Tensor x = in;
   for (int i = first; i < last; ++i) {

@@ -54,6 +54,9 @@ struct MicroBatchState {
   std::vector<Stash> stashes;
   std::vector<Arena::Mark> marks;
   Tensor targets;  // (B, T) i32, owned by the caller
+  // (B, T) i32 or undefined, owned by the caller: the documents of packed
+  // rows ([Note: document masking] in kernels.hpp), for every unit's context.
+  Tensor doc_start;
   int64_t B = 0, T = 0;
   // Drops everything (for reuse after an abandoned micro-batch).
   void reset();
@@ -69,10 +72,12 @@ class UnitRunner {
 
   // Forward of units [first, last). `in` is unit first's input ((B, T) i32
   // tokens for unit 0) and must stay valid until this range's backward;
-  // targets (B, T) i32 likewise (read by the head, also in backward).
-  // Returns unit last-1's output, which lives in mb.saved until backward.
+  // targets (B, T) i32 likewise (read by the head, also in backward), and
+  // doc_start (B, T) i32 when the rows are packed documents (read by every
+  // unit, also in backward and recomputation). An undefined targets or
+  // doc_start keeps what mb holds.
   Tensor forward(int first, int last, MicroBatchState& mb, ParamProvider& params, const Tensor& in,
-                 const Tensor& targets);
+                 const Tensor& targets, const Tensor& doc_start = Tensor());
 
   // Backward of units [first, last) in reverse order; dout is the gradient
   // of unit last-1's output (for the head: the weight of each token's loss,

@@ -72,6 +72,10 @@ struct DataConfig {
   // ids; the path goes into checkpoint manifests, and `zckpt export` copies
   // the file beside the weights (with its BOS/EOS ids in config.json).
   std::string tokenizer;
+  // Pack whole fine-tuning examples into the rows of a batch, each attending
+  // to itself only ([Note: packed rows] in io/packing.hpp); needs data whose
+  // loss masks record example starts (zdata finetune).
+  bool packing = false;
 };
 
 struct TrainConfig {

@@ -73,6 +73,7 @@ json data_json(const DataConfig& d) {
   if (d.embedded) return {{"embedded", true}};
   json j = {{"train", d.train}, {"val", null_if_empty(d.val)}};
   if (!d.tokenizer.empty()) j["tokenizer"] = d.tokenizer;
+  if (d.packing) j["packing"] = true;
   return j;
 }
 

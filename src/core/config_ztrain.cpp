@@ -198,8 +198,11 @@ void parse_data(const SectionReader& top, Config& cfg) {
   if (d.embedded) {
     for (const char* key : {"train", "val", "tokenizer"})
       if (r.has(key)) r.fail(key, "cannot be given together with data.embedded: true");
+    if (r.boolean("packing", false))
+      r.fail("packing", "the built-in corpus has no example boundaries to pack (packing needs data from zdata finetune)");
     return;
   }
+  d.packing = r.boolean("packing", false);
   if (!r.has("train"))
     r.fail("train", "required when the config has a \"data\" section (leave the section out to train on the "
                     "built-in corpus)");

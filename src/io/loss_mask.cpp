@@ -19,7 +19,7 @@ std::string mask_path_for(const std::string& shard_path) {
   return shard_path + ".mask";
 }
 
-std::vector<uint8_t> read_loss_mask(const std::string& path) {
+LossMaskFile read_loss_mask_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) ZT_USER_ERROR("loss mask '", path, "': cannot open: ", std::strerror(errno));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -32,26 +32,41 @@ std::vector<uint8_t> read_loss_mask(const std::string& path) {
   int64_t count = 0;
   std::memcpy(&version, bytes.data() + 8, 4);
   std::memcpy(&count, bytes.data() + 16, 8);
-  if (version != kLossMaskVersion)
-    ZT_USER_ERROR("loss mask '", path, "': unsupported version ", version, " (expected ", kLossMaskVersion, ")");
+  if (version != kLossMaskVersion && version != kLossMaskVersionPlain)
+    ZT_USER_ERROR("loss mask '", path, "': unsupported version ", version, " (expected ", kLossMaskVersionPlain,
+                  " or ", kLossMaskVersion, ")");
   if (count < 0 || size != kLossMaskHeaderBytes + count)
     ZT_USER_ERROR("loss mask '", path, "': header says ", count, " entries, so the file should have ",
                   kLossMaskHeaderBytes + count, " bytes, but it has ", size);
-  std::vector<uint8_t> mask(bytes.begin() + kLossMaskHeaderBytes, bytes.end());
-  for (size_t i = 0; i < mask.size(); ++i) {
-    if (mask[i] > 1)
-      ZT_USER_ERROR("loss mask '", path, "': entry ", i, " is ", int{mask[i]}, " (only 0 and 1 are allowed)");
+  LossMaskFile f;
+  f.has_examples = version == kLossMaskVersion;
+  f.counts.assign(bytes.begin() + kLossMaskHeaderBytes, bytes.end());
+  const uint8_t allowed = f.has_examples ? (kMaskCounts | kMaskExampleStart) : kMaskCounts;
+  for (size_t i = 0; i < f.counts.size(); ++i) {
+    const uint8_t v = f.counts[i];
+    if ((v & ~allowed) != 0) {
+      ZT_USER_ERROR("loss mask '", path, "': entry ", i, " is ", int{v},
+                    f.has_examples ? " (version 2 allows bits 0 and 1 only: values 0 to 3)"
+                                   : " (only 0 and 1 are allowed)");
+    }
+    if (f.has_examples && (v & kMaskExampleStart)) f.example_starts.push_back(static_cast<int64_t>(i));
+    f.counts[i] = v & kMaskCounts;
   }
-  return mask;
+  if (f.has_examples && !f.counts.empty() && (f.example_starts.empty() || f.example_starts[0] != 0))
+    ZT_USER_ERROR("loss mask '", path, "': entry 0 does not start an example (version 2 files begin with one)");
+  return f;
 }
 
-void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask) {
-  for (size_t i = 0; i < mask.size(); ++i)
-    if (mask[i] > 1) ZT_USER_ERROR("loss mask '", path, "': entry ", i, " is ", int{mask[i]}, " (0 or 1 expected)");
+std::vector<uint8_t> read_loss_mask(const std::string& path) { return read_loss_mask_file(path).counts; }
+
+namespace {
+
+// The header then the bytes as given, through path.tmp and a rename.
+void write_mask_file(const std::string& path, int32_t version, const std::vector<uint8_t>& mask) {
   char header[kLossMaskHeaderBytes] = {};
   std::memcpy(header, kLossMaskMagic, sizeof kLossMaskMagic);
   const int64_t count = static_cast<int64_t>(mask.size());
-  std::memcpy(header + 8, &kLossMaskVersion, 4);
+  std::memcpy(header + 8, &version, 4);
   std::memcpy(header + 16, &count, 8);
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -67,6 +82,31 @@ void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask) 
     std::remove(tmp.c_str());
     ZT_USER_ERROR("loss mask '", path, "': cannot rename '", tmp, "' to it: ", std::strerror(errno));
   }
+}
+
+}  // namespace
+
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask) {
+  for (size_t i = 0; i < mask.size(); ++i)
+    if (mask[i] > 1) ZT_USER_ERROR("loss mask '", path, "': entry ", i, " is ", int{mask[i]}, " (0 or 1 expected)");
+  write_mask_file(path, kLossMaskVersionPlain, mask);
+}
+
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask,
+                     const std::vector<int64_t>& example_starts) {
+  for (size_t i = 0; i < mask.size(); ++i)
+    if (mask[i] > 1) ZT_USER_ERROR("loss mask '", path, "': entry ", i, " is ", int{mask[i]}, " (0 or 1 expected)");
+  const int64_t n = static_cast<int64_t>(mask.size());
+  if (n > 0 && (example_starts.empty() || example_starts[0] != 0))
+    ZT_USER_ERROR("loss mask '", path, "': the first example must start at token 0");
+  std::vector<uint8_t> bytes = mask;
+  for (size_t k = 0; k < example_starts.size(); ++k) {
+    const int64_t s = example_starts[k];
+    if (s < 0 || s >= n || (k > 0 && s <= example_starts[k - 1]))
+      ZT_USER_ERROR("loss mask '", path, "': example start ", k, " at ", s, " is not increasing inside [0, ", n, ")");
+    bytes[static_cast<size_t>(s)] |= kMaskExampleStart;
+  }
+  write_mask_file(path, kLossMaskVersion, bytes);
 }
 
 }  // namespace zt

@@ -31,7 +31,11 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
     }
     const uint8_t* mask = nullptr;
     if (masked) {
-      ds.masks_.push_back(read_loss_mask(mpath));
+      LossMaskFile f = read_loss_mask_file(mpath);
+      if (i == 0) ds.has_examples_ = f.has_examples;
+      ds.has_examples_ = ds.has_examples_ && f.has_examples;  // boundaries only when every shard has them
+      for (int64_t start : f.example_starts) ds.example_starts_.push_back(ds.total_ + start);
+      ds.masks_.push_back(std::move(f.counts));
       if (static_cast<int64_t>(ds.masks_.back().size()) != s.size())
         ZT_USER_ERROR("loss mask '", mpath, "' has ", ds.masks_.back().size(), " entries but its shard '", p,
                       "' has ", s.size(), " tokens");
@@ -41,6 +45,7 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
                    s.size(), mask);
     ds.max_token_ = std::max(ds.max_token_, s.max_token());
   }
+  if (!ds.has_examples_) ds.example_starts_.clear();
   return ds;
 }
 

@@ -45,6 +45,13 @@ class TokenDataset {
   // out[0..len) = mask[start..start+len), 1 for a stream without masks.
   // Same bounds as copy_window.
   void copy_mask(int64_t start, int64_t len, uint8_t* out) const;
+  // True when every shard's loss mask records where its examples start
+  // (version 2, [Note: loss mask file]): the data can be packed.
+  bool has_examples() const { return has_examples_; }
+  // Stream positions of the examples' first tokens, increasing, the first 0;
+  // example k spans [starts[k], starts[k+1]) (the last one up to size()).
+  // Empty unless has_examples().
+  const std::vector<int64_t>& example_starts() const { return example_starts_; }
 
   // Throws UserError naming the file, the position in that file and the value
   // of the first token >= vocab_size. Free when all tokens fit (the maximum
@@ -67,6 +74,8 @@ class TokenDataset {
   std::vector<TokenShard> shards_;     // empty for an in-memory corpus
   std::vector<std::vector<uint8_t>> masks_;  // per shard, when has_mask_
   bool has_mask_ = false;
+  bool has_examples_ = false;
+  std::vector<int64_t> example_starts_;
   std::vector<uint16_t> memory_;       // the in-memory corpus
   std::string memory_name_;
   std::vector<Segment> segments_;      // non-empty pieces only, in stream order

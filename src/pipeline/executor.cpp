@@ -22,6 +22,7 @@ struct PipelineExecutor::InFlight {
         act_send(static_cast<size_t>(V)) {}
   MicroBatchState state;
   Buffer tokens, targets;             // (B, T) i32
+  Buffer doc_start;                   // (B, T) i32, allocated for packed rows only
   std::vector<Tensor> in, out;        // per local chunk: its input and output
   std::vector<CommRequest> act_send;  // per local chunk: the send of its output
   std::vector<std::pair<Buffer, CommRequest>> grad_sends;  // input-gradient copies and their sends
@@ -130,11 +131,19 @@ void PipelineExecutor::forward(Walk& w, const PipeInstr& ins) {
   InFlight& f = flight(ins.mb);
   const int c = ins.chunk, g = global(c), last = P_ * V_ - 1;
   const UnitRange r = range(c);
-  if (g == 0 || g == last) w.args.hooks->load_batch(ins.mb, f.tokens.tensor(), f.targets.tensor());
+  // The micro-batch's data, at its first forward on this stage (chunk 0 runs
+  // before the stage's later chunks): the stages holding the first and the
+  // last chunk need tokens and targets, and with packed rows every stage
+  // needs doc_start.
+  const bool packed = w.args.hooks->packed();
+  if (packed && f.doc_start.empty()) f.doc_start = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
+  const Tensor doc_start = packed ? f.doc_start.tensor() : Tensor();
+  if (c == 0 && (stage_ == 0 || stage_ == P_ - 1 || packed))
+    w.args.hooks->load_batch(ins.mb, f.tokens.tensor(), f.targets.tensor(), doc_start);
   if (g == 0) f.in[static_cast<size_t>(c)] = f.tokens.tensor();
   const double t0 = now_s();
-  const Tensor out =
-      runner_.forward(r.first, r.last, f.state, *w.args.params, f.in[static_cast<size_t>(c)], f.targets.tensor());
+  const Tensor out = runner_.forward(r.first, r.last, f.state, *w.args.params, f.in[static_cast<size_t>(c)],
+                                     f.targets.tensor(), doc_start);
   f.out[static_cast<size_t>(c)] = out;
   // The per-token losses stay on the device: no host synchronisation here.
   if (g == last) kernels_.sum_into(out, w.args.loss_sum);

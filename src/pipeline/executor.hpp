@@ -41,8 +41,14 @@ class StepHooks {
  public:
   virtual ~StepHooks() = default;
   // Fills the (B, T) i32 tokens and targets of micro-batch `mb` (device
-  // tensors; the host copies are the hook's business).
-  virtual void load_batch(int mb, const Tensor& tokens, const Tensor& targets) = 0;
+  // tensors; the host copies are the hook's business), and its (B, T) i32
+  // doc_start when packed() (undefined otherwise). Called once per
+  // micro-batch on each stage that needs it: the first stage (tokens), the
+  // last (targets) and, when packed(), every stage (attention, positions).
+  virtual void load_batch(int mb, const Tensor& tokens, const Tensor& targets, const Tensor& doc_start) = 0;
+  // Whether the rows are packed documents ([Note: document masking] in
+  // modules/kernels.hpp), whose doc_start every unit reads.
+  virtual bool packed() const { return false; }
   // ReduceGrads: every Backward of the step on this stage has run.
   virtual void reduce_grads() = 0;
   // OptimizerStep: after ReduceGrads.

@@ -8,7 +8,7 @@ namespace zt {
 DataFeed::DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch, int64_t micro_batches, int dp_rank,
                    int dp_size, Device& dev)
     : B_(B), T_(T), global_batch_(global_batch), dp_rank_(dp_rank), dp_size_(dp_size), dev_(dev),
-      staging_(dev.make_upload_staging(static_cast<size_t>(2 * B * T) * sizeof(int32_t),
+      staging_(dev.make_upload_staging(static_cast<size_t>((cfg.data.packing ? 3 : 2) * B * T) * sizeof(int32_t),
                                        static_cast<int>(micro_batches) + 1)) {
   if (cfg.data.embedded) {
     EmbeddedCorpus corpus = make_embedded_corpus();
@@ -21,16 +21,32 @@ DataFeed::DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch
   }
   const int64_t window = T + 1;
   train_->validate_vocab(cfg.model.vocab_size);
+  mask_row_.resize(static_cast<size_t>(T));
+  if (train_->has_mask()) log_info("data: loss masks found: only the targets they mark count in the loss");
+  if (val_) val_->validate_vocab(cfg.model.vocab_size);
+  if (cfg.data.packing) {
+    // [Note: packed rows]: rows of whole examples, padded; no windows.
+    packed_train_ = std::make_unique<PackedRows>(*train_, T, cfg.train.seed, true, "data.packing: data.train");
+    log_info("data: packing ", packed_train_->num_examples(), " examples into ", packed_train_->num_rows(),
+             " rows of ", window, " tokens (", packed_train_->padding(), " of ", packed_train_->num_rows() * T,
+             " input positions are padding; ", packed_train_->truncated(), " examples longer than ", window,
+             " tokens truncated)");
+    if (val_) packed_val_ = std::make_unique<PackedRows>(*val_, T, cfg.train.seed, false, "data.packing: data.val");
+    return;
+  }
   if (train_->size() < window)
     ZT_USER_ERROR("data.train: ", train_->size(), " tokens cannot fill one sequence of ", window);
   sampler_ = std::make_unique<Sampler>(train_->size(), T, cfg.train.seed);
-  mask_row_.resize(static_cast<size_t>(T));
-  if (train_->has_mask()) log_info("data: loss masks found: only the targets they mark count in the loss");
   if (val_) {
-    val_->validate_vocab(cfg.model.vocab_size);
     if (val_->size() < window) ZT_USER_ERROR("data.val: ", val_->size(), " tokens cannot fill one sequence of ", window);
     val_sampler_ = std::make_unique<ValidationSampler>(val_->size(), T);
   }
+}
+
+template <typename RowOf>
+void DataFeed::fill_packed(const PackedRows& rows, int mb, int32_t* x, int32_t* y, RowOf row_of) {
+  int32_t* d = y + B_ * T_;  // the slot's third part
+  for (int64_t b = 0; b < B_; ++b) rows.fill(row_of(global_index(mb, b)), x + b * T_, y + b * T_, d + b * T_);
 }
 
 std::pair<int32_t*, int32_t*> DataFeed::next_slot() {
@@ -38,25 +54,39 @@ std::pair<int32_t*, int32_t*> DataFeed::next_slot() {
   return {slot, slot + B_ * T_};
 }
 
-void DataFeed::load_train(int64_t step, int mb, const Tensor& tokens, const Tensor& targets) {
+void DataFeed::load_train(int64_t step, int mb, const Tensor& tokens, const Tensor& targets,
+                          const Tensor& doc_start) {
   const auto [x, y] = next_slot();
+  if (packing()) {
+    fill_packed(*packed_train_, mb, x, y,
+                [&](int64_t i) { return packed_train_->train_row(step, i, global_batch_); });
+    upload(tokens, targets, doc_start);
+    return;
+  }
   for (int64_t b = 0; b < B_; ++b) {
     const int64_t i = global_index(mb, b);
     sampler_->fill(step, i, global_batch_, x + b * T_, y + b * T_, *train_);
     if (train_->has_mask()) mask_targets(*train_, sampler_->window_start(step, i, global_batch_), y + b * T_);
   }
-  upload(tokens, targets);
+  upload(tokens, targets, doc_start);
 }
 
-void DataFeed::load_val(int64_t batch, int mb, const Tensor& tokens, const Tensor& targets) {
-  ZT_CHECK(val_sampler_ != nullptr, "validation batch asked of a run without validation data");
+void DataFeed::load_val(int64_t batch, int mb, const Tensor& tokens, const Tensor& targets,
+                        const Tensor& doc_start) {
+  ZT_CHECK(val_ != nullptr, "validation batch asked of a run without validation data");
   const auto [x, y] = next_slot();
+  if (packing()) {
+    fill_packed(*packed_val_, mb, x, y,
+                [&](int64_t i) { return packed_val_->val_row(batch, i, global_batch_); });
+    upload(tokens, targets, doc_start);
+    return;
+  }
   for (int64_t b = 0; b < B_; ++b) {
     const int64_t i = global_index(mb, b);
     val_sampler_->fill(batch, i, global_batch_, x + b * T_, y + b * T_, *val_);
     if (val_->has_mask()) mask_targets(*val_, val_sampler_->window_start(batch, i, global_batch_), y + b * T_);
   }
-  upload(tokens, targets);
+  upload(tokens, targets, doc_start);
 }
 
 void DataFeed::mask_targets(const TokenDataset& data, int64_t start, int32_t* targets) {
@@ -76,6 +106,12 @@ int64_t count_ones(const TokenDataset& data, int64_t start, int64_t len, std::ve
 }  // namespace
 
 int64_t DataFeed::train_targets(int64_t step) const {
+  if (packing()) {  // counted per row when the rows were laid out
+    int64_t n = 0;
+    for (int64_t i = 0; i < global_batch_; ++i)
+      n += packed_train_->counted_targets(packed_train_->train_row(step, i, global_batch_));
+    return n;
+  }
   if (!train_->has_mask()) return global_batch_ * T_;
   std::vector<uint8_t> row(static_cast<size_t>(T_));
   int64_t n = 0;
@@ -85,7 +121,14 @@ int64_t DataFeed::train_targets(int64_t step) const {
 }
 
 int64_t DataFeed::val_targets(int64_t batches) const {
-  ZT_CHECK(val_sampler_ != nullptr, "validation targets asked of a run without validation data");
+  ZT_CHECK(val_ != nullptr, "validation targets asked of a run without validation data");
+  if (packing()) {
+    int64_t n = 0;
+    for (int64_t e = 0; e < batches; ++e)
+      for (int64_t i = 0; i < global_batch_; ++i)
+        n += packed_val_->counted_targets(packed_val_->val_row(e, i, global_batch_));
+    return n;
+  }
   if (!val_->has_mask()) return batches * global_batch_ * T_;
   std::vector<uint8_t> row(static_cast<size_t>(T_));
   int64_t n = 0;
@@ -96,12 +139,18 @@ int64_t DataFeed::val_targets(int64_t batches) const {
 }
 
 // No host synchronisation: the copies are queued ([Note: upload staging]).
-void DataFeed::upload(const Tensor& tokens, const Tensor& targets) {
+void DataFeed::upload(const Tensor& tokens, const Tensor& targets, const Tensor& doc_start) {
   ZT_CHECK(tokens.numel() == B_ * T_ && targets.numel() == B_ * T_ && tokens.dtype == DType::i32 &&
                targets.dtype == DType::i32,
            "tokens and targets must be (B, T) = (", B_, ", ", T_, ") i32");
+  ZT_CHECK(doc_start.defined() == packing(), packing() ? "packed rows need a doc_start tensor"
+                                                       : "doc_start given for rows that are not packed");
   staging_->upload(tokens.data, 0, tokens.bytes());
   staging_->upload(targets.data, tokens.bytes(), targets.bytes());
+  if (doc_start.defined()) {
+    ZT_CHECK(doc_start.numel() == B_ * T_ && doc_start.dtype == DType::i32, "doc_start must be (B, T) i32");
+    staging_->upload(doc_start.data, 2 * tokens.bytes(), doc_start.bytes());
+  }
 }
 
 }  // namespace zt

@@ -68,11 +68,11 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   return verdict_;
 }
 
-void StepWalk::load_batch(int mb, const Tensor& tokens, const Tensor& targets) {
+void StepWalk::load_batch(int mb, const Tensor& tokens, const Tensor& targets, const Tensor& doc_start) {
   if (evaluating_)
-    data_.load_val(val_batch_, mb, tokens, targets);
+    data_.load_val(val_batch_, mb, tokens, targets, doc_start);
   else
-    data_.load_train(state_->step, mb, tokens, targets);
+    data_.load_train(state_->step, mb, tokens, targets, doc_start);
 }
 
 void StepWalk::reduce_grads() {

@@ -49,7 +49,8 @@ class StepWalk final : private StepHooks {
   double evaluate(int64_t batches);
 
  private:
-  void load_batch(int mb, const Tensor& tokens, const Tensor& targets) override;
+  void load_batch(int mb, const Tensor& tokens, const Tensor& targets, const Tensor& doc_start) override;
+  bool packed() const override { return data_.packing(); }
   void reduce_grads() override;
   void optimizer_step() override;
   double reduce_loss(const Buffer& acc, double tokens);

@@ -418,6 +418,9 @@ TEST(ConfigErrors, InconsistentSettingsWithinASection) {
                   "config.json: bfloat16: names the same setting as 'bf16'");
   EXPECT_CONTAINS(parse_error(R"({"data": {"embedded": true, "train": "x"}})"),
                   "config.json: data.train: cannot be given together with data.embedded: true");
+  EXPECT_CONTAINS(parse_error(R"({"data": {"embedded": true, "packing": true}})"),
+                  "config.json: data.packing: the built-in corpus has no example boundaries");
+  EXPECT_CONTAINS(parse_error(R"({"data": {"embedded": true, "packing": 1}})"), "data.packing");
 }
 
 TEST(ConfigErrors, OverrideErrorsNameTheOverride) {

@@ -14,7 +14,7 @@ auto fields(const ModelConfig& m) {
   return std::tie(m.arch, m.preset, m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size,
                   m.activation_checkpointing);
 }
-auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded); }
+auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded, d.packing); }
 auto fields(const TrainConfig& t) {
   return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib);
 }
@@ -278,6 +278,7 @@ TEST(ConfigParse, OverridesOfEachJsonType) {
   EXPECT_EQ(cfg.optimizer.beta2, 0.95);
   EXPECT_TRUE(cfg.wall_clock_breakdown);
   EXPECT_FALSE(cfg.data.embedded);
+  EXPECT_FALSE(cfg.data.packing);  // off unless asked for
   EXPECT_EQ(cfg.data.train, tokens.path());
   EXPECT_EQ(cfg.log.dir, "runs/quoted");
   EXPECT_EQ(cfg.model.preset, "gpt2-124m");
@@ -505,6 +506,7 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
                         "data": {"train": ")" + train.path() + R"("},
                         "train": {"seed": 18446744073709551615}})",
                     3);
+  expect_round_trip(R"({"data": {"train": ")" + train.path() + R"(", "packing": true}})", 1);
   expect_round_trip(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01}},
                         "pipeline": {"pipe_schedule_name": "interleaved", "num_chunks": 2},
                         "zero_optimization": {"offload_optimizer": {"device": "none", "nvme_path": "/nvme"}}})",

@@ -263,6 +263,29 @@ void expect_piece(std::vector<uint32_t>& ids, std::vector<uint8_t>& mask, const 
 
 }  // namespace
 
+// The mask file records where each example starts (version 2), for packing.
+TEST(Zdata, FinetuneRecordsExampleStarts) {
+  TempDir dir;
+  const std::string tok = std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json";
+  zt::test::write_bytes(dir / "a.jsonl",
+                        "{\"prompt\": \"A:\", \"completion\": \" one\"}\n"
+                        "{\"prompt\": \"Longer prompt here:\", \"completion\": \" two words\"}\n"
+                        "{\"prompt\": \"C\", \"completion\": \"!\"}\n");
+  const Result r = zdata(dir, "finetune --tokenizer " + tok + " --format prompt_completion --out " + (dir / "o") + " " +
+                                  (dir / "a.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto len = [&](const std::string& p, const std::string& c) {
+    return static_cast<int64_t>(ids_of(dir, tok, p).size() + ids_of(dir, tok, c).size() + 1);  // + EOS
+  };
+  const int64_t a = len("A:", " one"), b = len("Longer prompt here:", " two words");
+  const zt::LossMaskFile f = zt::read_loss_mask_file(dir / "o/train.mask");
+  EXPECT_TRUE(f.has_examples);
+  EXPECT_EQ(f.example_starts, (std::vector<int64_t>{0, a, a + b}));
+  const Result i = zdata(dir, "inspect " + (dir / "o/train.bin"));
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_TRUE(contains(i.out, "examples: 3")) << i.out;
+}
+
 TEST(Zdata, FinetunePromptCompletionMasksThePrompt) {
   TempDir dir;
   const std::string tok = std::string(ZT_TOKENIZER_DATA) + "/tok_gpt2.json";

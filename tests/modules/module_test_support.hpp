@@ -179,6 +179,18 @@ struct TensorPool {
     std::memcpy(c.data, x.data, x.bytes());
     return c;
   }
+  // The (B, T) i32 doc_start ([Note: document masking] in kernels.hpp) of
+  // rows made of documents of the given lengths, each row's summing to T.
+  Tensor doc_start(const std::vector<std::vector<int64_t>>& lengths, int64_t T) {
+    const Tensor d = make(Shape{static_cast<int64_t>(lengths.size()), T}, DType::i32);
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      int64_t t = 0;
+      for (int64_t len : lengths[b])
+        for (int64_t i = 0; i < len; ++i, ++t) d.as<int32_t>()[static_cast<int64_t>(b) * T + t] = static_cast<int32_t>(t - i);
+      EXPECT_EQ(t, T) << "row " << b << "'s documents do not fill T";
+    }
+    return d;
+  }
 };
 
 // The kernel tests' fixture: CpuKernels, a workspace arena, owned tensors.

@@ -112,6 +112,92 @@ TEST_F(KernelFixture, AttentionMatchesNaiveAndGradients) {
   check_fd(f, qkv.as<double>(), dqkv.as<double>(), all_indices(qkv.numel()), "dqkv");
 }
 
+// Documents ([Note: document masking]): row 0 holds documents of 3, 1 and 3
+// tokens, row 1 one of 2 and one of 5. Forward against the naive formula
+// over keys doc_start..t; backward against finite differences.
+TEST_F(KernelFixture, AttentionWithDocumentsMatchesNaiveAndGradients) {
+  const int64_t B = 2, T = 7, C = 8;
+  const int NH = 2;
+  const int64_t hs = C / NH;
+  const Tensor ds = doc_start({{3, 1, 3}, {2, 5}}, T);
+  const Tensor qkv = rand(Shape{B, T, 3 * C}, 130, 1.5), out = make(Shape{B, T, C}), lse = make(Shape{B, NH, T});
+  const Tensor R = rand(Shape{B, T, C}, 131);
+  auto f = [&] {
+    k.attention_fwd(ws, out, lse, qkv, NH, ds);
+    return sum_product(out, R);
+  };
+  f();
+  const double* q = qkv.as<double>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t s0 = ds.as<int32_t>()[b * T + t];
+        std::vector<double> p(static_cast<size_t>(t + 1), 0.0);
+        double mx = -1e300, sum = 0;
+        for (int64_t u = s0; u <= t; ++u) {
+          double s = 0;
+          for (int64_t i = 0; i < hs; ++i) s += q[(b * T + t) * 3 * C + h * hs + i] * q[(b * T + u) * 3 * C + C + h * hs + i];
+          p[static_cast<size_t>(u)] = s / std::sqrt(static_cast<double>(hs));
+          mx = std::max(mx, p[static_cast<size_t>(u)]);
+        }
+        for (int64_t u = s0; u <= t; ++u) sum += (p[static_cast<size_t>(u)] = std::exp(p[static_cast<size_t>(u)] - mx));
+        for (int64_t i = 0; i < hs; ++i) {
+          double o = 0;
+          for (int64_t u = s0; u <= t; ++u) o += p[static_cast<size_t>(u)] / sum * q[(b * T + u) * 3 * C + 2 * C + h * hs + i];
+          EXPECT_NEAR(out.as<double>()[(b * T + t) * C + h * hs + i], o, 1e-13) << b << " " << t;
+        }
+        EXPECT_NEAR(lse.as<double>()[(b * NH + h) * T + t], mx + std::log(sum), 1e-13);
+      }
+    }
+  }
+  // A one-token document attends to itself only: its output is its value.
+  for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(out.as<double>()[3 * C + i], q[3 * 3 * C + 2 * C + i], 1e-15);
+  const Tensor dqkv = rand(Shape{B, T, 3 * C}, 132);  // garbage: backward must overwrite
+  k.attention_bwd(ws, dqkv, R, qkv, out, lse, NH, ds);
+  check_fd(f, qkv.as<double>(), dqkv.as<double>(), all_indices(qkv.numel()), "dqkv");
+}
+
+// The property packing rests on: each document of a packed row gets, in
+// fp32, the outputs and input gradients it gets alone in a row of its own.
+TEST_F(KernelFixture, AttentionOfPackedRowEqualsDocumentsAlone) {
+  const int64_t T = 9, C = 16;
+  const int NH = 4;
+  const std::vector<int64_t> lens = {4, 1, 3, 1};
+  const Tensor ds = doc_start({lens}, T);
+  const Tensor qkv = rand(Shape{1, T, 3 * C}, 140, 1.5, DType::f32), g = rand(Shape{1, T, C}, 141, 1.0, DType::f32);
+  const Tensor out = make(Shape{1, T, C}, DType::f32), lse = make(Shape{1, NH, T}, DType::f32);
+  const Tensor dqkv = make(Shape{1, T, 3 * C}, DType::f32);
+  k.attention_fwd(ws, out, lse, qkv, NH, ds);
+  k.attention_bwd(ws, dqkv, g, qkv, out, lse, NH, ds);
+  int64_t s = 0;
+  for (int64_t L : lens) {
+    SCOPED_TRACE("document at " + std::to_string(s) + " of length " + std::to_string(L));
+    const Tensor q1 = make(Shape{1, L, 3 * C}, DType::f32), g1 = make(Shape{1, L, C}, DType::f32);
+    std::memcpy(q1.data, qkv.as<float>() + s * 3 * C, q1.bytes());
+    std::memcpy(g1.data, g.as<float>() + s * C, g1.bytes());
+    const Tensor o1 = make(Shape{1, L, C}, DType::f32), l1 = make(Shape{1, NH, L}, DType::f32);
+    const Tensor d1 = make(Shape{1, L, 3 * C}, DType::f32);
+    k.attention_fwd(ws, o1, l1, q1, NH, Tensor());
+    k.attention_bwd(ws, d1, g1, q1, o1, l1, NH, Tensor());
+    for (int64_t i = 0; i < L * C; ++i) EXPECT_NEAR(out.as<float>()[s * C + i], o1.as<float>()[i], 1e-6) << i;
+    for (int h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < L; ++t) EXPECT_NEAR(lse.as<float>()[h * T + s + t], l1.as<float>()[h * L + t], 1e-6);
+    for (int64_t i = 0; i < L * 3 * C; ++i) EXPECT_NEAR(dqkv.as<float>()[s * 3 * C + i], d1.as<float>()[i], 1e-6) << i;
+    s += L;
+  }
+}
+
+TEST_F(KernelFixture, DocStartMustDescribeDocuments) {
+  const int64_t T = 4, C = 4;
+  const Tensor qkv = rand(Shape{1, T, 3 * C}, 150), out = make(Shape{1, T, C}), lse = make(Shape{1, 1, T});
+  const Tensor bad = make(Shape{1, T}, DType::i32);
+  int32_t* d = bad.as<int32_t>();
+  d[0] = 0, d[1] = 0, d[2] = 1, d[3] = 1;  // token 2 starts at 1, a token of another document
+  EXPECT_THROW(k.attention_fwd(ws, out, lse, qkv, 1, bad), std::exception);
+  const Tensor wrong_shape = make(Shape{1, T + 1}, DType::i32);
+  EXPECT_THROW(k.attention_fwd(ws, out, lse, qkv, 1, wrong_shape), std::exception);
+}
+
 TEST_F(KernelFixture, GeluGradients) {
   const Tensor x = rand(Shape{40}, 40, 4.0), y = make(Shape{40}), R = rand(Shape{40}, 41);
   auto f = [&] {
@@ -175,6 +261,36 @@ TEST_F(KernelFixture, EmbeddingGradients) {
   k.embedding_bwd(dwte, dwpe, R, tok, Tensor());
   check_fd(f, wte.as<double>(), dwte.as<double>(), all_indices(wte.numel()), "dwte");
   check_fd(f, wpe.as<double>(), dwpe.as<double>(), all_indices(wpe.numel()), "dwpe");
+}
+
+// Positions count from each document's start: out = wte[token] + wpe[t -
+// doc_start]; a one-token document (row 0, token 3) is at position 0.
+TEST_F(KernelFixture, EmbeddingWithDocumentsGradients) {
+  const int64_t B = 2, T = 7, C = 3, V = 4, Tmax = 8;
+  const Tensor ds = doc_start({{3, 1, 3}, {2, 5}}, T);
+  const Tensor tok = make(Shape{B, T}, DType::i32);
+  fill_tokens(tok, 160, static_cast<int>(V));
+  const Tensor wte = rand(Shape{V, C}, 161), wpe = rand(Shape{Tmax, C}, 162);
+  const Tensor out = make(Shape{B, T, C}), R = rand(Shape{B, T, C}, 163);
+  auto f = [&] {
+    k.embedding_fwd(out, tok, wte, wpe, ds);
+    return sum_product(out, R);
+  };
+  f();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t pos = t - ds.as<int32_t>()[b * T + t];
+      for (int64_t c = 0; c < C; ++c)
+        EXPECT_EQ(out.as<double>()[(b * T + t) * C + c],
+                  wte.as<double>()[tok.as<int32_t>()[b * T + t] * C + c] + wpe.as<double>()[pos * C + c]);
+    }
+  EXPECT_EQ(out.as<double>()[3 * C], wte.as<double>()[tok.as<int32_t>()[3] * C] + wpe.as<double>()[0]);
+  const Tensor dwte = make(Shape{V, C}), dwpe = make(Shape{Tmax, C});
+  k.embedding_bwd(dwte, dwpe, R, tok, ds);
+  check_fd(f, wte.as<double>(), dwte.as<double>(), all_indices(wte.numel()), "dwte");
+  check_fd(f, wpe.as<double>(), dwpe.as<double>(), all_indices(wpe.numel()), "dwpe");
+  // Positions 5.. are used by no document of at most 5 tokens: no gradient.
+  for (int64_t i = 5 * C; i < Tmax * C; ++i) EXPECT_EQ(dwpe.as<double>()[i], 0.0);
 }
 
 TEST(FastExp, WithinFewUlpOfExpf) {

@@ -104,27 +104,66 @@ TEST_F(LlamaKernels, RopeMatchesRotateHalfAndGradients) {
   check_fd(obj, x0.as<double>(), d.as<double>(), all_indices(x0.numel()), "drope");
 }
 
+// Token t of a document starting at s is rotated as position t - s; row 0
+// holds documents of 3, 1 and 3 tokens, row 1 of 2 and 5.
+TEST_F(LlamaKernels, RopeWithDocumentsRestartsPositionsAndGradients) {
+  const int64_t B = 2, T = 7, H = 2, hd = 8, W = H * hd;
+  RopeConfig rope;
+  rope.head_dim = hd;
+  rope.theta = 10.0;
+  const std::vector<double> f = rope_inv_freq(rope);
+  const Tensor ds = doc_start({{3, 1, 3}, {2, 5}}, T);
+  const Tensor x0 = rand(Shape{B, T, W}, 70), x = make(Shape{B, T, W}), R = rand(Shape{B, T, W}, 71);
+  auto obj = [&] {
+    std::memcpy(x.data, x0.data, x0.bytes());
+    k.rope_fwd(x, rope, ds);
+    return sum_product(x, R);
+  };
+  obj();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t pos = t - ds.as<int32_t>()[b * T + t];
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < hd; ++j) {
+          const int64_t row = (b * T + t) * W + h * hd;
+          const double a = static_cast<double>(pos) * f[static_cast<size_t>(j % (hd / 2))];
+          const double rot = j < hd / 2 ? -x0.as<double>()[row + j + hd / 2] : x0.as<double>()[row + j - hd / 2];
+          EXPECT_NEAR(x.as<double>()[row + j], x0.as<double>()[row + j] * std::cos(a) + rot * std::sin(a), 1e-14);
+        }
+    }
+  // Position 0 is the identity: the one-token document (row 0, token 3) and
+  // every document's first token are unchanged.
+  for (int64_t t : {0, 3, 4, 7, 9})
+    for (int64_t j = 0; j < W; ++j) EXPECT_EQ(x.as<double>()[t * W + j], x0.as<double>()[t * W + j]) << t;
+  const Tensor d = copy(R);
+  k.rope_bwd(d, rope, ds);
+  check_fd(obj, x0.as<double>(), d.as<double>(), all_indices(x0.numel()), "drope");
+}
+
 // Naive causal attention of query head h on key/value head h / (NH / NKV).
-void naive_gqa(const Tensor& q, const Tensor& kk, const Tensor& v, int NH, int NKV, std::vector<double>& out) {
+// With doc_start (B, T) defined, query t reads keys doc_start[b, t]..t only.
+void naive_gqa(const Tensor& q, const Tensor& kk, const Tensor& v, int NH, int NKV, std::vector<double>& out,
+               const Tensor& doc_start = Tensor()) {
   const int64_t B = q.shape[0], T = q.shape[1], hs = q.shape[2] / NH, KW = kk.shape[2];
   out.assign(static_cast<size_t>(q.numel()), 0.0);
   for (int64_t b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const int64_t g = h / (NH / NKV);
       for (int64_t t = 0; t < T; ++t) {
-        std::vector<double> p(static_cast<size_t>(t + 1));
+        const int64_t s0 = doc_start.defined() ? doc_start.as<int32_t>()[b * T + t] : 0;
+        std::vector<double> p(static_cast<size_t>(t + 1), 0.0);
         double mx = -1e300, sum = 0;
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = s0; u <= t; ++u) {
           double s = 0;
           for (int64_t i = 0; i < hs; ++i)
             s += q.as<double>()[(b * T + t) * NH * hs + h * hs + i] * kk.as<double>()[(b * T + u) * KW + g * hs + i];
           p[static_cast<size_t>(u)] = s / std::sqrt(static_cast<double>(hs));
           mx = std::max(mx, p[static_cast<size_t>(u)]);
         }
-        for (auto& e : p) sum += (e = std::exp(e - mx));
+        for (int64_t u = s0; u <= t; ++u) sum += (p[static_cast<size_t>(u)] = std::exp(p[static_cast<size_t>(u)] - mx));
         for (int64_t i = 0; i < hs; ++i) {
           double o = 0;
-          for (int64_t u = 0; u <= t; ++u) o += p[static_cast<size_t>(u)] / sum * v.as<double>()[(b * T + u) * KW + g * hs + i];
+          for (int64_t u = s0; u <= t; ++u) o += p[static_cast<size_t>(u)] / sum * v.as<double>()[(b * T + u) * KW + g * hs + i];
           out[static_cast<size_t>((b * T + t) * NH * hs + h * hs + i)] = o;
         }
       }
@@ -150,6 +189,39 @@ TEST_F(LlamaKernels, GroupedQueryAttentionMatchesNaiveAndGradients) {
     // Garbage in the outputs: backward must overwrite them.
     const Tensor dq = rand(q.shape, 24), dk = rand(kk.shape, 25), dv = rand(v.shape, 26);
     k.gqa_attention_bwd(ws, dq, dk, dv, R, q, kk, v, out, lse, NH, NKV, Tensor());
+    check_fd(f, q.as<double>(), dq.as<double>(), all_indices(q.numel()), "dq");
+    check_fd(f, kk.as<double>(), dk.as<double>(), all_indices(kk.numel()), "dk");
+    check_fd(f, v.as<double>(), dv.as<double>(), all_indices(v.numel()), "dv");
+  }
+}
+
+// Documents ([Note: document masking]): row 0 holds documents of 3, 1 and 3
+// tokens, row 1 of 2 and 5; every query reads its own document only.
+TEST_F(LlamaKernels, GroupedQueryAttentionWithDocumentsMatchesNaiveAndGradients) {
+  const int64_t B = 2, T = 7, hs = 4;
+  const int NH = 4;
+  const Tensor ds = doc_start({{3, 1, 3}, {2, 5}}, T);
+  for (int NKV : {2, 1}) {
+    SCOPED_TRACE("n_kv_head " + std::to_string(NKV));
+    const Tensor q = rand(Shape{B, T, NH * hs}, 60, 1.5), kk = rand(Shape{B, T, NKV * hs}, 61, 1.5),
+                 v = rand(Shape{B, T, NKV * hs}, 62);
+    const Tensor out = make(Shape{B, T, NH * hs}), lse = make(Shape{B, NH, T}), R = rand(Shape{B, T, NH * hs}, 63);
+    auto f = [&] {
+      k.gqa_attention_fwd(ws, out, lse, q, kk, v, NH, NKV, ds);
+      return sum_product(out, R);
+    };
+    f();
+    std::vector<double> ref, unmasked;
+    naive_gqa(q, kk, v, NH, NKV, ref, ds);
+    naive_gqa(q, kk, v, NH, NKV, unmasked);
+    double differs = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      EXPECT_NEAR(out.as<double>()[i], ref[static_cast<size_t>(i)], 1e-13) << i;
+      differs = std::max(differs, std::fabs(ref[static_cast<size_t>(i)] - unmasked[static_cast<size_t>(i)]));
+    }
+    EXPECT_GT(differs, 1e-3);  // the mask changes the result
+    const Tensor dq = rand(q.shape, 64), dk = rand(kk.shape, 65), dv = rand(v.shape, 66);
+    k.gqa_attention_bwd(ws, dq, dk, dv, R, q, kk, v, out, lse, NH, NKV, ds);
     check_fd(f, q.as<double>(), dq.as<double>(), all_indices(q.numel()), "dq");
     check_fd(f, kk.as<double>(), dk.as<double>(), all_indices(kk.numel()), "dk");
     check_fd(f, v.as<double>(), dv.as<double>(), all_indices(v.numel()), "dv");

@@ -95,7 +95,7 @@ class FakeStage final : public ParamProvider, public GradSink, public StepHooks 
   void release(int, Phase) override {}
   std::vector<Tensor> grads(int unit) override { return {Tensor(g_[unit].data(), DType::f32, Shape{kC})}; }
   void done(int unit) override { trace().push_back("done" + std::to_string(unit)); }
-  void load_batch(int mb, const Tensor& tokens, const Tensor& targets) override {
+  void load_batch(int mb, const Tensor& tokens, const Tensor& targets, const Tensor&) override {
     trace().push_back("load" + std::to_string(mb));
     for (int64_t n = 0; n < kB * kT; ++n) {
       static_cast<int32_t*>(tokens.data)[n] = token(mb, n);
