@@ -140,7 +140,7 @@ void PrometheusExporter::Impl::start_root() {
   checkpoints = &prom::BuildCounter().Name("ztrain_checkpoints_total").Help("Checkpoints committed by this process").Register(*registry);
   for (auto* f : {steps, tokens, samples, skipped, checkpoints}) f->Add({});
   set("ztrain_model_parameters", "Parameters of the model", static_cast<double>(facts.num_params));
-  set("ztrain_model_flops_per_token", "Training FLOPs (forward and backward) per token: 6N + 12 L d T",
+  set("ztrain_model_flops_per_token", "Training FLOPs (forward and backward) per token, as docs/perf.md counts them",
       facts.flops_per_token);
   set("ztrain_target_steps", "train.steps: the step the run ends at", static_cast<double>(facts.steps));
   set("ztrain_world_size", "MPI ranks of the run", topo.world_size());

@@ -31,7 +31,7 @@ struct CheckpointsSaved;
 // What the export says about the run once.
 struct RunFacts {
   int64_t num_params = 0;
-  double flops_per_token = 0;  // training FLOPs per token (model TFLOP/s = rate(tokens) x this)
+  double flops_per_token = 0;  // training FLOPs per token (model FLOP/s = rate(tokens) x this)
   int64_t samples_per_step = 0;
   int64_t steps = 0;           // train.steps
   bool loss_scaler = false;    // fp16: ztrain_loss_scale is exported
