@@ -265,8 +265,6 @@ void PrometheusExporter::Impl::write_textfile() {
   }
 }
 
-bool PrometheusExporter::available() { return true; }
-
 PrometheusExporter::PrometheusExporter(const PrometheusConfig& cfg, Topology& topo, const Device& dev,
                                        const RunFacts& facts)
     : impl_(std::make_unique<Impl>(cfg, topo, dev, facts)) {
@@ -325,8 +323,6 @@ void PrometheusExporter::update(const StepStats* st, double val, double tokens_p
 #else  // no prometheus-cpp in this build
 
 struct PrometheusExporter::Impl {};
-
-bool PrometheusExporter::available() { return false; }
 
 PrometheusExporter::PrometheusExporter(const PrometheusConfig&, Topology&, const Device&, const RunFacts&) {
   ZT_USER_ERROR("prometheus.enabled: this build of ztrain has no Prometheus export (prometheus-cpp was not found "

@@ -39,8 +39,6 @@ struct RunFacts {
 
 class PrometheusExporter {
  public:
-  // Whether this build has prometheus-cpp (found when it was configured).
-  static bool available();
   // Every rank constructs one. UserError when the build has no prometheus-cpp,
   // and on rank 0 when the port cannot be served (naming it) or textfile_dir
   // cannot be created. `dev`: this rank's device (memory per tag, and its PCI
