@@ -1,5 +1,6 @@
 #include "train/prometheus_export.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -132,12 +134,15 @@ void PrometheusExporter::Impl::open_nvml() {
 
 void PrometheusExporter::Impl::start_root() {
   registry = std::make_shared<prom::Registry>();
-  steps = &prom::BuildCounter().Name("ztrain_steps_total").Help("Optimizer steps taken by this process, skipped fp16 steps included").Register(*registry);
-  tokens = &prom::BuildCounter().Name("ztrain_tokens_total").Help("Tokens trained on over all ranks (the targets that counted in the loss)").Register(*registry);
-  samples = &prom::BuildCounter().Name("ztrain_samples_total").Help("Sequences trained on over all ranks").Register(*registry);
-  skipped = &prom::BuildCounter().Name("ztrain_skipped_steps_total").Help("fp16 steps skipped because the gradients overflowed").Register(*registry);
-  comm_bytes = &prom::BuildCounter().Name("ztrain_comm_bytes_total").Help("Bytes this rank passed to data-parallel collectives, by kind").Register(*registry);
-  checkpoints = &prom::BuildCounter().Name("ztrain_checkpoints_total").Help("Checkpoints committed by this process").Register(*registry);
+  const auto counter = [this](const char* name, const char* help) {
+    return &prom::BuildCounter().Name(name).Help(help).Register(*registry);
+  };
+  steps = counter("ztrain_steps_total", "Optimizer steps taken by this process, skipped fp16 steps included");
+  tokens = counter("ztrain_tokens_total", "Tokens trained on over all ranks (the targets that counted in the loss)");
+  samples = counter("ztrain_samples_total", "Sequences trained on over all ranks");
+  skipped = counter("ztrain_skipped_steps_total", "fp16 steps skipped because the gradients overflowed");
+  comm_bytes = counter("ztrain_comm_bytes_total", "Bytes this rank passed to data-parallel collectives, by kind");
+  checkpoints = counter("ztrain_checkpoints_total", "Checkpoints committed by this process");
   for (auto* f : {steps, tokens, samples, skipped, checkpoints}) f->Add({});
   set("ztrain_model_parameters", "Parameters of the model", static_cast<double>(facts.num_params));
   set("ztrain_model_flops_per_token", "Training FLOPs (forward and backward) per token, as docs/perf.md counts them",
@@ -304,7 +309,8 @@ void PrometheusExporter::update(const StepStats* st, double val, double tokens_p
     s.set("ztrain_val_loss", "Validation loss of the last validation", val);
     s.set("ztrain_learning_rate", "Learning rate of the last printed step", st->lr);
     s.set("ztrain_grad_norm", "Global gradient norm of the last printed step, before clipping", st->grad_norm);
-    if (s.facts.loss_scaler) s.set("ztrain_loss_scale", "fp16 dynamic loss scale of the last printed step", st->loss_scale);
+    if (s.facts.loss_scaler)
+      s.set("ztrain_loss_scale", "fp16 dynamic loss scale of the last printed step", st->loss_scale);
   }
   if (step_seconds > 0) {
     s.set("ztrain_step_seconds", "Mean step time since the previous printed step", step_seconds);
