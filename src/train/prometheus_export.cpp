@@ -60,12 +60,12 @@ enum Slot : int {
   kNumSlots
 };
 
-// Where the NVML library is looked for. ZT_NVML_LIBRARY names another one
-// (a driver installed elsewhere; the tests' fake NVML, which on a CPU run is
-// asked for the GPU at bus id "cpu").
-const char* nvml_library() {
+// ZT_NVML_LIBRARY: the NVML library to load instead of libnvidia-ml.so.1 (a
+// driver installed elsewhere; the tests' fake NVML, which on a CPU run is
+// asked for the GPU at bus id "cpu"). Null when unset or empty.
+const char* nvml_library_override() {
   const char* env = std::getenv("ZT_NVML_LIBRARY");
-  return env != nullptr && env[0] != '\0' ? env : "libnvidia-ml.so.1";
+  return env != nullptr && env[0] != '\0' ? env : nullptr;
 }
 
 }  // namespace
@@ -116,15 +116,14 @@ struct PrometheusExporter::Impl {
 };
 
 void PrometheusExporter::Impl::open_nvml() {
-  const char* lib = nvml_library();
-  const bool fake_on_cpu = std::getenv("ZT_NVML_LIBRARY") != nullptr;
+  const char* named = nvml_library_override();
   std::string bus = dev.pci_bus_id();
   std::string why;
-  if (bus.empty() && !fake_on_cpu) {
+  if (bus.empty() && named == nullptr) {
     why = "the run is on the CPU";
   } else {
     if (bus.empty()) bus = "cpu";
-    nvml = Nvml::open(lib, why);
+    nvml = Nvml::open(named != nullptr ? named : "libnvidia-ml.so.1", why);
     if (nvml && !nvml->select(bus, why)) nvml.reset();
   }
   // Said once, by rank 0, for its own GPU; other ranks whose NVML fails

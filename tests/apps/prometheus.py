@@ -154,7 +154,7 @@ def server_part(work, prometheus, dashboard):
     cfg = os.path.join(work, "s.json")
     # Far more steps than the test waits for: it stops the run with SIGUSR1.
     write_config(cfg, prometheus={"enabled": True, "port": zport},
-                 checkpoint={"dir": "cks", "interval": 100, "keep_last": 1},
+                 checkpoint={"dir": "cks", "interval": 25, "keep_last": 1},
                  train={"steps": 10000000, "eval_interval": 20, "eval_steps": 2})
     env = dict(os.environ, ZT_NVML_LIBRARY=os.environ["ZT_FAKE_NVML"])
     zlog = open(os.path.join(work, "ztrain.log"), "w+")
@@ -170,20 +170,24 @@ def server_part(work, prometheus, dashboard):
                           "--web.listen-address=127.0.0.1:%d" % pport], stdout=plog, stderr=subprocess.STDOUT)
     prom = Prom(pport)
     try:
-        # Three scrapes of a running trainer, at most 40 s (a slow start of both).
+        # Three scrapes of a running trainer that has validated and saved a
+        # checkpoint (every series then exists), at most 40 s (a slow start
+        # on a loaded machine).
         deadline = time.time() + 40
-        scrapes = 0
+        scrapes, seen = 0, False
         while time.time() < deadline and z.poll() is None and p.poll() is None:
             time.sleep(0.5)
             try:
                 r = prom.values("count_over_time(ztrain_tokens_total[1m])")
                 scrapes = int(max(r.values())) if r else 0
+                seen = bool(prom.query("ztrain_checkpoint_step")) and bool(prom.query("ztrain_val_loss"))
             except OSError:
                 continue
-            if scrapes >= 3:
+            if scrapes >= 3 and seen:
                 break
-        if not check(scrapes >= 3, "Prometheus scraped /metrics at least 3 times",
-                     "%d scrapes; ztrain %s, prometheus %s" % (scrapes, z.poll(), p.poll())):
+        if not check(scrapes >= 3 and seen, "Prometheus scraped /metrics at least 3 times, after a validation and "
+                     "a checkpoint", "%d scrapes, checkpoint and validation seen: %s; ztrain %s, prometheus %s"
+                     % (scrapes, seen, z.poll(), p.poll())):
             return
         server_checks(prom)
         dashboard_checks(prom, dashboard)
