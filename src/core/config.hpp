@@ -103,6 +103,15 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// "prometheus": rank 0 exports the run's metrics (train/prometheus_export.hpp,
+// docs/monitoring.md): served at http://HOST:port/metrics, and/or written to
+// textfile_dir/ztrain.prom in node-exporter's textfile format.
+struct PrometheusConfig {
+  bool enabled = false;
+  int port = 9464;           // 0 = no HTTP server (textfile_dir only)
+  std::string textfile_dir;  // "" = no textfile
+};
+
 // DeepSpeed "optimizer". ztrain implements AdamW only; "Adam" is read as AdamW,
 // as DeepSpeed does with its default adam_w_mode: true.
 struct OptimizerConfig {
@@ -277,6 +286,7 @@ struct Config {
   TrainConfig train;
   LogConfig log;
   CsvMonitorConfig csv_monitor;
+  PrometheusConfig prometheus;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   Fp16Config fp16;

@@ -165,6 +165,9 @@ json resolved_json(const Config& cfg) {
   j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
                       {"output_path", cfg.csv_monitor.output_path},
                       {"job_name", cfg.csv_monitor.job_name}};
+  j["prometheus"] = {{"enabled", cfg.prometheus.enabled},
+                     {"port", cfg.prometheus.port},
+                     {"textfile_dir", null_if_empty(cfg.prometheus.textfile_dir)}};
   return j;
 }
 

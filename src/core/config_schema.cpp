@@ -20,7 +20,8 @@ std::vector<SectionSchema> build_schemas() {
                {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "fp16", "bf16", "bfloat16",
                 "optimizer", "scheduler", "zero_optimization", "aio", "activation_checkpointing", "pipeline",
-                "model", "data", "train", "offload", "checkpoint", "log", "csv_monitor"},
+                "model", "data", "train", "offload", "checkpoint", "log", "csv_monitor",
+                "prometheus"},
                {{"prescale_gradients", false, ""},
                 {"gradient_predivide_factor", 1.0, ""},
                 {"communication_data_type", json(), "ztrain reduces gradients in fp32"},
@@ -161,6 +162,7 @@ std::vector<SectionSchema> build_schemas() {
                 {"parallel_write", json{{"pipeline_stage", false}}, ""}}});
   s.push_back({"log", "log", {"dir"}, {}});
   s.push_back({"csv_monitor", "csv_monitor", {"enabled", "output_path", "job_name"}, {}});
+  s.push_back({"prometheus", "prometheus", {"enabled", "port", "textfile_dir"}, {}});
   return s;
 }
 

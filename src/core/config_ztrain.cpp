@@ -298,6 +298,17 @@ void parse_csv_monitor(const SectionReader& top, Config& cfg) {
     r.fail("job_name", "expected a directory name without '/', found \"" + c.job_name + "\"");
 }
 
+void parse_prometheus(const SectionReader& top, Config& cfg) {
+  const SectionReader r = top.section("prometheus", "prometheus");
+  const PrometheusConfig d;
+  PrometheusConfig& c = cfg.prometheus;
+  c.enabled = r.boolean("enabled", d.enabled);
+  c.port = static_cast<int>(r.integer("port", d.port, 0, 65535));
+  c.textfile_dir = r.string("textfile_dir", d.textfile_dir);
+  if (c.enabled && c.port == 0 && c.textfile_dir.empty())
+    r.fail("port", "0 (no HTTP server) needs prometheus.textfile_dir, or there is nowhere to export to");
+}
+
 }  // namespace
 
 void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
@@ -308,6 +319,7 @@ void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
   parse_checkpoint(top, cfg);
   parse_log(top, cfg);
   parse_csv_monitor(top, cfg);
+  parse_prometheus(top, cfg);
 }
 
 }  // namespace zt::config_detail

@@ -163,6 +163,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
   // [Note: gradients on the host]; two buffers for the delayed update.
   int host_gradient_buffers() const override { return opts_.delay_after >= 0 ? 2 : 1; }
   const OffloadStepTimes& last_times() const override { return times_; }
+  int64_t nvme_bytes() const override { return file_bytes_; }
 
   void attach(const std::vector<OwnedShard>& shards) override {
     ZT_CHECK(shards_.empty(), "NVMe optimizer attached twice");
@@ -193,6 +194,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
     if (groups_.empty()) return;  // nothing owned: no files
     check_free_space(3 * at, elements, at);
     for (int k = 0; k < kNumOptimizerStates; ++k) files_[k] = &dir_->file(kFileNames[k], at);
+    file_bytes_ = kNumOptimizerStates * at;
 
     // The pool: buffer_count / 3 sets ([Note: NVMe optimizer step]).
     const int64_t buffer_bytes = align_up(largest * static_cast<int64_t>(sizeof(float)), a);
@@ -595,6 +597,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
   std::unique_ptr<AioEngine> aio_;
   std::vector<Pending> pending_;
   OffloadStepTimes times_;
+  int64_t file_bytes_ = 0;  // the swap files' bytes (nvme_bytes)
   bool broken_ = false;
   // [Note: delayed parameter update]: the worker runs run_subgroups; it alone
   // uses the engine and the sets while it runs (every other call joins first).

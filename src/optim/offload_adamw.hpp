@@ -144,6 +144,8 @@ struct OffloadStepTimes {
 class OffloadAdamW : public OptimizerPlacement {
  public:
   virtual const OffloadStepTimes& last_times() const = 0;
+  // Bytes of this rank's swap files on NVMe (0 for the host placement).
+  virtual int64_t nvme_bytes() const { return 0; }
 };
 
 // `hp.lr` is replaced by each step's learning rate.

@@ -36,6 +36,9 @@ class Device {
   virtual ~Device() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
+  // The GPU's PCI bus id ("0000:3b:00.0"), which NVML finds it by whatever
+  // CUDA_VISIBLE_DEVICES renumbered; "" for the CPU.
+  virtual std::string pci_bus_id() const { return ""; }
   // Never returns null: throws with the tag and the current usage on failure.
   void* allocate(size_t bytes, MemTag tag);
   void deallocate(void* p, size_t bytes, MemTag tag) noexcept;

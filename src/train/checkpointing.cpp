@@ -175,6 +175,7 @@ void Checkpointer::commit(Pending& p) {
   }
   world.barrier();
   const double secs = now_s() - p.started;
+  saved_ = {saved_.count + 1, p.step, secs, bytes};
   log_info("checkpoint: step ", p.step, " saved to ", checkpoint_final_dir(cfg_.checkpoint.dir, p.step), " (",
            bytes / 1e6, " MB in ", secs, " s, ", bytes / 1e6 / std::max(secs, 1e-9), " MB/s over all ranks)");
 }

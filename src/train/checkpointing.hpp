@@ -20,6 +20,16 @@
 
 namespace zt {
 
+// The checkpoints this process committed: how many, and the last one's step,
+// duration (from the copy of the shards to the commit) and bytes over all
+// ranks (the shards; the manifest aside). For the Prometheus export.
+struct CheckpointsSaved {
+  int64_t count = 0;
+  int64_t step = 0;
+  double seconds = 0;
+  double bytes = 0;
+};
+
 class Checkpointer {
  public:
   // `skip_unit`: a unit this rank holds as a copy of another stage's (the
@@ -43,6 +53,7 @@ class Checkpointer {
   // Collective: whether checkpoint.dir already holds a step_<step> (rank 0
   // looks, every rank gets its answer).
   bool exists(int64_t step) const;
+  const CheckpointsSaved& saved() const { return saved_; }
 
  private:
   struct Pending;
@@ -58,6 +69,7 @@ class Checkpointer {
   std::vector<const Unit*> units_;
   int skip_unit_;
   std::unique_ptr<Pending> pending_;
+  CheckpointsSaved saved_;
 };
 
 }  // namespace zt

@@ -31,16 +31,30 @@ double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_par
   return (grad_elems + param_elems) / static_cast<double>(num_params);
 }
 
-StepReporter::StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params)
+StepReporter::StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params,
+                           const Device* dev, double flops_per_token)
     : cfg_(cfg), opts_(opts), comms_(comms), num_params_(num_params),
       metrics_(cfg.log.dir, comms.topology().world_rank() == 0) {
   metrics_.enable_csv(cfg.csv_monitor, opts.global_batch);
+  if (cfg.prometheus.enabled) {
+    ZT_CHECK(dev != nullptr, "prometheus: the step report was given no device");
+    RunFacts facts;
+    facts.num_params = num_params;
+    facts.flops_per_token = flops_per_token;
+    facts.samples_per_step = opts.global_batch;
+    facts.steps = cfg.train.steps;
+    facts.loss_scaler = opts.loss_scaler.has_value();
+    prometheus_ = std::make_unique<PrometheusExporter>(cfg.prometheus, comms.topology(), *dev, facts);
+  }
 }
+
+StepReporter::~StepReporter() = default;
 
 void StepReporter::add(const StepStats& st) {
   window_s_ += st.step_seconds;
   window_tokens_ += st.tokens;
   ++window_steps_;
+  if (prometheus_) prometheus_->add(st);
 }
 
 void StepReporter::report(const StepStats& st, double val, double elapsed, int64_t steps_done) {
@@ -92,6 +106,9 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
     if (opts_.P > 1) report_pipeline(t.walk, rec);
   }
   metrics_.write(rec);
+  if (prometheus_)
+    prometheus_->update(&st, val, tok_s, window_steps_ > 0 ? window_s_ / static_cast<double>(window_steps_) : 0,
+                        checkpoints_);
   window_s_ = 0;
   window_steps_ = 0;
   window_tokens_ = 0;
@@ -196,6 +213,7 @@ void StepReporter::report_end(const Device& dev, int64_t steps, double seconds) 
     line += buf;
   }
   if (host["pinned"].get<int64_t>() + host["pageable"].get<int64_t>() > 0) log_info(line);
+  if (prometheus_) prometheus_->update(nullptr, std::nan(""), 0, 0, checkpoints_);  // the final saves and peaks
   metrics_.write({{"event", "end"}, {"peak_bytes", peak}, {"peak_host_bytes", host}, {"steps", steps},
                   {"time_s", seconds}});
 }

@@ -16,6 +16,7 @@
 #include "core/config.hpp"
 #include "optim/offload_adamw.hpp"
 #include "train/metrics.hpp"
+#include "train/prometheus_export.hpp"
 #include "train/run_options.hpp"
 #include "train/step_walk.hpp"
 
@@ -36,6 +37,7 @@ struct StepStats {
   CommCounters comm;
   // With an offloaded optimizer: its phases in this step (docs/offload.md).
   std::optional<OffloadStepTimes> offload;
+  int64_t nvme_bytes = 0;  // ZeRO-Infinity: this rank's swap files on NVMe
 };
 
 // The ZeRO paper's communication volume of a step in units of the parameter
@@ -45,16 +47,25 @@ double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_par
 
 class StepReporter {
  public:
-  StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params);
+  // `dev`: the device whose memory the Prometheus export reports (the
+  // "prometheus" section needs it; UserError there when it is null).
+  // `flops_per_token`: the model's training FLOPs per token.
+  StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params,
+               const Device* dev = nullptr, double flops_per_token = 0);
+  // The checkpoints committed so far, exported with "prometheus"; null =
+  // none (no checkpoint.dir). Must outlive the reporter.
+  void set_checkpoints(const CheckpointsSaved* saved) { checkpoints_ = saved; }
+  ~StepReporter();
   // The run starts: fresh (metrics.jsonl truncated) or resumed at `step`
   // from checkpoint `from` (appended, the resume marked).
   void begin(bool resumed, int64_t step, const std::string& from) { metrics_.begin(resumed, step, from); }
-  // Every step: adds it to the tokens/s window.
+  // Every step: adds it to the tokens/s window (and the Prometheus counters).
   void add(const StepStats& st);
   // A printed step: the line and its metrics record. `val`: the validation
   // loss, NaN when none was run. `elapsed`: seconds since the run started,
   // `steps_done`: steps this process took. Collective with
-  // wall_clock_breakdown and a pipeline (per-stage timing).
+  // wall_clock_breakdown and a pipeline (per-stage timing), and with
+  // prometheus.enabled (the per-rank values gathered to rank 0).
   void report(const StepStats& st, double val, double elapsed, int64_t steps_done);
   // The run's end: peak memory per tag (max over ranks) and the end event.
   // Collective.
@@ -69,6 +80,8 @@ class StepReporter {
   CommBundle& comms_;
   int64_t num_params_;
   MetricsWriter metrics_;
+  std::unique_ptr<PrometheusExporter> prometheus_;  // null unless prometheus.enabled
+  const CheckpointsSaved* checkpoints_ = nullptr;
   double window_s_ = 0;
   int64_t window_steps_ = 0;
   int64_t window_tokens_ = 0;

@@ -129,9 +129,11 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   s.walk = std::make_unique<StepWalk>(o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero,
                                       *s.finalizer, *s.schedule, *s.data,
                                       ArenaChunks{chunk(row.micro_batch_activations), chunk(row.workspace)});
-  s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params());
-  if (!cfg.checkpoint.dir.empty())
+  s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params(), &dev, s.model->flops_per_token());
+  if (!cfg.checkpoint.dir.empty()) {
     s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, units, s.plan.mirror);
+    s.reporter->set_checkpoints(&s.ckpt->saved());
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -189,6 +191,7 @@ StepStats Trainer::train_step(bool read_loss) {
   st.comm = dp.counters();
   if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) {
     st.offload = off->last_times();
+    st.nvme_bytes = off->nvme_bytes();
     if (const GradLandingTimes* g = s.zero->grad_landing_times()) {  // [Note: gradients on the host]
       st.offload->grads_landed_bytes = g->bytes;
       st.offload->grads_landed_wait_s = g->wait_s;

@@ -436,6 +436,21 @@ TEST(ConfigErrors, OverrideErrorsNameTheOverride) {
                   "--set model.n_layer=2: 'model' is a string (\"tiny\"), not an object");
 }
 
+TEST(ConfigErrors, PrometheusSection) {
+  EXPECT_EQ(parse_error(R"({"prometheus": {"enabled": true, "prot": 9000}})"),
+            "config.json: prometheus.prot: unknown key; did you mean 'port'?");
+  EXPECT_EQ(parse_error(R"({"prometheus": {"push_gateway": "x"}})"),
+            "config.json: prometheus.push_gateway: unknown key; known keys here: enabled, port, textfile_dir");
+  EXPECT_CONTAINS(parse_error(R"({"prometheus": {"port": 70000}})"), "prometheus.port: expected 0..65535, found 70000");
+  EXPECT_CONTAINS(parse_error(R"({"prometheus": {"enabled": true, "port": 0}})"),
+                  "prometheus.port: 0 (no HTTP server) needs prometheus.textfile_dir");
+  const Config c = parse(R"({"prometheus": {"enabled": true, "port": 0, "textfile_dir": "/tmp/t"}})");
+  EXPECT_TRUE(c.prometheus.enabled);
+  EXPECT_EQ(c.prometheus.port, 0);
+  EXPECT_EQ(c.prometheus.textfile_dir, "/tmp/t");
+  EXPECT_FALSE(parse("{}").prometheus.enabled);
+}
+
 TEST(ConfigErrors, FileErrors) {
   EXPECT_CONTAINS(user_error([] { load_config("/nonexistent-dir/ds_config.json"); }),
                   "/nonexistent-dir/ds_config.json: cannot open config file");

@@ -55,6 +55,8 @@ void expect_same_config(const Config& a, const Config& b) {
   EXPECT_TRUE(fields(a.data) == fields(b.data));
   EXPECT_TRUE(fields(a.train) == fields(b.train));
   EXPECT_EQ(a.log.dir, b.log.dir);
+  EXPECT_EQ(std::tie(a.prometheus.enabled, a.prometheus.port, a.prometheus.textfile_dir),
+            std::tie(b.prometheus.enabled, b.prometheus.port, b.prometheus.textfile_dir));
   EXPECT_TRUE(fields(a.optimizer) == fields(b.optimizer));
   EXPECT_TRUE(fields(a.scheduler) == fields(b.scheduler));
   EXPECT_TRUE(fields(a.fp16) == fields(b.fp16));
@@ -517,6 +519,7 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
                         "aio": {"block_size": 8192, "intra_op_parallelism": 3, "overlap_events": false},
                         "offload": {"aio_backend": "io_uring", "delayed_update": true}})",
                     2);
+  expect_round_trip(R"({"prometheus": {"enabled": true, "port": 9100, "textfile_dir": "/tmp/prom"}})", 1);
   expect_round_trip(R"({"train": {"device_memory_cap_gib": 23.5},
                         "offload": {"delayed_update_warmup": 0}})",
                     1);

@@ -175,6 +175,12 @@ void CudaDevice::copy_from_host(void* dev_dst, const void* host_src, size_t byte
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
+std::string CudaDevice::pci_bus_id() const {
+  char id[32] = {};
+  ZT_CUDA_CHECK(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof id), ordinal_));
+  return id;
+}
+
 void CudaDevice::synchronize() { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
 namespace {

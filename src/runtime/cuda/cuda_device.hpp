@@ -54,6 +54,7 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
   int ordinal() const { return ordinal_; }
+  std::string pci_bus_id() const override;
   // The stream every operation of this device (and, by default, CudaKernels)
   // is queued on.
   cudaStream_t stream() const { return stream_.get(); }
