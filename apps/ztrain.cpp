@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "optim/offload_adamw.hpp"
 #if ZT_HAVE_CUDA
 #include "modules/cuda/cuda_kernels.hpp"
+#include "modules/cuda/kernel_profile.hpp"
 #include "runtime/cuda/cuda_device.hpp"
 #endif
 #if ZT_HAVE_NCCL
@@ -42,6 +44,7 @@ struct Args {
   std::optional<std::string> log_dir;
   bool dry_run = false;
   bool estimate_memory = false;
+  bool profile = false;
   std::string resume;
   int world = 0;
 };
@@ -112,14 +115,17 @@ bool cuda_available() {
 }
 
 // The GPU backend: the GPU of this rank's node-local index and its kernels.
-void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels) {
+// profile: the kernels wrapped in ProfiledKernels ([Note: kernel profile]).
+void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels,
+                       bool profile) {
 #if ZT_HAVE_CUDA && ZT_HAVE_NCCL
   const int ordinal = select_cuda_device(topo.local_rank());
   auto cuda = std::make_unique<CudaDevice>(ordinal);
   kernels = std::make_unique<CudaKernels>(*cuda);
+  if (profile) kernels = std::make_unique<ProfiledKernels>(std::move(kernels), cuda->stream());
   device = std::move(cuda);
 #else
-  (void)topo, (void)device, (void)kernels;
+  (void)topo, (void)device, (void)kernels, (void)profile;
   ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
 #endif
 }
@@ -192,7 +198,10 @@ Args parse_args(int argc, char** argv, bool& exit_now) {
        "resume from a checkpoint: auto (the newest complete one under checkpoint.dir) or a step directory")
       ("estimate-memory", po::bool_switch(&a.estimate_memory),
        "print the per-rank memory estimate for ZeRO stages 0-3 x offload none/cpu/nvme, and exit")
-      ("world", po::value<int>(&a.world)->default_value(0), "ranks assumed by --estimate-memory (default: the mpirun size)");
+      ("world", po::value<int>(&a.world)->default_value(0), "ranks assumed by --estimate-memory (default: the mpirun size)")
+      ("profile", po::bool_switch(&a.profile),
+       "CUDA: time every kernel operation on the device and print, at the end, the time per step of each kernel "
+       "class with its TFLOP/s or GB/s (docs/perf.md)");
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>(&a.config));
   po::options_description all;
@@ -286,8 +295,9 @@ int main(int argc, char** argv) {
   if (auto code = agree([&] {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         if (cuda) {
-          make_cuda_backend(*topo, device, kernels);
+          make_cuda_backend(*topo, device, kernels, args.profile);
         } else {
+          if (args.profile) ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
@@ -312,10 +322,19 @@ int main(int argc, char** argv) {
   // Initial parameters, or the checkpoint of --resume (its errors, a corrupt
   // file given by PATH or a model that does not match, are agreed on by the
   // checkpointer), then the run.
+  int64_t first_step = 0;
+  double seconds = 0;
   if (auto code = collective_phase(mpi.world_rank(), [&] {
         trainer->start(args.resume);
+        first_step = trainer->step();
+        const auto t0 = std::chrono::steady_clock::now();
         trainer->run();
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }))
     return *code;
+#if ZT_HAVE_CUDA
+  if (auto* prof = dynamic_cast<ProfiledKernels*>(kernels.get()); prof && mpi.world_rank() == 0)
+    std::cout << prof->report(trainer->step() - first_step, seconds) << std::flush;
+#endif
   return 0;
 }

@@ -15,17 +15,11 @@
 // found it (mark/release), so a step allocates nothing once the arena has grown.
 #pragma once
 
-#include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "modules/rope.hpp"
 #include "runtime/device.hpp"
 
 namespace zt {
-
-// For kernels that do not take a doc_start yet.
-inline void no_doc_masking_yet(const Tensor& doc_start) {
-  ZT_CHECK(!doc_start.defined(), "document masking (doc_start) is not implemented by this kernel");
-}
 
 class Kernels {
  public:

@@ -43,25 +43,38 @@ for np in 1 2; do
   compare "llama-tiny fp32 GPU ZeRO-3 np $np vs CPU" "$out/cpu/metrics.jsonl" "$out/z3-np$np/metrics.jsonl" 1e-3
 done
 
-# Packed fine-tuning: a JSONL of prompt/completion pairs of varied lengths,
-# packed with document masking, on the CPU and on the GPU.
-if [ -x "$bundle/bin/zdata" ] && [ -n "${PACK_KEY:-}" ]; then
-  python3 - "$out/ft.jsonl" <<'PY'
+# Packed fine-tuning (data.packing): prompt/completion pairs of varied lengths
+# tokenised with the repository's GPT-2 test tokenizer, several examples per
+# row with document masking, Llama and GPT-2 on the GPU against the CPU.
+python3 - "$out/ft.jsonl" <<'PY'
 import json, random, sys
 random.seed(7)
 words = "the of and to in a is that for it as was with be by on not he this are or his from at which".split()
 with open(sys.argv[1], "w") as f:
-    for i in range(400):
+    for i in range(600):
         p = " ".join(random.choice(words) for _ in range(random.randint(1, 12)))
-        c = " ".join(random.choice(words) for _ in range(random.randint(1, 20)))
-        f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+        c = " ".join(random.choice(words) for _ in range(random.randint(1, 40)))
+        f.write(json.dumps({"prompt": p + ":", "completion": " " + c}) + "\n")
 PY
-  "$bundle/bin/zdata" finetune --input "$out/ft.jsonl" --tokenizer byte --out "$out/ft" > "$out/zdata.log" 2>&1 ||
-    note "zdata finetune: rc=$? $(tail -2 "$out/zdata.log")"
-  run pack-cpu 1 --device cpu --steps 20 --set "data.train=$out/ft/train.bin" --set "$PACK_KEY"
-  run pack-gpu 1 --device cuda --steps 20 --set "data.train=$out/ft/train.bin" --set "$PACK_KEY"
-  compare "packed fine-tuning fp32 GPU vs CPU, 20 steps" "$out/pack-cpu/metrics.jsonl" "$out/pack-gpu/metrics.jsonl" 1e-3
-fi
+"$bundle/bin/zdata" finetune --tokenizer tests/io/data/tok_gpt2.json --format prompt_completion --out "$out/ft" \
+  "$out/ft.jsonl" > "$out/zdata.log" 2>&1 || note "zdata finetune: rc=$? $(tail -2 "$out/zdata.log")"
+cat > "$out/pack.json" <<JSON
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.0}},
+ "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "seq_len": 128, "vocab_size": 1200},
+ "data": {"train": "$out/ft/train.bin", "packing": true}, "train": {"steps": 20, "eval_interval": 0}}
+JSON
+for arch in gpt2 llama; do
+  set_arch=()
+  [ $arch = llama ] && set_arch=(--set 'model.arch="llama"' --set model.num_key_value_heads=2 --set model.intermediate_size=128)
+  for dev in cpu cuda; do
+    "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/pack.json" --device $dev "${set_arch[@]}" \
+      --log-dir "$out/pack-$arch-$dev" > "$out/pack-$arch-$dev.log" 2>&1 || note "pack $arch $dev: rc=$?"
+  done
+  compare "packed fine-tuning $arch fp32 GPU vs CPU, 20 steps" "$out/pack-$arch-cpu/metrics.jsonl" \
+    "$out/pack-$arch-cuda/metrics.jsonl" 1e-3
+  grep -h "packing" "$out/pack-$arch-cuda.log" | head -2 | tee -a "$summary"
+done
 
 if [ $bench = 1 ]; then
   jobs/bench/llama.sh "$bundle/bin/ztrain" "$out/bench" 2>&1 | tee -a "$summary"
