@@ -1,7 +1,11 @@
-// RMSNorm, rotary embeddings and SwiGLU on the GPU (llama.cuh). Plain
-// formulations first: one warp per row for RMSNorm (column sums through
-// column_reduce.cuh), one thread per rotated pair for RoPE, one thread per
-// element for SwiGLU. Parity with the CPU reference: tests/cuda/test_llama_parity.cpp.
+// RMSNorm, rotary embeddings and SwiGLU on the GPU (llama.cuh): one warp per
+// row for RMSNorm (column sums through column_reduce.cuh), one thread per
+// rotated pair of a row for RoPE (all heads), kVec elements per thread and
+// step for SwiGLU. Parity with the CPU reference: tests/cuda/test_llama_parity.cpp.
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
 #include "modules/cuda/column_reduce.cuh"
 #include "modules/cuda/llama.cuh"
 
@@ -78,20 +82,22 @@ struct RopeFreqs {
   double f[kMaxHalf];
 };
 
-// One thread per (row, head, i < half): the pair (i, i + half).
+// Thread (i, r) of a block: the pair (i, i + half) of every head of row
+// blockIdx.x * blockDim.y + r. The angle of a (position, i) is formed and
+// its cos/sin taken in double once, for all the row's heads (one thread per
+// pair and head computed it once per head, with 64-bit index divisions).
 template <typename T>
 __global__ void rope_kernel(T* x, int64_t rows, int64_t T_len, int64_t width, int64_t half, RopeFreqs freqs,
                             double sign, const int32_t* doc_start) {
-  const int64_t hd = 2 * half, heads = width / hd;
-  const int64_t n = rows * heads * half;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
-    const int64_t i = j % half, h = (j / half) % heads, row = j / (half * heads);
-    const int64_t t = row % T_len - (doc_start == nullptr ? 0 : doc_start[row]);
-    double s, c;
-    sincos(static_cast<double>(t) * freqs.f[i], &s, &c);
-    const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
-    T* p = x + row * width + h * hd;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int i = static_cast<int>(threadIdx.x);
+  if (row >= rows || i >= half) return;
+  const int64_t t = row % T_len - (doc_start == nullptr ? 0 : doc_start[row]);
+  double s, c;
+  sincos(static_cast<double>(t) * freqs.f[i], &s, &c);
+  const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
+  const int64_t hd = 2 * half;
+  for (T* p = x + row * width; p < x + (row + 1) * width; p += hd) {
     const float x0 = to_float(p[i]), x1 = to_float(p[i + half]);
     p[i] = from_float<T>(x0 * cf - x1 * sf);
     p[i + half] = from_float<T>(x1 * cf + x0 * sf);
@@ -100,24 +106,61 @@ __global__ void rope_kernel(T* x, int64_t rows, int64_t T_len, int64_t width, in
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-template <typename T>
-__global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t n) {
+// SwiGLU element by element from `first` on; with kVecPath, [first, n) is
+// whole vectors of kVec aligned elements, moved 16 bytes at a time.
+template <typename T, bool kVecPath>
+__global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t first, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float g = to_float(gate[i]);
-    out[i] = from_float<T>(g * sigmoid(g) * to_float(up[i]));
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (kVecPath) {
+    for (int64_t v = start; v < (n - first) / kVec; v += stride) {
+      const int64_t i = first + v * kVec;
+      float g[kVec], u[kVec];
+      load_vec(gate + i, g);
+      load_vec(up + i, u);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) g[k] = g[k] * sigmoid(g[k]) * u[k];
+      store_vec(out + i, g);
+    }
+  } else {
+    for (int64_t i = first + start; i < n; i += stride) {
+      const float g = to_float(gate[i]);
+      out[i] = from_float<T>(g * sigmoid(g) * to_float(up[i]));
+    }
   }
 }
 
-// O: float, or T (gradients rounded once to the storage dtype).
-template <typename T, typename O>
-__global__ void swiglu_bwd_kernel(O* dgate, O* dup, const float* dout, const T* gate, const T* up, int64_t n) {
+// O: float, or T (gradients rounded once to the storage dtype). Vector path
+// as swiglu_fwd_kernel's; dgate or dup may alias dout (each element is read
+// before it is written, by the same thread).
+template <typename T, typename O, bool kVecPath>
+__global__ void swiglu_bwd_kernel(O* dgate, O* dup, const float* dout, const T* gate, const T* up, int64_t first,
+                                  int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float g = to_float(gate[i]), u = to_float(up[i]), d = dout[i];
-    const float sg = sigmoid(g);
-    dup[i] = from_float<O>(d * g * sg);
-    dgate[i] = from_float<O>(d * u * sg * (1.0f + g * (1.0f - sg)));
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (kVecPath) {
+    for (int64_t v = start; v < (n - first) / kVec; v += stride) {
+      const int64_t i = first + v * kVec;
+      float g[kVec], u[kVec], d[kVec], dg[kVec], du[kVec];
+      load_vec(gate + i, g);
+      load_vec(up + i, u);
+      load_vec(dout + i, d);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float sg = sigmoid(g[k]);
+        du[k] = d[k] * g[k] * sg;
+        dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
+      }
+      store_vec(dup + i, du);
+      store_vec(dgate + i, dg);
+    }
+  } else {
+    for (int64_t i = first + start; i < n; i += stride) {
+      const float g = to_float(gate[i]), u = to_float(up[i]), d = dout[i];
+      const float sg = sigmoid(g);
+      dup[i] = from_float<O>(d * g * sg);
+      dgate[i] = from_float<O>(d * u * sg * (1.0f + g * (1.0f - sg)));
+    }
   }
 }
 
@@ -162,15 +205,17 @@ void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfi
   const int64_t half = rope.head_dim / 2;
   ZT_CHECK(half >= 1 && half <= kMaxHalf && width % rope.head_dim == 0, "rope: head_dim ", rope.head_dim,
            " (at most ", 2 * kMaxHalf, ") must divide the width ", width);
-  const int64_t n = B * T * (width / rope.head_dim) * half;
-  if (n <= 0) return;
+  if (B * T * width <= 0) return;
   RopeFreqs freqs{};
   const std::vector<double> f = rope_inv_freq(rope);
   for (int64_t i = 0; i < half; ++i) freqs.f[i] = f[static_cast<size_t>(i)];
   with_float_type(t, "rope", [&](auto tx) {
     using TT = typename decltype(tx)::type;
-    rope_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<TT*>(x), B * T, T, width, half,
-                                                                     freqs, inverse ? -1.0 : 1.0, doc_start);
+    const dim3 block(static_cast<unsigned>(half), static_cast<unsigned>(std::max<int64_t>(1, kThreads / half)));
+    const int64_t blocks = (B * T + block.y - 1) / block.y;
+    ZT_CHECK(blocks <= INT_MAX, "rope: ", B * T, " rows");
+    rope_kernel<TT><<<static_cast<unsigned>(blocks), block, 0, stream>>>(static_cast<TT*>(x), B * T, T, width, half,
+                                                                          freqs, inverse ? -1.0 : 1.0, doc_start);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -179,8 +224,13 @@ void swiglu_fwd(void* out, const void* gate, const void* up, DType t, int64_t n,
   if (n <= 0) return;
   with_float_type(t, "swiglu_fwd", [&](auto tx) {
     using TT = typename decltype(tx)::type;
-    swiglu_fwd_kernel<TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<TT*>(out), static_cast<const TT*>(gate), static_cast<const TT*>(up), n);
+    auto* o = static_cast<TT*>(out);
+    auto* g = static_cast<const TT*>(gate);
+    auto* u = static_cast<const TT*>(up);
+    const bool vec = vec_aligned<TT>(o) && vec_aligned<TT>(g) && vec_aligned<TT>(u);
+    const int64_t nv = vec ? n / kVec * kVec : 0;  // elements of the vector path
+    if (nv > 0) swiglu_fwd_kernel<TT, true><<<grid_for(nv / kVec, kThreads), kThreads, 0, stream>>>(o, g, u, 0, nv);
+    if (nv < n) swiglu_fwd_kernel<TT, false><<<grid_for(n - nv, kThreads), kThreads, 0, stream>>>(o, g, u, nv, n);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -190,14 +240,24 @@ void swiglu_bwd(void* dgate, void* dup, bool grads_in_storage, const float* dout
   if (n <= 0) return;
   with_float_type(t, "swiglu_bwd", [&](auto tx) {
     using TT = typename decltype(tx)::type;
+    auto run = [&](auto* dg, auto* du) {
+      using O = std::remove_pointer_t<decltype(dg)>;
+      auto* g = static_cast<const TT*>(gate);
+      auto* u = static_cast<const TT*>(up);
+      const bool vec = vec_aligned<O>(dg) && vec_aligned<O>(du) && vec_aligned<float>(dout) && vec_aligned<TT>(g) &&
+                       vec_aligned<TT>(u);
+      const int64_t nv = vec ? n / kVec * kVec : 0;
+      if (nv > 0)
+        swiglu_bwd_kernel<TT, O, true><<<grid_for(nv / kVec, kThreads), kThreads, 0, stream>>>(dg, du, dout, g, u,
+                                                                                               0, nv);
+      if (nv < n)
+        swiglu_bwd_kernel<TT, O, false><<<grid_for(n - nv, kThreads), kThreads, 0, stream>>>(dg, du, dout, g, u,
+                                                                                            nv, n);
+    };
     if (grads_in_storage) {
-      swiglu_bwd_kernel<TT, TT><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-          static_cast<TT*>(dgate), static_cast<TT*>(dup), dout, static_cast<const TT*>(gate),
-          static_cast<const TT*>(up), n);
+      run(static_cast<TT*>(dgate), static_cast<TT*>(dup));
     } else {
-      swiglu_bwd_kernel<TT, float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-          static_cast<float*>(dgate), static_cast<float*>(dup), dout, static_cast<const TT*>(gate),
-          static_cast<const TT*>(up), n);
+      run(static_cast<float*>(dgate), static_cast<float*>(dup));
     }
     ZT_CUDA_CHECK_LAUNCH();
   });
