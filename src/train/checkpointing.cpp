@@ -1,6 +1,8 @@
 #include "train/checkpointing.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +68,7 @@ struct Checkpointer::Pending {
   bool kill_midway = false;
   bool fail_write = false;
   void write() {
+    if (!error.empty()) return;  // refused before writing (non-finite state)
     try {
       if (fail_write) ZT_THROW("writing '", path, "' failed: No space left on device (injected)");
       if (kill_midway) {
@@ -130,6 +133,12 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
       zero_.placement().read_state(sh, which, whole.data());
       float* h = p->host.emplace_back(new float[static_cast<size_t>(n)]).get();
       std::copy(whole.begin(), whole.begin() + n, h);
+      // A diverged state is never published ([Note: non-finite steps]): the
+      // write is failed like a full disk, so the previous checkpoint stays
+      // the newest.
+      if (p->error.empty() && !std::all_of(h, h + n, [](float x) { return std::isfinite(x); }))
+        p->error = detail::concat("the ", optimizer_state_name(which), " state of unit '", fu.name, "' on rank ",
+                                  topo_.world_rank(), " holds non-finite values (the run diverged): not saved");
       p->bytes += static_cast<size_t>(n) * sizeof(float);
       p->shards.push_back(ShardData{optimizer_state_name(which), ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h});
     }
@@ -296,6 +305,10 @@ void Checkpointer::read_owned(CheckpointReader& reader, const std::string& step_
     for (int k = 0; k < kNumOptimizerStates; ++k) {
       const auto which = static_cast<OptimizerState>(k);
       reader.read_range(optimizer_state_name(which), sh.unit, sh.begin, sh.end, host.data());
+      // Checkpoints of a diverged run written before they were refused.
+      if (!std::all_of(host.begin(), host.end(), [](float x) { return std::isfinite(x); }))
+        ZT_USER_ERROR("checkpoint ", step_dir, ": the ", optimizer_state_name(which), " state of unit ", sh.unit,
+                      " ('", fu.name, "') holds non-finite values: the run that saved it had diverged");
       zero_.placement().write_state(sh, which, host.data());
     }
   }

@@ -89,6 +89,31 @@ struct Trainer::Impl {
   std::unique_ptr<Checkpointer> ckpt;
   TrainState state;
   bool stopped = false;  // all ranks agreed to stop after the last step
+  int nonfinite_streak = 0;  // consecutive steps with a non-finite loss or gradient norm
+
+  // [Note: non-finite steps] (grad_finalize.cpp): each such step is skipped
+  // with a warning; one more than train.nonfinite_tolerance in a row ends
+  // the run before anything of it is saved. fp16's overflow skips are
+  // neither counted nor break a streak. Every rank decides alike (the
+  // verdict is reduced), so the error is collective.
+  void count_nonfinite(const StepStats& st) {
+    if (!st.nonfinite) {
+      if (!st.skipped) nonfinite_streak = 0;
+      return;
+    }
+    ++nonfinite_streak;
+    const double loss = walk->read_loss();  // collective, like the verdict
+    const int tolerance = cfg.train.nonfinite_tolerance;
+    if (nonfinite_streak > tolerance)
+      throw CollectiveError(detail::concat(
+          "step ", st.step, ": the loss (", loss, ") or the gradient norm (", st.grad_norm, ") is not finite in ",
+          nonfinite_streak, " consecutive step(s), more than train.nonfinite_tolerance (", tolerance,
+          "): the run diverged and stops; no update of those steps was applied or saved. Lower the learning "
+          "rate, clip gradients (gradient_clipping) or check the data, then resume from the last checkpoint"));
+    log_warn("step ", st.step, ": the loss (", loss, ") or the gradient norm (", st.grad_norm,
+             ") is not finite: update skipped (", nonfinite_streak, " in a row of train.nonfinite_tolerance ",
+             tolerance, ")");
+  }
 
   Impl(const Config& c, CommBundle& cb, Device& d, Kernels& k)
       : cfg(c), comms(cb), topo(cb.topology()), dev(d), kernels(k),
@@ -185,6 +210,7 @@ StepStats Trainer::train_step(bool read_loss) {
   st.grad_norm = v.grad_norm;
   st.tokens = s.walk->last_targets();
   st.skipped = v.skipped;
+  st.nonfinite = v.nonfinite;
   st.loss_scale = v.loss_scale;
   st.comm = dp.counters();
   if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) {
@@ -221,6 +247,7 @@ void Trainer::run() {
   const int64_t first_step = s.state.step;
   for (bool last = s.state.step >= cfg.train.steps; !last;) {
     StepStats st = train_step(false);
+    s.count_nonfinite(st);
     s.reporter->add(st);
     const AfterStep after = after_step(cfg, st.step, s.stopped, st.skipped, s.ckpt != nullptr, s.data->has_val());
     last = after.last;
