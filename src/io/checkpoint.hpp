@@ -95,8 +95,14 @@ std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool rea
 // For --resume auto: the newest DIR/step_<N> (by N, not by `latest`) that
 // verifies (SHA-256 of every file; see verify_checkpoint). The newer ones
 // passed over, uncommitted step_<N>.tmp dirs included, go to *skipped (may be
-// null) as "PATH: reason". nullopt when none verifies or DIR does not exist.
-std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped);
+// null) as "PATH: reason"; the committed ones among them (damage, not an
+// interrupted save) also to *damaged (may be null) as paths. Dirs in
+// `exclude` (paths as found here, already judged by the caller) are passed
+// over as damaged without a reason. nullopt when none verifies or DIR does
+// not exist.
+std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                                  std::vector<std::string>* damaged = nullptr,
+                                                  const std::vector<std::string>& exclude = {});
 
 // The contents of DIR/latest ("step_<N>"), nullopt when absent.
 std::optional<std::string> read_latest_name(const std::string& dir);

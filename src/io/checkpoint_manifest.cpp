@@ -222,7 +222,9 @@ std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool rea
   return problems;
 }
 
-std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                                  std::vector<std::string>* damaged,
+                                                  const std::vector<std::string>& exclude) {
   std::vector<StepDir> dirs = list_step_dirs(dir);
   // Newest first; at equal N the committed dir before its stale staging dir.
   std::sort(dirs.begin(), dirs.end(),
@@ -232,9 +234,16 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::v
       if (skipped != nullptr) skipped->push_back(d.path + ": not committed (staging directory)");
       continue;
     }
-    // The SHA-256 of every byte already proves integrity; the HDF5 read pass is left to `zckpt verify`.
+    if (std::find(exclude.begin(), exclude.end(), d.path) != exclude.end()) {
+      if (damaged != nullptr) damaged->push_back(d.path);
+      continue;
+    }
+    // The SHA-256 of every byte already proves integrity; the HDF5 read pass
+    // is left to `zckpt verify` (damage only Fletcher32 sees shows when the
+    // trainer reads, and it excludes that checkpoint and asks again).
     const std::vector<std::string> problems = verify_checkpoint(d.path, /*read_data=*/false);
     if (problems.empty()) return d.path;
+    if (damaged != nullptr) damaged->push_back(d.path);
     if (skipped != nullptr) {
       std::string why = problems.front();
       if (problems.size() > 1) why += " (and " + std::to_string(problems.size() - 1) + " more)";

@@ -225,7 +225,7 @@ void Checkpointer::write_16bit_weights(Pending& p, const std::string& tmp) {
   }
 }
 
-std::string Checkpointer::resolve(const std::string& resume) const {
+std::string Checkpointer::resolve(const std::string& resume) {
   // Rank 0 decides (verifying reads every file once) and tells the others;
   // an error is raised on every rank alike.
   std::string answer, error;
@@ -252,39 +252,74 @@ bool Checkpointer::exists(int64_t step) const {
   return broadcast_string(topo_.world(), answer) == "1";
 }
 
-std::string Checkpointer::resolve_here(const std::string& resume) const {
+std::string Checkpointer::resolve_here(const std::string& resume) {
   if (resume != "auto") {
     const std::vector<std::string> problems = verify_checkpoint(resume, true);
     if (!problems.empty()) ZT_USER_ERROR("--resume ", resume, ": ", problems.front());
     return resume;
   }
   if (cfg_.checkpoint.dir.empty()) ZT_USER_ERROR("--resume auto needs checkpoint.dir");
-  std::vector<std::string> skipped;
-  std::optional<std::string> found = find_latest_checkpoint(cfg_.checkpoint.dir, &skipped);
+  std::vector<std::string> skipped, damaged;
+  std::optional<std::string> found = find_latest_checkpoint(cfg_.checkpoint.dir, &skipped, &damaged, excluded_);
   for (const std::string& s : skipped) log_warn("--resume auto: skipping ", s);
+  // Starting from scratch is right only where no checkpoint was ever
+  // committed (uncommitted staging dirs do not count): over damaged ones it
+  // would throw away the run silently.
+  if (!found && !damaged.empty()) {
+    std::string list;
+    for (const std::string& d : damaged) list += (list.empty() ? "" : ", ") + d;
+    ZT_USER_ERROR("--resume auto: every checkpoint under ", cfg_.checkpoint.dir, " is damaged (", list,
+                  "; the warnings say why): refusing to start from scratch over them. Repair or move them away, or ",
+                  "start a fresh run (without --resume) with another checkpoint.dir");
+  }
+  damaged_ = std::move(damaged);
   return found ? *found : std::string();
+}
+
+void Checkpointer::set_aside_damaged() {
+  if (topo_.world_rank() != 0) return;
+  for (const std::string& d : damaged_) {
+    const std::string to = d + ".damaged";
+    std::error_code ec;
+    if (!std::filesystem::exists(to, ec)) std::filesystem::rename(d, to, ec);
+    if (ec || std::filesystem::exists(d, ec))
+      log_warn("--resume auto: cannot move the damaged checkpoint ", d, " aside to ", to,
+               ": saving its step again will fail");
+    else
+      log_warn("--resume auto: the damaged checkpoint ", d, " moved aside to ", to);
+  }
+  damaged_.clear();
 }
 
 nlohmann::json Checkpointer::load(const std::string& step_dir) {
   const double start = now_s();
   // Reading is local; a failure on any rank is agreed on before the
   // collectives of publishing, so no rank is left waiting.
+  // A file that cannot be read (kind 2) lets --resume auto try an older
+  // checkpoint; a checkpoint that does not fit this run (kind 1) does not.
   std::unique_ptr<CheckpointReader> reader;
   std::string error;
+  double kind = 0;
   try {
+    kind = 2;
     reader = std::make_unique<CheckpointReader>(step_dir);
+    kind = 1;
     if (reader->manifest().contains("imported_from"))  // apps/zckpt_import.cpp
       ZT_USER_ERROR("checkpoint ", step_dir, " was made by zckpt import: weights only, no optimizer state or ",
                     "training step to resume; start from it with model.init_from instead of --resume");
+    kind = 2;
     read_owned(*reader, step_dir);
+    kind = 0;
   } catch (const std::exception& e) {
     error = e.what();
     log_warn(error);
   }
-  if (all_reduce_scalar(topo_.world(), error.empty() ? 0.0 : 1.0, ReduceOp::max) != 0)
-    throw CollectiveError(error.empty() ? "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)"
-                                        : error,
-                          kExitBadInput);
+  kind = all_reduce_scalar(topo_.world(), kind, ReduceOp::max);
+  if (kind != 0) {
+    if (error.empty()) error = "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)";
+    if (kind == 2) throw CheckpointDataError(error, kExitBadInput);
+    throw CollectiveError(error, kExitBadInput);
+  }
   zero_.publish_params();
   const double bytes = all_reduce_scalar(topo_.world(), static_cast<double>(reader->bytes_read()));
   const double secs = now_s() - start;

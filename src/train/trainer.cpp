@@ -183,13 +183,26 @@ bool Trainer::start(const std::string& resume) {
     return fresh_start();
   }
   if (!s.ckpt) throw CollectiveError("--resume needs checkpoint.dir in the config", kExitBadInput);
-  const std::string dir = s.ckpt->resolve(resume);
-  if (dir.empty()) {
-    log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
-    s.reporter->begin(false, 0, "");
-    return fresh_start();
+  std::string dir;
+  for (;;) {
+    dir = s.ckpt->resolve(resume);
+    if (dir.empty()) {
+      log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
+      s.reporter->begin(false, 0, "");
+      return fresh_start();
+    }
+    try {
+      s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
+      break;
+    } catch (const CheckpointDataError& e) {
+      // Damage the SHA-256 did not see (Fletcher32): like damage it does
+      // see, --resume auto falls back to the checkpoint before.
+      if (resume != "auto") throw;
+      log_info("--resume auto: ", dir, " cannot be read; trying the checkpoint before it");
+      s.ckpt->exclude(dir);
+    }
   }
-  s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
+  s.ckpt->set_aside_damaged();
   log_info("resumed from ", dir, " at step ", s.state.step);
   s.reporter->begin(true, s.state.step, dir);
   return true;

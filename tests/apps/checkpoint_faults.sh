@@ -3,7 +3,13 @@
 # loaded silently (docs/reliability.md):
 #  - an edited manifest (its step, its applied steps) fails zckpt verify and
 #    --resume PATH naming manifest.json; --resume auto passes over it; a
-#    version-1 manifest (no checksum of its own) resumes with a warning.
+#    version-1 manifest (no checksum of its own) resumes with a warning;
+#  - --resume auto over checkpoints that are all damaged refuses (exit 2,
+#    naming them) instead of starting from scratch; an uncommitted staging
+#    dir alone is no checkpoint (a fresh start); past a damaged newest one it
+#    resumes from the one before and moves the damaged one aside;
+#  - damage only Fletcher32 sees (the SHA-256 re-recorded) makes --resume
+#    auto fall back like damage the SHA-256 sees;
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -46,4 +52,61 @@ run_np 2 c.json --log-dir r --resume ck/step_4 --steps 6
 [ "$RC" = 0 ] && grep -q "warning: ck/step_4/manifest.json: checkpoint version 1" "$WORK/out" \
   && grep -q "resumed from ck/step_4 at step 4" "$WORK/out" && echo "ok: a version-1 manifest resumes with a warning" \
   || fail "version-1 manifest: exit $RC"
+
+flip() {  # flip FILE: one byte in the middle
+  local size; size=$(stat -c %s "$1")
+  printf '\xff' | dd of="$1" bs=1 seek=$((size / 2)) count=1 conv=notrunc status=none
+}
+# Every checkpoint damaged: refuse, naming them.
+rm -rf ck && cp -r pristine ck
+flip ck/step_4/rank_00001.h5; flip ck/step_2/rank_00000.h5
+run_np 2 c.json --log-dir alldamaged --resume auto --steps 6
+[ "$RC" = 2 ] && grep -q "ztrain: error: --resume auto: every checkpoint under ck is damaged (ck/step_4, ck/step_2;" "$WORK/out" \
+  && [ ! -e alldamaged/metrics.jsonl ] && echo "ok: --resume auto refuses when every checkpoint is damaged" || fail "all damaged: exit $RC"
+# Only an interrupted save (staging dir): nothing was committed, a fresh start.
+rm -rf ck && mkdir -p ck/step_2.tmp
+run_np 2 c.json --log-dir r --resume auto --steps 2
+[ "$RC" = 0 ] && grep -q "no checkpoint under ck; starting from scratch" "$WORK/out" && [ -d ck/step_2 ] \
+  && echo "ok: a staging dir alone is no checkpoint: a fresh start" || fail "staging dir only: exit $RC"
+# Past a damaged newest one: resumed from the one before, which reaches and saves its step again.
+rm -rf ck && cp -r pristine ck
+flip ck/step_4/rank_00001.h5
+run_np 2 c.json --log-dir r --resume auto --steps 6
+[ "$RC" = 0 ] && grep -q "resumed from ck/step_2 at step 2" "$WORK/out" && grep -q "ck/step_4 moved aside to ck/step_4.damaged" "$WORK/out" \
+  && [ -d ck/step_4.damaged ] && [ "$(cat ck/latest)" = step_6 ] && [ -n "${ZCKPT:-}" ] && "$ZCKPT" verify ck/step_4 > /dev/null \
+  && echo "ok: past a damaged checkpoint: resumed before it, moved aside, saved again" || fail "damaged newest: exit $RC, $(ls ck | tr '\n' ' ')"
+
+# Fletcher32-only damage: a float of step_4's shard changed, its SHA-256 and
+# the manifest's own re-recorded (nlohmann's dump() is Python's compact, sorted JSON).
+rm -rf ck && cp -r pristine ck
+python3 - ck/step_4 <<'PY'
+import hashlib, json, struct, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+body = dict(m); want = body.pop("manifest_sha256")
+canon = lambda j: hashlib.sha256(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+assert canon(body) == want, "the canonical manifest text differs from ztrain's"
+f = d + "/rank_00000.h5"
+b = bytearray(open(f, "rb").read())
+# The states are small floats: find a run of 16 such and change one.
+for i in range(4096, len(b) - 64, 4):
+    v = struct.unpack_from("<16f", b, i)
+    if all(0 < abs(x) < 0.2 for x in v):
+        struct.pack_into("<f", b, i + 32, v[8] + 0.5)
+        break
+else:
+    sys.exit("no weights found")
+open(f, "wb").write(b)
+body["files"]["rank_00000.h5"] = hashlib.sha256(b).hexdigest()
+body["manifest_sha256"] = canon(body)
+json.dump(body, open(d + "/manifest.json", "w"), indent=2)
+PY
+if [ -n "${ZCKPT:-}" ]; then
+  set +e; "$ZCKPT" verify ck/step_4 > v.out 2>&1; vrc=$?; set -e
+  [ "$vrc" = 1 ] && grep -q "rank_00000.h5" v.out && echo "ok: zckpt verify sees the Fletcher32 damage" || fail "verify Fletcher32: exit $vrc, $(cat v.out)"
+fi
+run_np 2 c.json --log-dir r --resume auto --steps 3
+[ "$RC" = 0 ] && grep -q "ck/step_4 cannot be read; trying the checkpoint before it" "$WORK/out" && grep -q "resumed from ck/step_2 at step 2" "$WORK/out" \
+  && echo "ok: --resume auto falls back past damage only Fletcher32 sees" || fail "Fletcher32 fallback: exit $RC"
+
 finish
