@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
 #include "train/fault_injection.hpp"
+#include "train/train_state.hpp"
 #include "io/safetensors.hpp"
 #include "io/sha256.hpp"
 
@@ -307,6 +308,9 @@ nlohmann::json Checkpointer::load(const std::string& step_dir) {
     if (reader->manifest().contains("imported_from"))  // apps/zckpt_import.cpp
       ZT_USER_ERROR("checkpoint ", step_dir, " was made by zckpt import: weights only, no optimizer state or ",
                     "training step to resume; start from it with model.init_from instead of --resume");
+    if (const std::string d = model_record_difference(reader->manifest(), model_record(cfg_.model)); !d.empty())
+      ZT_USER_ERROR("checkpoint ", step_dir, " holds another model than this run's: ", d,
+                    "; resume with the model section it was saved with");
     kind = 2;
     read_owned(*reader, step_dir);
     kind = 0;

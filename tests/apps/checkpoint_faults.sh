@@ -10,6 +10,8 @@
 #    resumes from the one before and moves the damaged one aside;
 #  - damage only Fletcher32 sees (the SHA-256 re-recorded) makes --resume
 #    auto fall back like damage the SHA-256 sees;
+#  - a checkpoint of another model whose units have the same element counts
+#    (n_head; vocab_size and seq_len traded) is refused, naming the difference.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -109,4 +111,14 @@ run_np 2 c.json --log-dir r --resume auto --steps 3
 [ "$RC" = 0 ] && grep -q "ck/step_4 cannot be read; trying the checkpoint before it" "$WORK/out" && grep -q "resumed from ck/step_2 at step 2" "$WORK/out" \
   && echo "ok: --resume auto falls back past damage only Fletcher32 sees" || fail "Fletcher32 fallback: exit $RC"
 
+# Another model with the same element counts per unit.
+rm -rf ck && cp -r pristine ck
+run_np 2 c.json --log-dir r --resume auto --steps 6 --set model.n_head=4
+[ "$RC" = 2 ] && grep -q "ztrain: error: checkpoint ck/step_4 holds another model than this run's: model.n_head is 2 there, 4 in this run" "$WORK/out" \
+  && echo "ok: another n_head is refused" || fail "n_head: exit $RC"
+run_np 2 c.json --log-dir r --resume auto --steps 6 --set model.vocab_size=72 --set model.seq_len=8
+[ "$RC" = 2 ] && grep -q 'holds another model than this run.s: tensor 0 is "embedding/wte.weight" of shape \[64,32\] there, "embedding/wte.weight" of shape \[72,32\] in this run' "$WORK/out" \
+  && echo "ok: vocab_size and seq_len traded (same embedding size) are refused" || fail "vocab/seq: exit $RC"
+run_np 2 c.json --log-dir r --resume auto --steps 6 --set model.activation_checkpointing=true
+[ "$RC" = 0 ] && grep -q "resumed from ck/step_4" "$WORK/out" && echo "ok: activation checkpointing may change on resume" || fail "activation checkpointing: exit $RC"
 finish
