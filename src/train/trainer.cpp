@@ -202,8 +202,16 @@ bool Trainer::start(const std::string& resume) {
       s.ckpt->exclude(dir);
     }
   }
+  // A checkpoint past train.steps would train nothing and say nothing.
+  if (s.state.step > s.cfg.train.steps)
+    throw CollectiveError(detail::concat("--resume: checkpoint ", dir, " is at step ", s.state.step,
+                                         ", past train.steps = ", s.cfg.train.steps,
+                                         " (--steps): nothing to train; ask for more steps than ", s.state.step),
+                          kExitBadInput);
   s.ckpt->set_aside_damaged();
   log_info("resumed from ", dir, " at step ", s.state.step);
+  if (s.state.step == s.cfg.train.steps)
+    log_info("the checkpoint is at train.steps = ", s.cfg.train.steps, " already: nothing to train (a finished run)");
   s.reporter->begin(true, s.state.step, dir);
   return true;
 }

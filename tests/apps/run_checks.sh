@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# What a run is asked to do is checked before it trains (docs/reliability.md):
+#  - --resume with --steps below the checkpoint's step is refused (exit 2);
+#    at exactly its step the run says there is nothing to train;
+#  - --world below 1, or without --estimate-memory, is refused.
+set -e
+. "$(dirname "$0")/lib.sh"
+cd "$WORK"
+cat > c.json <<'JSON'
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1,
+ "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "seq_len": 16, "vocab_size": 64},
+ "checkpoint": {"dir": "ck", "interval": 2},
+ "train": {"steps": 4, "eval_interval": 0}}
+JSON
+trained() { grep -q "step      1/" "$WORK/out"; }
+run_np 2 c.json --log-dir base
+[ "$RC" = 0 ] && [ -d ck/step_4 ] || fail "base run: exit $RC"
+
+run_np 2 c.json --log-dir r --resume auto --steps 3
+[ "$RC" = 2 ] && grep -q "ztrain: error: --resume: checkpoint ck/step_4 is at step 4, past train.steps = 3 (--steps): nothing to train" "$WORK/out" \
+  && echo "ok: --steps below the checkpoint's step is refused" || fail "--steps below: exit $RC"
+run_np 2 c.json --log-dir r --resume auto --steps 4
+[ "$RC" = 0 ] && grep -q "the checkpoint is at train.steps = 4 already: nothing to train" "$WORK/out" \
+  && echo "ok: --steps at the checkpoint's step says there is nothing to train" || fail "--steps equal: exit $RC"
+
+for w in -1 0; do
+  expect_error "--estimate-memory --world $w" 2 "command line: --world: expected a number of ranks >= 1, found $w" \
+    c.json --estimate-memory --world "$w"
+done
+expect_error "--world without --estimate-memory" 2 "command line: --world is for --estimate-memory only" c.json --world 4
+
+finish
