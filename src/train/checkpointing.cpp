@@ -1,6 +1,7 @@
 #include "train/checkpointing.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -9,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+
+#include <unistd.h>
 
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
@@ -168,6 +171,15 @@ void Checkpointer::commit(Pending& p) {
   const double failed = all_reduce_scalar(world, p.error.empty() ? 0.0 : 1.0, ReduceOp::max);
   if (failed != 0) {
     if (!p.error.empty()) log_warn("checkpoint step ", p.step, ": ", p.error);
+    // Every rank is done with the staging dir (the reduction above follows
+    // each rank's write): rank 0 removes it, so a full disk gets its space back.
+    world.barrier();
+    if (topo_.world_rank() == 0) {
+      const std::string tmp = checkpoint_tmp_dir(cfg_.checkpoint.dir, p.step);
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+      if (ec) log_warn("cannot remove the failed checkpoint's staging dir '", tmp, "': ", ec.message());
+    }
     throw CollectiveError(detail::concat("checkpoint of step ", p.step,
                                          " failed on at least one rank (see the warnings); it was not published and "
                                          "the previous checkpoint is intact"));
@@ -240,6 +252,38 @@ std::string Checkpointer::resolve(const std::string& resume) {
   answer = broadcast_string(topo_.world(), answer);
   if (answer.rfind("error:", 0) == 0) throw CollectiveError(answer.substr(6), kExitBadInput);
   return answer.substr(3);
+}
+
+void Checkpointer::check_dir(bool resuming) {
+  namespace fs = std::filesystem;
+  const std::string& dir = cfg_.checkpoint.dir;
+  std::string error;
+  if (topo_.world_rank() == 0) {
+    try {
+      std::error_code ec;
+      if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        ZT_USER_ERROR("checkpoint.dir '", dir, "' exists and is not a directory");
+      fs::create_directories(dir, ec);
+      if (ec) ZT_USER_ERROR("checkpoint.dir '", dir, "': cannot create directory: ", ec.message());
+      // Permission bits do not tell (root, read-only mounts): a file is made and removed.
+      const std::string probe = dir + "/.write_probe_" + std::to_string(::getpid());
+      std::FILE* f = std::fopen(probe.c_str(), "w");
+      if (f == nullptr) ZT_USER_ERROR("checkpoint.dir '", dir, "' is not writable: ", std::strerror(errno));
+      std::fclose(f);
+      std::remove(probe.c_str());
+      if (!resuming) {
+        std::vector<std::string> skipped, damaged;
+        const std::optional<std::string> good = find_latest_checkpoint(dir, &skipped, &damaged);
+        if (good || !damaged.empty())
+          ZT_USER_ERROR("checkpoint.dir '", dir, "' holds checkpoints already (", good ? *good : damaged.front(),
+                        "): continue that run with --resume auto, or give this run another checkpoint.dir");
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  error = broadcast_string(topo_.world(), error);
+  if (!error.empty()) throw CollectiveError(error, kExitBadInput);
 }
 
 bool Checkpointer::exists(int64_t step) const {

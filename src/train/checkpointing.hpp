@@ -55,6 +55,12 @@ class Checkpointer {
   // renamed to <dir>.damaged (kept for inspection), so this run can save
   // those steps again. Rank 0 renames; every rank may call it.
   void set_aside_damaged();
+  // Collective, before the first step: checkpoint.dir is created if missing
+  // and must be a writable directory; a fresh run (not `resuming`) refuses
+  // one that holds committed checkpoints (another run's). UserErrors naming
+  // the directory, agreed on every rank, so the run stops before training
+  // rather than at its first save.
+  void check_dir(bool resuming);
   // Collective: whether checkpoint.dir already holds a step_<step> (rank 0
   // looks, every rank gets its answer).
   bool exists(int64_t step) const;

@@ -171,6 +171,7 @@ nlohmann::json Trainer::state_json() const {
 
 bool Trainer::start(const std::string& resume) {
   Impl& s = *impl_;
+  if (s.ckpt) s.ckpt->check_dir(!resume.empty());
   s.zero->init_params(s.cfg.train.seed);
   // model.init_from: a fresh start (no --resume, or auto found nothing)
   // begins from those weights (train/init_from.hpp).

@@ -2,7 +2,10 @@
 # What a run is asked to do is checked before it trains (docs/reliability.md):
 #  - --resume with --steps below the checkpoint's step is refused (exit 2);
 #    at exactly its step the run says there is nothing to train;
-#  - --world below 1, or without --estimate-memory, is refused.
+#  - --world below 1, or without --estimate-memory, is refused;
+#  - checkpoint.dir is checked at start: a regular file, a directory that
+#    cannot be written, one that holds another run's checkpoints;
+#  - a save that fails removes its step_N.tmp.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -29,4 +32,21 @@ for w in -1 0; do
 done
 expect_error "--world without --estimate-memory" 2 "command line: --world is for --estimate-memory only" c.json --world 4
 
+# checkpoint.dir at start.
+touch afile
+run_np 2 c.json --log-dir f --set checkpoint.dir='"afile"'
+[ "$RC" = 2 ] && grep -q "checkpoint.dir 'afile' exists and is not a directory" "$WORK/out" && ! trained \
+  && echo "ok: a checkpoint.dir that is a file is refused at start" || fail "file as checkpoint.dir: exit $RC"
+# /proc/self: a directory no one can create files in, root included.
+run_np 2 c.json --log-dir f --set checkpoint.dir='"/proc/self"'
+[ "$RC" = 2 ] && grep -q "checkpoint.dir '/proc/self' is not writable" "$WORK/out" && ! trained \
+  && echo "ok: an unwritable checkpoint.dir is refused at start" || fail "unwritable checkpoint.dir: exit $RC"
+run_np 2 c.json --log-dir f
+[ "$RC" = 2 ] && grep -q "checkpoint.dir 'ck' holds checkpoints already (ck/step_4): continue that run with --resume auto" "$WORK/out" \
+  && ! trained && echo "ok: a fresh run into another run's checkpoints is refused at start" || fail "another run's dir: exit $RC"
+
+# A failed save (a full disk, injected on rank 1) leaves no staging dir.
+ZT_INJECT_FAULT="write-error:rank=1,step=2" run_np 2 c.json --log-dir w --set checkpoint.dir='"ckw"'
+[ "$RC" = 1 ] && grep -q "No space left on device (injected)" "$WORK/out" && [ -d ckw ] && [ -z "$(ls -A ckw)" ] \
+  && echo "ok: a failed save removes its step_N.tmp" || fail "failed save: exit $RC, $(ls -A ckw 2>/dev/null | tr '\n' ' ')"
 finish
