@@ -171,7 +171,9 @@ nlohmann::json Trainer::state_json() const {
 
 bool Trainer::start(const std::string& resume) {
   Impl& s = *impl_;
-  if (s.ckpt) s.ckpt->check_dir(!resume.empty());
+  // checkpoint.dir is checked before the first step (a fresh run: after
+  // model.init_from, whose errors come first).
+  if (s.ckpt && !resume.empty()) s.ckpt->check_dir(true);
   s.zero->init_params(s.cfg.train.seed);
   // model.init_from: a fresh start (no --resume, or auto found nothing)
   // begins from those weights (train/init_from.hpp).
@@ -180,8 +182,10 @@ bool Trainer::start(const std::string& resume) {
     return false;
   };
   if (resume.empty()) {
+    fresh_start();
+    if (s.ckpt) s.ckpt->check_dir(false);
     s.reporter->begin(false, 0, "");
-    return fresh_start();
+    return false;
   }
   if (!s.ckpt) throw CollectiveError("--resume needs checkpoint.dir in the config", kExitBadInput);
   std::string dir;

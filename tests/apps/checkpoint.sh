@@ -133,7 +133,7 @@ run_np 2 c.json --log-dir r2 --resume auto --steps 6
 touch afile
 run_np 2 c.json --log-dir e --set checkpoint.dir='"afile/ck"'
 [ "$RC" = 2 ] && grep -q "checkpoint.dir 'afile/ck': cannot create directory" "$WORK/out" && [ "$(grep -c 'ztrain: error' "$WORK/out")" = 1 ] \
-  && ! grep -q "step      1/" "$WORK/out" && echo "ok: an unwritable checkpoint directory is a clear error at start" || fail "unwritable checkpoint dir: exit $RC""
+  && ! grep -q "step      1/" "$WORK/out" && echo "ok: an unwritable checkpoint directory is a clear error at start" || fail "unwritable checkpoint dir: exit $RC"
 
 # SIGTERM or SIGUSR1 mid-run: a checkpoint at the current step, exit 0.
 cat > slow.json <<'JSON'
