@@ -1,10 +1,16 @@
 #include "train/metrics.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace zt {
 
@@ -13,8 +19,48 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool enabled) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) ZT_USER_ERROR("log.dir '", dir, "': cannot create directory: ", ec.message());
+  // [Note: one run per log directory] Two runs appending to one
+  // metrics.jsonl interleave their records with no sign of it. The lock is
+  // advisory (flock on DIR/.lock, released when the process ends, however
+  // it ends); the file holds the owner's pid for the message.
+  const std::string lock = (std::filesystem::path(dir) / ".lock").string();
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) ZT_USER_ERROR("log.dir '", dir, "': cannot open '", lock, "': ", std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char owner[32] = {};
+    const ssize_t n = ::pread(lock_fd_, owner, sizeof owner - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EWOULDBLOCK)
+      ZT_USER_ERROR("log.dir '", dir, "' is in use by another run (process ", n > 0 ? owner : "?",
+                    " holds its lock '", lock, "'): give each run its own log.dir (--log-dir)");
+    ZT_USER_ERROR("log.dir '", dir, "': cannot lock '", lock, "': ", std::strerror(err));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+    // The pid is only for the message of a run that finds the lock taken.
+  }
+  dir_ = dir;
   path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
   enabled_ = true;
+}
+
+void MetricsWriter::check_still_there() {
+  if (file_ == nullptr) return;
+  struct stat open_st {}, path_st {};
+  const bool same = ::fstat(fileno(file_), &open_st) == 0 && ::stat(path_.c_str(), &path_st) == 0 &&
+                    open_st.st_ino == path_st.st_ino && open_st.st_dev == path_st.st_dev;
+  if (same) return;
+  if (!warned_gone_)
+    log_warn("'", path_, "' was removed or replaced during the run (log.dir deleted?): writing a new one from here on");
+  warned_gone_ = true;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  std::FILE* f = std::fopen(path_.c_str(), "a");
+  if (f == nullptr) return;  // write() goes on into the old file; the warning was given
+  std::fclose(file_);
+  file_ = f;
 }
 
 void MetricsWriter::open(const char* mode) {
@@ -31,6 +77,7 @@ void MetricsWriter::begin(bool resumed, int64_t step, const std::string& from) {
 
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void MetricsWriter::enable_csv(const CsvMonitorConfig& csv, int64_t samples_per_step) {
@@ -69,6 +116,7 @@ void MetricsWriter::write(const nlohmann::json& record) {
   if (!enabled_) return;
   write_csv(record);
   if (file_ == nullptr) open("w");
+  check_still_there();
   const std::string line = record.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     ZT_THROW("writing '", path_, "' failed: ", std::strerror(errno));

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Files changed under a running job (docs/reliability.md):
 #  - a token shard truncated while the run reads it: the run stops (exit 2)
-#    naming the shard, instead of dying of SIGBUS without a word.
+#    naming the shard, instead of dying of SIGBUS without a word;
+#  - a second run writing the same log directory is refused (exit 2) while
+#    the first holds its lock;
+#  - a log directory deleted during a run: a warning, once, and metrics.jsonl
+#    is written anew from then on.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -35,4 +39,20 @@ set +e; wait "$BG"; rc=$?; set -e
 [ "$rc" = 2 ] && grep -q "ztrain: error: token shard 'm/train.bin' changed while the run was reading it (SIGBUS" bus.out \
   && echo "ok: a shard truncated under the run stops it naming the file" || fail "truncated shard: exit $rc, $(tail -5 bus.out)"
 
+# Two runs in one log directory; then the directory deleted under the first.
+start_bg a.out slow.json --log-dir shared
+wait_for a.out "step      3/" || fail "run A did not start: $(tail -3 a.out)"
+run_np 2 slow.json --log-dir shared --steps 2
+[ "$RC" = 2 ] && grep -q "ztrain: error.*: log.dir 'shared' is in use by another run (process [0-9]* holds its lock 'shared/.lock')" "$WORK/out" \
+  && echo "ok: a second run in the same log directory is refused" || fail "second run: exit $RC"
+rm -rf shared
+wait_for a.out "was removed or replaced during the run" || true
+wait_for shared/metrics.jsonl '"step"' || true
+kill -TERM "$BG"
+set +e; wait "$BG"; set -e
+n=$(grep -c "was removed or replaced during the run" a.out || true)
+[ "$n" = 1 ] && grep -q "'shared/metrics.jsonl' was removed or replaced during the run (log.dir deleted?)" a.out \
+  && [ -s shared/metrics.jsonl ] && grep -q '"event":"end"' shared/metrics.jsonl \
+  && echo "ok: a log directory deleted under the run: one warning, metrics written anew" \
+  || fail "deleted log dir: $n warnings, $(ls shared 2>/dev/null | tr '\n' ' ')"
 finish
