@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "zckpt_commands.hpp"
+#include "zckpt_model.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -43,6 +44,7 @@ int cmd_reshard(int argc, char** argv) {
   if (vm.count("zero-stage") && (stage < 0 || stage > 3))
     throw UsageError("reshard: --zero-stage must be 0, 1, 2 or 3");
 
+  require_verified(step_dir);
   zt::CheckpointReader reader(step_dir);
   nlohmann::json manifest = reader.manifest();
   nlohmann::json topo = manifest.value("topology", nlohmann::json::object());

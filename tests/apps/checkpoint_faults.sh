@@ -8,6 +8,8 @@
 #    naming them) instead of starting from scratch; an uncommitted staging
 #    dir alone is no checkpoint (a fresh start); past a damaged newest one it
 #    resumes from the one before and moves the damaged one aside;
+#  - zckpt export, logits and reshard refuse a checkpoint whose SHA-256s do
+#    not match, naming the file;
 #  - damage only Fletcher32 sees (the SHA-256 re-recorded) makes --resume
 #    auto fall back like damage the SHA-256 sees;
 #  - a checkpoint of another model whose units have the same element counts
@@ -77,6 +79,18 @@ run_np 2 c.json --log-dir r --resume auto --steps 6
 [ "$RC" = 0 ] && grep -q "resumed from ck/step_2 at step 2" "$WORK/out" && grep -q "ck/step_4 moved aside to ck/step_4.damaged" "$WORK/out" \
   && [ -d ck/step_4.damaged ] && [ "$(cat ck/latest)" = step_6 ] && [ -n "${ZCKPT:-}" ] && "$ZCKPT" verify ck/step_4 > /dev/null \
   && echo "ok: past a damaged checkpoint: resumed before it, moved aside, saved again" || fail "damaged newest: exit $RC, $(ls ck | tr '\n' ' ')"
+
+# zckpt's readers verify the SHA-256s first.
+if [ -n "${ZCKPT:-}" ]; then
+  rm -rf ck && cp -r pristine ck
+  flip ck/step_4/rank_00001.h5
+  for cmd in "export ck/step_4 --out hf" "logits ck/step_4 --tokens 1,2,3 --out l.npy" "reshard ck/step_4 --out rs --dp 1"; do
+    set +e; $ZCKPT $cmd > z.out 2>&1; zrc=$?; set -e
+    [ "$zrc" = 1 ] && grep -q "checkpoint ck/step_4 does not verify: ck/step_4/rank_00001.h5: SHA-256 mismatch" z.out \
+      && echo "ok: zckpt ${cmd%% *} refuses a damaged checkpoint" || fail "zckpt ${cmd%% *}: exit $zrc, $(cat z.out)"
+  done
+  [ ! -e hf/model.safetensors ] && [ ! -e l.npy ] || fail "a refused zckpt command wrote its output"
+fi
 
 # Fletcher32-only damage: a float of step_4's shard changed, its SHA-256 and
 # the manifest's own re-recorded (nlohmann's dump() is Python's compact, sorted JSON).
