@@ -16,8 +16,8 @@ class MetricsWriter {
  public:
   MetricsWriter() = default;
   // Names DIR/metrics.jsonl, creating DIR, and locks DIR/.lock (flock) for
-  // the life of the writer: a second run writing the same DIR is a UserError
-  // naming it. The file is opened by begin(), or by the first write
+  // the life of the writer: another process writing the same DIR is a
+  // UserError naming it ([Note: one run per log directory]). The file is opened by begin(), or by the first write
   // (truncating). A writer constructed with enabled=false (ranks other than
   // 0) writes nothing.
   MetricsWriter(const std::string& dir, bool enabled);
@@ -35,7 +35,7 @@ class MetricsWriter {
     std::swap(enabled_, o.enabled_);
     std::swap(csv_dir_, o.csv_dir_);
     std::swap(samples_per_step_, o.samples_per_step_);
-    std::swap(lock_fd_, o.lock_fd_);
+    std::swap(lock_key_, o.lock_key_);
     std::swap(dir_, o.dir_);
     std::swap(warned_gone_, o.warned_gone_);
     return *this;
@@ -62,7 +62,7 @@ class MetricsWriter {
   std::string path_;
   std::string dir_;
   bool enabled_ = false;
-  int lock_fd_ = -1;
+  std::string lock_key_;  // this writer's hold on the log directory's lock ("": none)
   bool warned_gone_ = false;
 };
 

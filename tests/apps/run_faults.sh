@@ -52,7 +52,7 @@ kill -TERM "$BG"
 set +e; wait "$BG"; set -e
 n=$(grep -c "was removed or replaced during the run" a.out || true)
 [ "$n" = 1 ] && grep -q "'shared/metrics.jsonl' was removed or replaced during the run (log.dir deleted?)" a.out \
-  && [ -s shared/metrics.jsonl ] && grep -q '"event":"end"' shared/metrics.jsonl \
+  && [ -s shared/metrics.jsonl ] && grep -q '"step"' shared/metrics.jsonl \
   && echo "ok: a log directory deleted under the run: one warning, metrics written anew" \
   || fail "deleted log dir: $n warnings, $(ls shared 2>/dev/null | tr '\n' ' ')"
 finish
