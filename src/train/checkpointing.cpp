@@ -271,11 +271,14 @@ void Checkpointer::check_dir(bool resuming) {
       if (f == nullptr) ZT_USER_ERROR("checkpoint.dir '", dir, "' is not writable: ", std::strerror(errno));
       std::fclose(f);
       std::remove(probe.c_str());
-      if (!resuming) {
-        std::vector<std::string> skipped, damaged;
-        const std::optional<std::string> good = find_latest_checkpoint(dir, &skipped, &damaged);
-        if (good || !damaged.empty())
-          ZT_USER_ERROR("checkpoint.dir '", dir, "' holds checkpoints already (", good ? *good : damaged.front(),
+      // A committed step_<N> (not a staging step_<N>.tmp) is another run's:
+      // listed, not verified (that would read every byte of it).
+      for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        if (resuming) break;
+        const std::string name = entry.path().filename().string();
+        if (name.size() > 5 && name.compare(0, 5, "step_") == 0 &&
+            name.find_first_not_of("0123456789", 5) == std::string::npos && entry.is_directory(ec))
+          ZT_USER_ERROR("checkpoint.dir '", dir, "' holds checkpoints already (", entry.path().string(),
                         "): continue that run with --resume auto, or give this run another checkpoint.dir");
       }
     } catch (const std::exception& e) {

@@ -199,11 +199,11 @@ bool Trainer::start(const std::string& resume) {
     try {
       s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
       break;
-    } catch (const CheckpointDataError& e) {
+    } catch (const CheckpointDataError&) {
       // Damage the SHA-256 did not see (Fletcher32): like damage it does
       // see, --resume auto falls back to the checkpoint before.
       if (resume != "auto") throw;
-      log_info("--resume auto: ", dir, " cannot be read; trying the checkpoint before it");
+      log_warn("--resume auto: ", dir, " cannot be read; trying the checkpoint before it");
       s.ckpt->exclude(dir);
     }
   }
