@@ -62,7 +62,8 @@ int cmd_reshard(int argc, char** argv) {
   topo["world"] = dp * pp;
   topo["zero_stage"] = stage;
   manifest["topology"] = topo;
-  for (const char* k : {"version", "step", "files", "manifest_sha256"}) manifest.erase(k);  // commit_checkpoint writes these
+  // commit_checkpoint writes these
+  for (const char* k : {"version", "step", "files", "manifest_sha256"}) manifest.erase(k);
 
   const std::vector<int> units = reader.units();
   const std::vector<std::string> states = reader.states();

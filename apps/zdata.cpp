@@ -143,9 +143,11 @@ int64_t non_negative(const po::variables_map& vm, const char* name) {
 void check_split(const char* command, size_t tokens, size_t n_val, double frac) {
   if (tokens == 0) ZT_USER_ERROR(command, ": the input files hold no tokens (empty input): nothing written");
   if (n_val >= tokens)
-    ZT_USER_ERROR(command, ": --val-fraction ", frac, " of ", tokens, " tokens leaves none for train.bin: nothing written");
+    ZT_USER_ERROR(command, ": --val-fraction ", frac, " of ", tokens,
+                  " tokens leaves none for train.bin: nothing written");
   if (n_val == 0 && frac > 0.0)
-    std::cerr << "zdata: warning: --val-fraction " << frac << " of " << tokens << " tokens is none: no val.bin written\n";
+    std::cerr << "zdata: warning: --val-fraction " << frac << " of " << tokens
+              << " tokens is none: no val.bin written\n";
 }
 
 int cmd_text(int argc, char** argv) {
@@ -177,7 +179,8 @@ int cmd_text(int argc, char** argv) {
   zt::write_token_shard(dir + "/train.bin", tokens);
   if (!val.empty()) zt::write_token_shard(dir + "/val.bin", val);
   std::cout << dir << "/train.bin: " << tokens.size() << " tokens\n"
-            << dir << "/val.bin: " << (val.empty() ? "not written (no val split)" : std::to_string(val.size()) + " tokens") << "\n"
+            << dir << "/val.bin: "
+            << (val.empty() ? "not written (no val split)" : std::to_string(val.size()) + " tokens") << "\n"
             << "vocab_size: " << zt::kByteVocabSize << " (byte-level)\n"
             << "unigram entropy of train: "
             << fixed(zt::unigram_entropy_nats(tokens.data(), static_cast<int64_t>(tokens.size())))
@@ -280,7 +283,8 @@ int cmd_tokenize(int argc, char** argv) {
   if (!val.empty()) zt::write_token_shard(dir + "/val.bin", val, tok->vocab_size());
   const int64_t n_tok = static_cast<int64_t>(tokens.size() + val.size());
   std::cout << dir << "/train.bin: " << tokens.size() << " tokens\n"
-            << dir << "/val.bin: " << (val.empty() ? "not written (no val split)" : std::to_string(val.size()) + " tokens") << "\n"
+            << dir << "/val.bin: "
+            << (val.empty() ? "not written (no val split)" : std::to_string(val.size()) + " tokens") << "\n"
             << "tokenizer: " << tok_path << " (" << tok->kind() << ")\n"
             << "vocab_size: " << tok->vocab_size() << " (" << (tok->vocab_size() <= zt::kTokenShardMaxVocab16 ? "uint16" : "uint32")
             << " ids)\n"
@@ -361,7 +365,8 @@ int cmd_finetune(int argc, char** argv) {
   // Whole examples go to val: the last n_val of them.
   const auto n_val = static_cast<size_t>(std::llround(frac * static_cast<double>(examples)));
   if (n_val >= examples)
-    ZT_USER_ERROR("finetune: --val-fraction ", frac, " of ", examples, " examples leaves none for train.bin: nothing written");
+    ZT_USER_ERROR("finetune: --val-fraction ", frac, " of ", examples,
+                  " examples leaves none for train.bin: nothing written");
   const size_t cut = n_val > 0 ? all.example_begin[examples - n_val] : all.tokens.size();
   auto part = [&](size_t b, size_t e) {
     zt::MaskedTokens p;
@@ -451,7 +456,8 @@ int cmd_markov(int argc, char** argv) {
   };
   write_text_file(dir + "/entropy.json", info.dump(2) + "\n");
   std::cout << dir << "/train.bin: " << n_train << " tokens\n"
-            << dir << "/val.bin: " << (n_val > 0 ? std::to_string(n_val) + " tokens" : "not written (--val-tokens 0)") << "\n"
+            << dir << "/val.bin: "
+            << (n_val > 0 ? std::to_string(n_val) + " tokens" : "not written (--val-tokens 0)") << "\n"
             << "vocab_size: " << spec.states << "\n"
             << "ideal loss (entropy rate): " << fixed(source->entropy_rate()) << " nats\n"
             << "unigram entropy of train: " << fixed(unigram) << " nats; log(vocab): "
