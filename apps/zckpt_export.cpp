@@ -289,6 +289,7 @@ int cmd_export(int argc, char** argv) {
   if (dtype != "f32" && dtype != "bf16") throw UsageError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
   const bool bf16 = dtype == "bf16";
 
+  require_verified(step_dir);
   zt::CheckpointReader reader(step_dir);
   const std::vector<std::string> states = reader.states();
   if (std::find(states.begin(), states.end(), "master") == states.end())

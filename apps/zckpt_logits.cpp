@@ -189,6 +189,7 @@ int cmd_logits(int argc, char** argv) {
   if (out_path.empty()) throw UsageError("logits: --out FILE.npy is required");
   if (tokens_arg.empty() == tokens_file.empty()) throw UsageError("logits: give exactly one of --tokens and --tokens-file");
 
+  require_verified(step_dir);
   zt::CheckpointReader reader(step_dir);
   const zt::Model model = zt::build_model(checkpoint_model(reader));
   const zt::ModelShape& shape = model.desc().shape;

@@ -5,6 +5,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint.hpp"
 
 namespace zckpt {
 namespace {
@@ -39,6 +40,14 @@ zt::ModelDesc checkpoint_model(const zt::CheckpointReader& reader) {
                           std::to_string(u) + " (" + d.name + ") of " + std::to_string(d.numel()));
   }
   return desc;
+}
+
+void require_verified(const std::string& step_dir) {
+  const std::vector<std::string> problems = zt::verify_checkpoint(step_dir, /*read_data=*/false);
+  if (problems.empty()) return;
+  std::string msg = "checkpoint " + step_dir + " does not verify: " + problems.front();
+  if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more; zckpt verify lists them)";
+  throw zt::UserError(msg);
 }
 
 }  // namespace zckpt

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "zckpt_commands.hpp"
+#include "zckpt_model.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -43,6 +44,7 @@ int cmd_reshard(int argc, char** argv) {
   if (vm.count("zero-stage") && (stage < 0 || stage > 3))
     throw UsageError("reshard: --zero-stage must be 0, 1, 2 or 3");
 
+  require_verified(step_dir);
   zt::CheckpointReader reader(step_dir);
   nlohmann::json manifest = reader.manifest();
   nlohmann::json topo = manifest.value("topology", nlohmann::json::object());
@@ -60,7 +62,8 @@ int cmd_reshard(int argc, char** argv) {
   topo["world"] = dp * pp;
   topo["zero_stage"] = stage;
   manifest["topology"] = topo;
-  for (const char* k : {"version", "step", "files"}) manifest.erase(k);  // commit_checkpoint writes these
+  // commit_checkpoint writes these
+  for (const char* k : {"version", "step", "files", "manifest_sha256"}) manifest.erase(k);
 
   const std::vector<int> units = reader.units();
   const std::vector<std::string> states = reader.states();

@@ -137,6 +137,20 @@ int64_t non_negative(const po::variables_map& vm, const char* name) {
   return v;
 }
 
+// [Note: no empty shards] An empty shard is a file ztrain cannot read: no
+// tokens at all is an error before anything is written; an empty val split
+// (--val-fraction 0, or a fraction of too few tokens) writes no val.bin, as
+// finetune writes no val files.
+void check_split(const char* command, size_t tokens, size_t n_val, double frac) {
+  if (tokens == 0) ZT_USER_ERROR(command, ": the input files hold no tokens (empty input): nothing written");
+  if (n_val >= tokens)
+    ZT_USER_ERROR(command, ": --val-fraction ", frac, " of ", tokens,
+                  " tokens leaves none for train.bin: nothing written");
+  if (n_val == 0 && frac > 0.0)
+    std::cerr << "zdata: warning: --val-fraction " << frac << " of " << tokens
+              << " tokens is none: no val.bin written\n";
+}
+
 int cmd_text(int argc, char** argv) {
   po::options_description opts("zdata text --out DIR [--val-fraction F] FILE...");
   opts.add_options()
@@ -158,19 +172,20 @@ int cmd_text(int argc, char** argv) {
     tokens.insert(tokens.end(), t.begin(), t.end());
   }
   const auto n_val = static_cast<size_t>(std::llround(frac * static_cast<double>(tokens.size())));
+  check_split("text", tokens.size(), n_val, frac);
   std::vector<uint16_t> val(tokens.end() - static_cast<std::ptrdiff_t>(n_val), tokens.end());
   tokens.resize(tokens.size() - n_val);
 
   make_dir(dir);
   zt::write_token_shard(dir + "/train.bin", tokens);
-  zt::write_token_shard(dir + "/val.bin", val);
+  if (!val.empty()) zt::write_token_shard(dir + "/val.bin", val);
   std::cout << dir << "/train.bin: " << tokens.size() << " tokens\n"
-            << dir << "/val.bin: " << val.size() << " tokens\n"
+            << dir << "/val.bin: "
+            << (val.empty() ? "not written (no val split)" : std::to_string(val.size()) + " tokens") << "\n"
             << "vocab_size: " << zt::kByteVocabSize << " (byte-level)\n"
             << "unigram entropy of train: "
             << fixed(zt::unigram_entropy_nats(tokens.data(), static_cast<int64_t>(tokens.size())))
             << " nats (the loss of a model that ignores context)\n";
-  if (val.empty() && frac > 0.0) std::cerr << "zdata: warning: val.bin is empty\n";
   return 0;
 }
 
@@ -261,14 +276,16 @@ int cmd_tokenize(int argc, char** argv) {
   contents.clear();
 
   const auto n_val = static_cast<size_t>(std::llround(frac * static_cast<double>(tokens.size())));
+  check_split("tokenize", tokens.size(), n_val, frac);
   std::vector<uint32_t> val(tokens.end() - static_cast<std::ptrdiff_t>(n_val), tokens.end());
   tokens.resize(tokens.size() - n_val);
   make_dir(dir);
   zt::write_token_shard(dir + "/train.bin", tokens, tok->vocab_size());
-  zt::write_token_shard(dir + "/val.bin", val, tok->vocab_size());
+  if (!val.empty()) zt::write_token_shard(dir + "/val.bin", val, tok->vocab_size());
   const int64_t n_tok = static_cast<int64_t>(tokens.size() + val.size());
   std::cout << dir << "/train.bin: " << tokens.size() << " tokens\n"
-            << dir << "/val.bin: " << val.size() << " tokens\n"
+            << dir << "/val.bin: "
+            << (val.empty() ? "not written (no val split)" : std::to_string(val.size()) + " tokens") << "\n"
             << "tokenizer: " << tok_path << " (" << tok->kind() << ")\n"
             << "vocab_size: " << tok->vocab_size() << " (" << (tok->vocab_size() <= zt::kTokenShardMaxVocab16 ? "uint16" : "uint32")
             << " ids)\n"
@@ -276,7 +293,6 @@ int cmd_tokenize(int argc, char** argv) {
             << fixed(secs > 0 ? static_cast<double>(bytes) / 1e6 / secs : 0.0, 2) << " MB/s, "
             << fixed(secs > 0 ? static_cast<double>(n_tok) / secs : 0.0, 0) << " tokens/s on " << o.threads
             << " threads\n";
-  if (val.empty() && frac > 0.0) std::cerr << "zdata: warning: val.bin is empty\n";
   return 0;
 }
 
@@ -349,6 +365,9 @@ int cmd_finetune(int argc, char** argv) {
   if (examples == 0) ZT_USER_ERROR("finetune: the input files hold no examples");
   // Whole examples go to val: the last n_val of them.
   const auto n_val = static_cast<size_t>(std::llround(frac * static_cast<double>(examples)));
+  if (n_val >= examples)
+    ZT_USER_ERROR("finetune: --val-fraction ", frac, " of ", examples,
+                  " examples leaves none for train.bin: nothing written");
   const size_t cut = n_val > 0 ? all.example_begin[examples - n_val] : all.tokens.size();
   auto part = [&](size_t b, size_t e) {
     zt::MaskedTokens p;
@@ -371,10 +390,11 @@ int cmd_finetune(int argc, char** argv) {
               << zt::mask_path_for(shard) << ": " << counted << " targets count in the loss\n";
   };
   write("train", part(0, cut), examples - n_val);
-  if (frac > 0.0) {
-    if (n_val == 0) std::cerr << "zdata: warning: --val-fraction " << frac << " of " << examples
-                              << " examples is none; val.bin is empty\n";
+  if (n_val > 0) {
     write("val", part(cut, all.tokens.size()), n_val);
+  } else if (frac > 0.0) {  // [Note: no empty shards]
+    std::cerr << "zdata: warning: --val-fraction " << frac << " of " << examples
+              << " examples is none: no val files written\n";
   }
   std::cout << "tokenizer: " << tok_path << " (" << tok->kind() << ")\n"
             << "vocab_size: " << tok->vocab_size() << "\n";
@@ -404,6 +424,12 @@ int cmd_markov(int argc, char** argv) {
   spec.seed = std::stoull(seed_text);
   const int64_t n_train = non_negative(vm, "train-tokens");
   const int64_t n_val = non_negative(vm, "val-tokens");
+  // Before generating (minutes and gigabytes at the limit): what a shard can hold.
+  if (n_train == 0) throw UsageError("--train-tokens must be > 0 (an empty train.bin cannot be trained on)");
+  for (const auto& [flag, n] : {std::pair<const char*, int64_t>{"train-tokens", n_train}, {"val-tokens", n_val}})
+    if (n > INT32_MAX)
+      throw UsageError(std::string("--") + flag + " " + std::to_string(n) + ": one shard holds at most " +
+                       std::to_string(INT32_MAX) + " tokens (the int32 count of llm.c's header)");
   const std::string dir = vm["out"].as<std::string>();
 
   std::optional<zt::MarkovSource> source;
@@ -418,7 +444,7 @@ int cmd_markov(int argc, char** argv) {
 
   make_dir(dir);
   zt::write_token_shard(dir + "/train.bin", train);
-  zt::write_token_shard(dir + "/val.bin", val);
+  if (n_val > 0) zt::write_token_shard(dir + "/val.bin", val);  // [Note: no empty shards]
   const nlohmann::json info = {
       {"entropy_nats", source->entropy_rate()},
       {"states", spec.states},
@@ -435,7 +461,8 @@ int cmd_markov(int argc, char** argv) {
   };
   write_text_file(dir + "/entropy.json", info.dump(2) + "\n");
   std::cout << dir << "/train.bin: " << n_train << " tokens\n"
-            << dir << "/val.bin: " << n_val << " tokens\n"
+            << dir << "/val.bin: "
+            << (n_val > 0 ? std::to_string(n_val) + " tokens" : "not written (--val-tokens 0)") << "\n"
             << "vocab_size: " << spec.states << "\n"
             << "ideal loss (entropy rate): " << fixed(source->entropy_rate()) << " nats\n"
             << "unigram entropy of train: " << fixed(unigram) << " nats; log(vocab): "

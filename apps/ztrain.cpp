@@ -229,6 +229,10 @@ Args parse_args(int argc, char** argv, bool& exit_now) {
     return a;
   }
   if (a.config.empty()) ZT_USER_ERROR("command line: no config file given (usage: ztrain CONFIG.json [options])");
+  if (vm.count("world") && !vm["world"].defaulted()) {
+    if (!a.estimate_memory) ZT_USER_ERROR("command line: --world is for --estimate-memory only");
+    if (a.world < 1) ZT_USER_ERROR("command line: --world: expected a number of ranks >= 1, found ", a.world);
+  }
   if (vm.count("steps")) a.steps = vm["steps"].as<int64_t>();
   if (vm.count("log-dir")) a.log_dir = vm["log-dir"].as<std::string>();
   if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")

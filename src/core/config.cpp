@@ -2,6 +2,7 @@
 // checks that span sections, and the table of features not available yet.
 #include "core/config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -35,8 +36,44 @@ const char* json_kind(const json& v) {
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
     case json::value_t::number_float: return "a number";
+    case json::value_t::null: return "null";
     default: return "not an object";
   }
+}
+
+// [Note: config nesting] A config is a few levels deep; a document nested
+// far deeper (a fuzzer's, or a broken generator's) would exhaust the stack
+// in the recursive copies and walks of the parsed value. The text is
+// measured before it is parsed: brackets outside strings and comments.
+constexpr int kMaxConfigDepth = 64;
+
+int nesting_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {  // a string: skip to its closing quote
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = text.find('\n', i);
+      if (i == std::string::npos) break;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      i = text.find("*/", i + 2);
+      if (i == std::string::npos) break;
+      ++i;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+void check_depth(const std::string& text, const std::string& where) {
+  if (nesting_depth(text) > kMaxConfigDepth)
+    throw UserError(where + "nested more than " + std::to_string(kMaxConfigDepth) +
+                    " levels deep (objects and arrays): not a ztrain config");
 }
 
 // Rules that involve more than one section.
@@ -149,6 +186,7 @@ void apply_override(json& root, const std::string& assignment) {
 
   // VALUE as JSON (numbers, booleans, arrays, quoted strings); otherwise the
   // text itself, so that paths need no quoting on a command line.
+  check_depth(text, where + "VALUE ");
   json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = text;
 
@@ -221,20 +259,24 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::ostringstream text;
   text << in.rdbuf();
 
+  check_depth(text.str(), path + ": ");
   DuplicateKeyFinder dup;
   json j;
   try {
     j = json::parse(
         text.str(), [&](int, json::parse_event_t event, json& parsed) { return dup.on_event(event, parsed); },
         /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+  } catch (const json::exception& e) {
+    // A syntax error, or a number out of range (1e400). Drop nlohmann's
+    // "[json.exception.parse_error.101] " prefix.
     std::string what = e.what();
     const size_t close = what.find("] ");
     if (what.rfind("[json.exception", 0) == 0 && close != std::string::npos) what = what.substr(close + 2);
     throw UserError(path + ": invalid JSON: " + what);
   }
   if (!dup.duplicate_path.empty()) throw UserError(path + ": " + dup.duplicate_path + ": key given twice");
+  // `null`, `[]` or `3` would otherwise read as a config of defaults.
+  if (!j.is_object()) throw UserError(path + ": the config is " + json_kind(j) + ", not a JSON object ({...})");
   return parse_config(j, path, overrides);
 }
 

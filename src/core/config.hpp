@@ -87,6 +87,10 @@ struct TrainConfig {
   // allocator refuses to go past it (Device::set_memory_cap), so a large GPU
   // behaves like a smaller one. 0 = no cap (the key absent).
   double device_memory_cap_gib = 0.0;
+  // Consecutive steps with a non-finite loss or gradient norm (fp32, bf16;
+  // with fp16 those the loss scaler did not already skip) whose update is
+  // skipped before the run stops with an error; 0 = the first one stops it.
+  int nonfinite_tolerance = 0;
 };
 
 struct LogConfig {

@@ -153,7 +153,9 @@ std::vector<SectionSchema> build_schemas() {
                 "original_max_position_embeddings"},
                {}});
   s.push_back({"data", "data", {"train", "val", "embedded", "tokenizer", "packing"}, {}});
-  s.push_back({"train", "train", {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib"}, {}});
+  s.push_back({"train", "train",
+               {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib", "nonfinite_tolerance"},
+               {}});
   s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend"}, {}});
   s.push_back({"checkpoint", "checkpoint",
                {"dir", "interval", "save_at_end", "keep_last", "async", "tag_validation"},

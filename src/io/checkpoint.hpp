@@ -25,7 +25,23 @@
 
 namespace zt {
 
-constexpr int kCheckpointVersion = 1;
+// 2: the manifest carries "manifest_sha256", the SHA-256 of its own other
+// fields ([Note: manifest checksum]). 1: the same without it; still read,
+// with a warning.
+constexpr int kCheckpointVersion = 2;
+
+// [Note: manifest checksum] The shard files are covered by the SHA-256s the
+// manifest lists; the manifest itself (step, applied steps, sampler, loss
+// scale, config, the list of files) by "manifest_sha256": the SHA-256 of the
+// manifest object without that key, written compactly (nlohmann::json's
+// dump(), whose keys are sorted, so the text is the same for the same
+// fields however the file is indented). Any edited field fails verification.
+std::string manifest_checksum(const nlohmann::json& manifest);
+// The problem with a parsed manifest's version and checksum ("" if none),
+// naming `path`. A version-1 manifest (no checksum) is no problem; its
+// warning goes to *warning when not null.
+std::string manifest_checksum_problem(const nlohmann::json& manifest, const std::string& path,
+                                      std::string* warning = nullptr);
 
 // One slice of a unit's flat fp32 state that a rank owns: elements
 // [global_offset, global_offset + length) of unit `unit`.
@@ -60,8 +76,8 @@ inline bool is_shard_file_name(const std::string& name) {
 }                                     // "rank_00003.h5"
 
 // Rank 0, after every rank wrote its file into the tmp dir and a barrier:
-// writes manifest.json (`manifest` plus "version", "step" and "files":
-// {name: sha256}) into the tmp dir, fsyncs it and the dir, renames tmp ->
+// writes manifest.json (`manifest` plus "version", "step", "files":
+// {name: sha256} and "manifest_sha256") into the tmp dir, fsyncs it and the dir, renames tmp ->
 // final (zt::Error if final exists: a committed checkpoint is never written
 // again), fsyncs DIR, atomically replaces DIR/latest (latest.tmp + rename),
 // then prunes committed step_* dirs older than this step beyond keep_last
@@ -71,15 +87,22 @@ void commit_checkpoint(const std::string& dir, int64_t step, nlohmann::json mani
                        const std::map<std::string, std::string>& file_sha256, int keep_last);
 
 // Problems of a committed step dir (empty = good), each naming the file:
-// manifest present and parseable, every listed file present with the right
-// SHA-256 and, with read_data, every dataset readable (HDF5 checks Fletcher32).
+// manifest present, parseable and matching its own checksum, every listed
+// file present with the right SHA-256 and, with read_data, every dataset
+// readable (HDF5 checks Fletcher32). A version-1 manifest is logged as a warning.
 std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool read_data = true);
 
 // For --resume auto: the newest DIR/step_<N> (by N, not by `latest`) that
 // verifies (SHA-256 of every file; see verify_checkpoint). The newer ones
 // passed over, uncommitted step_<N>.tmp dirs included, go to *skipped (may be
-// null) as "PATH: reason". nullopt when none verifies or DIR does not exist.
-std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped);
+// null) as "PATH: reason"; the committed ones among them (damage, not an
+// interrupted save) also to *damaged (may be null) as paths. Dirs in
+// `exclude` (paths as found here, already judged by the caller) are passed
+// over as damaged without a reason. nullopt when none verifies or DIR does
+// not exist.
+std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                                  std::vector<std::string>* damaged = nullptr,
+                                                  const std::vector<std::string>& exclude = {});
 
 // The contents of DIR/latest ("step_<N>"), nullopt when absent.
 std::optional<std::string> read_latest_name(const std::string& dir);

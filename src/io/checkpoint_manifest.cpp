@@ -84,6 +84,32 @@ std::vector<StepDir> list_step_dirs(const std::string& dir) {
 
 }  // namespace
 
+std::string manifest_checksum(const nlohmann::json& manifest) {
+  nlohmann::json body = manifest;
+  body.erase("manifest_sha256");
+  const std::string text = body.dump();
+  return sha256_hex(text.data(), text.size());
+}
+
+std::string manifest_checksum_problem(const nlohmann::json& manifest, const std::string& path,
+                                      std::string* warning) {
+  const nlohmann::json version = manifest.value("version", nlohmann::json());
+  if (version == 1) {
+    if (warning != nullptr)
+      *warning = path + ": checkpoint version 1, written before manifests carried their own checksum: its step, "
+                        "training state and file list are not verified (the files' SHA-256 are)";
+    return "";
+  }
+  if (version != kCheckpointVersion) return path + ": unsupported version " + version.dump();
+  const auto it = manifest.find("manifest_sha256");
+  if (it == manifest.end() || !it->is_string()) return path + ": no \"manifest_sha256\" (the manifest's own checksum)";
+  const std::string actual = manifest_checksum(manifest);
+  if (it->get<std::string>() != actual)
+    return path + ": the manifest's own SHA-256 does not match its contents (manifest_sha256 " + it->dump() +
+           ", contents " + actual + "): the manifest was edited or damaged";
+  return "";
+}
+
 std::string checkpoint_tmp_dir(const std::string& dir, int64_t step) {
   return dir + "/step_" + std::to_string(step) + ".tmp";
 }
@@ -121,6 +147,8 @@ void commit_checkpoint(const std::string& dir, int64_t step, nlohmann::json mani
   manifest["version"] = kCheckpointVersion;
   manifest["step"] = step;
   manifest["files"] = file_sha256;
+  manifest.erase("manifest_sha256");  // a manifest copied from another checkpoint (zckpt reshard)
+  manifest["manifest_sha256"] = manifest_checksum(manifest);
 
   write_synced(tmp + "/manifest.json", manifest.dump(2) + "\n");
   fsync_or_throw(tmp, true);
@@ -165,8 +193,10 @@ std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool rea
       manifest["files"].empty())
     return {manifest_path + ": no \"files\" listed"};
   std::vector<std::string> problems;
-  if (manifest.value("version", 0) != kCheckpointVersion)
-    problems.push_back(manifest_path + ": unsupported version " + manifest.value("version", nlohmann::json()).dump());
+  std::string warning;
+  if (std::string p = manifest_checksum_problem(manifest, manifest_path, &warning); !p.empty())
+    return {p};  // its list of files cannot be trusted either
+  if (!warning.empty()) log_warn(warning);
   for (const auto& [name, expected] : manifest["files"].items()) {
     const std::string path = step_dir + "/" + name;
     std::error_code ec;
@@ -192,7 +222,9 @@ std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool rea
   return problems;
 }
 
-std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                                  std::vector<std::string>* damaged,
+                                                  const std::vector<std::string>& exclude) {
   std::vector<StepDir> dirs = list_step_dirs(dir);
   // Newest first; at equal N the committed dir before its stale staging dir.
   std::sort(dirs.begin(), dirs.end(),
@@ -202,9 +234,16 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir, std::v
       if (skipped != nullptr) skipped->push_back(d.path + ": not committed (staging directory)");
       continue;
     }
-    // The SHA-256 of every byte already proves integrity; the HDF5 read pass is left to `zckpt verify`.
+    if (std::find(exclude.begin(), exclude.end(), d.path) != exclude.end()) {
+      if (damaged != nullptr) damaged->push_back(d.path);
+      continue;
+    }
+    // The SHA-256 of every byte already proves integrity; the HDF5 read pass
+    // is left to `zckpt verify` (damage only Fletcher32 sees shows when the
+    // trainer reads, and it excludes that checkpoint and asks again).
     const std::vector<std::string> problems = verify_checkpoint(d.path, /*read_data=*/false);
     if (problems.empty()) return d.path;
+    if (damaged != nullptr) damaged->push_back(d.path);
     if (skipped != nullptr) {
       std::string why = problems.front();
       if (problems.size() > 1) why += " (and " + std::to_string(problems.size() - 1) + " more)";

@@ -148,6 +148,8 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : impl_(std::mak
   }
   if (!m.manifest.is_object() || !m.manifest.contains("files") || !m.manifest["files"].is_object())
     ZT_USER_ERROR("checkpoint manifest '", manifest_path, "' has no \"files\" object");
+  if (const std::string p = manifest_checksum_problem(m.manifest, manifest_path); !p.empty())
+    ZT_USER_ERROR("checkpoint manifest ", p);
   const h5::Quiet quiet;
   for (const auto& [name, sha] : m.manifest["files"].items()) {
     if (!is_shard_file_name(name)) continue;  // e.g. the 16-bit weights beside the shards

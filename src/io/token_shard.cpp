@@ -6,7 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -21,6 +25,75 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards are read in place: little-endian host required");
 
 std::string errno_text() { return std::strerror(errno); }
+
+// [Note: shards changed under the run] A shard is mapped, not read: if
+// the file is truncated (or replaced and truncated) while a run reads it,
+// touching a page past its new end raises SIGBUS, which would kill the
+// process with no word of which file. Every mapping is registered here, and
+// a SIGBUS handler that finds the faulting address in one of them says which
+// shard changed and ends the process (exit 2, bad input; under MPI the job
+// ends with it). A fault elsewhere is re-raised with the default action.
+// The handler only reads the table and calls write and _exit.
+struct MappedRange {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<size_t> bytes{0};
+  char path[480] = {};
+};
+constexpr int kMaxMapped = 256;
+MappedRange g_mapped[kMaxMapped];
+std::mutex g_mapped_mu;
+
+void write_all(const char* s) {
+  size_t n = std::strlen(s);
+  while (n > 0) {
+    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+extern "C" void on_sigbus(int sig, siginfo_t* info, void*) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (MappedRange& m : g_mapped) {
+    const uintptr_t b = m.begin.load();
+    if (b == 0 || addr < b || addr >= b + m.bytes.load()) continue;
+    write_all(program_invocation_short_name);
+    write_all(": error: token shard '");
+    write_all(m.path);
+    write_all("' changed while the run was reading it (SIGBUS reading its mapping: the file was truncated or "
+              "rewritten); stopping. Give each run token files that stay as they are while it runs\n");
+    ::_exit(2);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void register_mapping(const void* map, size_t bytes, const std::string& path) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+  });
+  std::lock_guard<std::mutex> lock(g_mapped_mu);
+  for (MappedRange& m : g_mapped) {
+    if (m.begin.load() != 0) continue;
+    std::snprintf(m.path, sizeof m.path, "%s", path.c_str());
+    m.bytes.store(bytes);
+    m.begin.store(reinterpret_cast<uintptr_t>(map));
+    return;
+  }
+  // More shards open than the table holds: those are read without the message.
+}
+
+void unregister_mapping(const void* map) {
+  std::lock_guard<std::mutex> lock(g_mapped_mu);
+  for (MappedRange& m : g_mapped)
+    if (m.begin.load() == reinterpret_cast<uintptr_t>(map)) m.begin.store(0);
+}
 
 // Closes a file descriptor on every exit path of the constructor.
 struct FdGuard {
@@ -79,6 +152,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (map == MAP_FAILED) ZT_USER_ERROR("token shard '", path, "': cannot mmap ", file_bytes, " bytes: ", errno_text());
   map_ = map;
   map_bytes_ = file_bytes;
+  register_mapping(map, static_cast<size_t>(file_bytes), path);  // before the scan below reads it
   tokens_ = static_cast<const char*>(map) + kTokenShardHeaderBytes;
   token_bytes_ = width;
   num_tokens_ = count;
@@ -105,7 +179,10 @@ const uint32_t* TokenShard::tokens32() const {
 }
 
 TokenShard::~TokenShard() {
-  if (map_ != nullptr) ::munmap(map_, static_cast<size_t>(map_bytes_));
+  if (map_ != nullptr) {
+    unregister_mapping(map_);
+    ::munmap(map_, static_cast<size_t>(map_bytes_));
+  }
 }
 
 TokenShard::TokenShard(TokenShard&& other) noexcept
@@ -119,7 +196,10 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
-    if (map_ != nullptr) ::munmap(map_, static_cast<size_t>(map_bytes_));
+    if (map_ != nullptr) {
+      unregister_mapping(map_);
+      ::munmap(map_, static_cast<size_t>(map_bytes_));
+    }
     path_ = std::move(other.path_);
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);

@@ -1,6 +1,9 @@
 #include "train/checkpointing.hpp"
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -8,9 +11,12 @@
 #include <filesystem>
 #include <memory>
 
+#include <unistd.h>
+
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
 #include "train/fault_injection.hpp"
+#include "train/train_state.hpp"
 #include "io/safetensors.hpp"
 #include "io/sha256.hpp"
 
@@ -66,6 +72,7 @@ struct Checkpointer::Pending {
   bool kill_midway = false;
   bool fail_write = false;
   void write() {
+    if (!error.empty()) return;  // refused before writing (non-finite state)
     try {
       if (fail_write) ZT_THROW("writing '", path, "' failed: No space left on device (injected)");
       if (kill_midway) {
@@ -130,6 +137,12 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
       zero_.placement().read_state(sh, which, whole.data());
       float* h = p->host.emplace_back(new float[static_cast<size_t>(n)]).get();
       std::copy(whole.begin(), whole.begin() + n, h);
+      // A diverged state is never published ([Note: non-finite steps]): the
+      // write is failed like a full disk, so the previous checkpoint stays
+      // the newest.
+      if (p->error.empty() && !std::all_of(h, h + n, [](float x) { return std::isfinite(x); }))
+        p->error = detail::concat("the ", optimizer_state_name(which), " state of unit '", fu.name, "' on rank ",
+                                  topo_.world_rank(), " holds non-finite values (the run diverged): not saved");
       p->bytes += static_cast<size_t>(n) * sizeof(float);
       p->shards.push_back(ShardData{optimizer_state_name(which), ShardRef{sh.unit, fu.name, fu.numel, sh.begin, n}, h});
     }
@@ -158,6 +171,15 @@ void Checkpointer::commit(Pending& p) {
   const double failed = all_reduce_scalar(world, p.error.empty() ? 0.0 : 1.0, ReduceOp::max);
   if (failed != 0) {
     if (!p.error.empty()) log_warn("checkpoint step ", p.step, ": ", p.error);
+    // Every rank is done with the staging dir (the reduction above follows
+    // each rank's write): rank 0 removes it, so a full disk gets its space back.
+    world.barrier();
+    if (topo_.world_rank() == 0) {
+      const std::string tmp = checkpoint_tmp_dir(cfg_.checkpoint.dir, p.step);
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+      if (ec) log_warn("cannot remove the failed checkpoint's staging dir '", tmp, "': ", ec.message());
+    }
     throw CollectiveError(detail::concat("checkpoint of step ", p.step,
                                          " failed on at least one rank (see the warnings); it was not published and "
                                          "the previous checkpoint is intact"));
@@ -217,7 +239,7 @@ void Checkpointer::write_16bit_weights(Pending& p, const std::string& tmp) {
   }
 }
 
-std::string Checkpointer::resolve(const std::string& resume) const {
+std::string Checkpointer::resolve(const std::string& resume) {
   // Rank 0 decides (verifying reads every file once) and tells the others;
   // an error is raised on every rank alike.
   std::string answer, error;
@@ -233,6 +255,41 @@ std::string Checkpointer::resolve(const std::string& resume) const {
   return answer.substr(3);
 }
 
+void Checkpointer::check_dir(bool resuming) {
+  namespace fs = std::filesystem;
+  const std::string& dir = cfg_.checkpoint.dir;
+  std::string error;
+  if (topo_.world_rank() == 0) {
+    try {
+      std::error_code ec;
+      if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        ZT_USER_ERROR("checkpoint.dir '", dir, "' exists and is not a directory");
+      fs::create_directories(dir, ec);
+      if (ec) ZT_USER_ERROR("checkpoint.dir '", dir, "': cannot create directory: ", ec.message());
+      // Permission bits do not tell (root, read-only mounts): a file is made and removed.
+      const std::string probe = dir + "/.write_probe_" + std::to_string(::getpid());
+      std::FILE* f = std::fopen(probe.c_str(), "w");
+      if (f == nullptr) ZT_USER_ERROR("checkpoint.dir '", dir, "' is not writable: ", std::strerror(errno));
+      std::fclose(f);
+      std::remove(probe.c_str());
+      // A committed step_<N> (not a staging step_<N>.tmp) is another run's:
+      // listed, not verified (that would read every byte of it).
+      for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        if (resuming) break;
+        const std::string name = entry.path().filename().string();
+        if (name.size() > 5 && name.compare(0, 5, "step_") == 0 &&
+            name.find_first_not_of("0123456789", 5) == std::string::npos && entry.is_directory(ec))
+          ZT_USER_ERROR("checkpoint.dir '", dir, "' holds checkpoints already (", entry.path().string(),
+                        "): continue that run with --resume auto, or give this run another checkpoint.dir");
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  error = broadcast_string(topo_.world(), error);
+  if (!error.empty()) throw CollectiveError(error, kExitBadInput);
+}
+
 bool Checkpointer::exists(int64_t step) const {
   std::string answer;
   if (topo_.world_rank() == 0) {
@@ -244,39 +301,77 @@ bool Checkpointer::exists(int64_t step) const {
   return broadcast_string(topo_.world(), answer) == "1";
 }
 
-std::string Checkpointer::resolve_here(const std::string& resume) const {
+std::string Checkpointer::resolve_here(const std::string& resume) {
   if (resume != "auto") {
     const std::vector<std::string> problems = verify_checkpoint(resume, true);
     if (!problems.empty()) ZT_USER_ERROR("--resume ", resume, ": ", problems.front());
     return resume;
   }
   if (cfg_.checkpoint.dir.empty()) ZT_USER_ERROR("--resume auto needs checkpoint.dir");
-  std::vector<std::string> skipped;
-  std::optional<std::string> found = find_latest_checkpoint(cfg_.checkpoint.dir, &skipped);
+  std::vector<std::string> skipped, damaged;
+  std::optional<std::string> found = find_latest_checkpoint(cfg_.checkpoint.dir, &skipped, &damaged, excluded_);
   for (const std::string& s : skipped) log_warn("--resume auto: skipping ", s);
+  // Starting from scratch is right only where no checkpoint was ever
+  // committed (uncommitted staging dirs do not count): over damaged ones it
+  // would throw away the run silently.
+  if (!found && !damaged.empty()) {
+    std::string list;
+    for (const std::string& d : damaged) list += (list.empty() ? "" : ", ") + d;
+    ZT_USER_ERROR("--resume auto: every checkpoint under ", cfg_.checkpoint.dir, " is damaged (", list,
+                  "; the warnings say why): refusing to start from scratch over them. Repair or move them away, or ",
+                  "start a fresh run (without --resume) with another checkpoint.dir");
+  }
+  damaged_ = std::move(damaged);
   return found ? *found : std::string();
+}
+
+void Checkpointer::set_aside_damaged() {
+  if (topo_.world_rank() != 0) return;
+  for (const std::string& d : damaged_) {
+    const std::string to = d + ".damaged";
+    std::error_code ec;
+    if (!std::filesystem::exists(to, ec)) std::filesystem::rename(d, to, ec);
+    if (ec || std::filesystem::exists(d, ec))
+      log_warn("--resume auto: cannot move the damaged checkpoint ", d, " aside to ", to,
+               ": saving its step again will fail");
+    else
+      log_warn("--resume auto: the damaged checkpoint ", d, " moved aside to ", to);
+  }
+  damaged_.clear();
 }
 
 nlohmann::json Checkpointer::load(const std::string& step_dir) {
   const double start = now_s();
   // Reading is local; a failure on any rank is agreed on before the
   // collectives of publishing, so no rank is left waiting.
+  // A file that cannot be read (kind 2) lets --resume auto try an older
+  // checkpoint; a checkpoint that does not fit this run (kind 1) does not.
   std::unique_ptr<CheckpointReader> reader;
   std::string error;
+  double kind = 0;
   try {
+    kind = 2;
     reader = std::make_unique<CheckpointReader>(step_dir);
+    kind = 1;
     if (reader->manifest().contains("imported_from"))  // apps/zckpt_import.cpp
       ZT_USER_ERROR("checkpoint ", step_dir, " was made by zckpt import: weights only, no optimizer state or ",
                     "training step to resume; start from it with model.init_from instead of --resume");
+    if (const std::string d = model_record_difference(reader->manifest(), model_record(cfg_.model)); !d.empty())
+      ZT_USER_ERROR("checkpoint ", step_dir, " holds another model than this run's: ", d,
+                    "; resume with the model section it was saved with");
+    kind = 2;
     read_owned(*reader, step_dir);
+    kind = 0;
   } catch (const std::exception& e) {
     error = e.what();
     log_warn(error);
   }
-  if (all_reduce_scalar(topo_.world(), error.empty() ? 0.0 : 1.0, ReduceOp::max) != 0)
-    throw CollectiveError(error.empty() ? "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)"
-                                        : error,
-                          kExitBadInput);
+  kind = all_reduce_scalar(topo_.world(), kind, ReduceOp::max);
+  if (kind != 0) {
+    if (error.empty()) error = "checkpoint " + step_dir + " could not be loaded on another rank (see its warning)";
+    if (kind == 2) throw CheckpointDataError(error, kExitBadInput);
+    throw CollectiveError(error, kExitBadInput);
+  }
   zero_.publish_params();
   const double bytes = all_reduce_scalar(topo_.world(), static_cast<double>(reader->bytes_read()));
   const double secs = now_s() - start;
@@ -297,6 +392,10 @@ void Checkpointer::read_owned(CheckpointReader& reader, const std::string& step_
     for (int k = 0; k < kNumOptimizerStates; ++k) {
       const auto which = static_cast<OptimizerState>(k);
       reader.read_range(optimizer_state_name(which), sh.unit, sh.begin, sh.end, host.data());
+      // Checkpoints of a diverged run written before they were refused.
+      if (!std::all_of(host.begin(), host.end(), [](float x) { return std::isfinite(x); }))
+        ZT_USER_ERROR("checkpoint ", step_dir, ": the ", optimizer_state_name(which), " state of unit ", sh.unit,
+                      " ('", fu.name, "') holds non-finite values: the run that saved it had diverged");
       zero_.placement().write_state(sh, which, host.data());
     }
   }

@@ -26,7 +26,7 @@ GradientFinalizer::GradientFinalizer(ZeroEngine& zero, Kernels& kernels, Device&
   }
 }
 
-GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
+GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, bool loss_finite) {
   GradientVerdict v;
   // The tie copy never runs a backward of its own; its gradient (from the
   // head's) is complete once every micro-batch has gone back.
@@ -52,8 +52,11 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
   // at ZeRO stage 0 every rank holds the whole reduced gradient and so the
   // same sum, and the max keeps it), then summed over the pipeline axis
   // (each stage holds other units). The two axes together span every rank.
-  double pair[2] = {owned_grad_sq(), stop_requested ? 1.0 : 0.0};
-  const Tensor t(pair, DType::f64, Shape{2});
+  // A third element flags a non-finite loss or gradient on some rank: a flag
+  // rather than the NaN itself, which a max reduction may drop.
+  const double sq = owned_grad_sq();
+  double pair[3] = {sq, stop_requested ? 1.0 : 0.0, std::isfinite(sq) && loss_finite ? 0.0 : 1.0};
+  const Tensor t(pair, DType::f64, Shape{3});
   if (comms_.data().size() > 1)
     all_reduce_sync(*comms_.data().host, t, zero_.options().stage == 0 ? ReduceOp::max : ReduceOp::sum);
   if (comms_.pipeline().size() > 1) all_reduce_sync(*comms_.pipeline().host, t, ReduceOp::sum);
@@ -62,6 +65,15 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested) {
   v.grad_norm = std::sqrt(pair[0]) / v.loss_scale;
   v.grad_scale = static_cast<float>(clip_coefficient(v.grad_norm, clip_) / v.loss_scale);
   v.stop = pair[1] != 0;
+  // [Note: non-finite steps] A non-finite loss or gradient norm that the
+  // fp16 loss scaler has not already dealt with (its overflow skips are part
+  // of finding the scale) would write NaN into the master weights: the update
+  // is skipped and the trainer counts the step against
+  // train.nonfinite_tolerance. Every rank holds the same reduced flag.
+  if (pair[2] != 0 && !v.skipped) {
+    v.skipped = true;
+    v.nonfinite = true;
+  }
   return v;
 }
 

@@ -31,7 +31,11 @@ struct GradientVerdict {
   double grad_norm = 0;   // global norm of the unscaled gradient, before clipping
   float grad_scale = 1;   // AdamW's gradient multiplier: clip coefficient / loss scale
   double loss_scale = 1;  // the scale this step's loss was multiplied by
-  bool skipped = false;   // fp16 overflow: the step makes no update
+  bool skipped = false;   // fp16 overflow, or `nonfinite`: the step makes no update
+  // The loss or the gradient norm is not finite on some rank and the loss
+  // scaler (fp16) did not already skip the step for it: the update is
+  // skipped, and the trainer counts such steps (train.nonfinite_tolerance).
+  bool nonfinite = false;
   bool stop = false;      // some rank received a stop signal: every rank stops after this step
 };
 
@@ -47,8 +51,9 @@ class GradientFinalizer {
   LossScaler* scaler() { return scaler_.get(); }
 
   // Finishes step `step` (1-based, for messages); `stop_requested`: this
-  // rank's stop signal. Collective over all ranks.
-  GradientVerdict finalize(int64_t step, bool stop_requested);
+  // rank's stop signal; `loss_finite`: whether this rank's share of the
+  // step's loss is finite. Collective over all ranks.
+  GradientVerdict finalize(int64_t step, bool stop_requested, bool loss_finite = true);
 
  private:
   void reduce_tied_copies();

@@ -15,9 +15,11 @@ namespace zt {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Names DIR/metrics.jsonl, creating DIR. The file is opened by begin(),
-  // or by the first write (truncating). A writer constructed with
-  // enabled=false (ranks other than 0) writes nothing.
+  // Names DIR/metrics.jsonl, creating DIR, and locks DIR/.lock (flock) for
+  // the life of the writer: another process writing the same DIR is a
+  // UserError naming it ([Note: one run per log directory]). The file is opened by begin(), or by the first write
+  // (truncating). A writer constructed with enabled=false (ranks other than
+  // 0) writes nothing.
   MetricsWriter(const std::string& dir, bool enabled);
   // A fresh run truncates the file; a resumed one (a requeued job, --resume)
   // appends to it, so the records of the steps before the resume survive,
@@ -33,6 +35,9 @@ class MetricsWriter {
     std::swap(enabled_, o.enabled_);
     std::swap(csv_dir_, o.csv_dir_);
     std::swap(samples_per_step_, o.samples_per_step_);
+    std::swap(lock_key_, o.lock_key_);
+    std::swap(dir_, o.dir_);
+    std::swap(warned_gone_, o.warned_gone_);
     return *this;
   }
   // DeepSpeed's csv_monitor (core/config.hpp): from now on, every step
@@ -49,9 +54,16 @@ class MetricsWriter {
   void write_csv(const nlohmann::json& record);
   std::string csv_dir_;  // "" = no csv_monitor
   int64_t samples_per_step_ = 0;
+  // A metrics.jsonl removed or replaced under the run (the log directory
+  // deleted) is re-created with a warning, once, instead of writing on into
+  // a file no one can see.
+  void check_still_there();
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::string dir_;
   bool enabled_ = false;
+  std::string lock_key_;  // this writer's hold on the log directory's lock ("": none)
+  bool warned_gone_ = false;
 };
 
 }  // namespace zt

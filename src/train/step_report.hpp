@@ -29,7 +29,8 @@ struct StepStats {
   int64_t tokens = 0;            // targets that counted in the loss (all of them without a loss mask)
   double lr = 0;
   double step_seconds = 0;
-  bool skipped = false;          // fp16: the gradients overflowed, no update was made
+  bool skipped = false;          // fp16: the gradients overflowed, or `nonfinite`: no update was made
+  bool nonfinite = false;        // the loss or gradient norm was not finite ([Note: non-finite steps])
   double loss_scale = 1;         // fp16: the scale used for this step
   StepTiming timing;
   // Bytes this rank passed to data-parallel collectives during the step, per

@@ -77,7 +77,11 @@ void StepWalk::load_batch(int mb, const Tensor& tokens, const Tensor& targets, c
 
 void StepWalk::reduce_grads() {
   const double t0 = now_s();
-  verdict_ = finalizer_.finalize(state_->step + 1, stop_requested_);
+  // This rank's share of the loss so far (zero on stages without the head);
+  // the gradient-norm read just after waits for the device anyway.
+  double loss = 0;
+  dev_.copy_to_host(&loss, loss_sum_.data(), sizeof loss);
+  verdict_ = finalizer_.finalize(state_->step + 1, stop_requested_, std::isfinite(loss));
   timing_.reduce_s = now_s() - t0;
 }
 

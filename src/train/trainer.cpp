@@ -89,6 +89,31 @@ struct Trainer::Impl {
   std::unique_ptr<Checkpointer> ckpt;
   TrainState state;
   bool stopped = false;  // all ranks agreed to stop after the last step
+  int nonfinite_streak = 0;  // consecutive steps with a non-finite loss or gradient norm
+
+  // [Note: non-finite steps] (grad_finalize.cpp): each such step is skipped
+  // with a warning; one more than train.nonfinite_tolerance in a row ends
+  // the run before anything of it is saved. fp16's overflow skips are
+  // neither counted nor break a streak. Every rank decides alike (the
+  // verdict is reduced), so the error is collective.
+  void count_nonfinite(const StepStats& st) {
+    if (!st.nonfinite) {
+      if (!st.skipped) nonfinite_streak = 0;
+      return;
+    }
+    ++nonfinite_streak;
+    const double loss = walk->read_loss();  // collective, like the verdict
+    const int tolerance = cfg.train.nonfinite_tolerance;
+    if (nonfinite_streak > tolerance)
+      throw CollectiveError(detail::concat(
+          "step ", st.step, ": the loss (", loss, ") or the gradient norm (", st.grad_norm, ") is not finite in ",
+          nonfinite_streak, " consecutive step(s), more than train.nonfinite_tolerance (", tolerance,
+          "): the run diverged and stops; no update of those steps was applied or saved. Lower the learning "
+          "rate, clip gradients (gradient_clipping) or check the data, then resume from the last checkpoint"));
+    log_warn("step ", st.step, ": the loss (", loss, ") or the gradient norm (", st.grad_norm,
+             ") is not finite: update skipped (", nonfinite_streak, " in a row of train.nonfinite_tolerance ",
+             tolerance, ")");
+  }
 
   Impl(const Config& c, CommBundle& cb, Device& d, Kernels& k)
       : cfg(c), comms(cb), topo(cb.topology()), dev(d), kernels(k),
@@ -148,6 +173,9 @@ nlohmann::json Trainer::state_json() const {
 
 bool Trainer::start(const std::string& resume) {
   Impl& s = *impl_;
+  // checkpoint.dir is checked before the first step (a fresh run: after
+  // model.init_from, whose errors come first).
+  if (s.ckpt && !resume.empty()) s.ckpt->check_dir(true);
   s.zero->init_params(s.cfg.train.seed);
   // model.init_from: a fresh start (no --resume, or auto found nothing)
   // begins from those weights (train/init_from.hpp).
@@ -156,18 +184,41 @@ bool Trainer::start(const std::string& resume) {
     return false;
   };
   if (resume.empty()) {
+    fresh_start();
+    if (s.ckpt) s.ckpt->check_dir(false);
     s.reporter->begin(false, 0, "");
-    return fresh_start();
+    return false;
   }
   if (!s.ckpt) throw CollectiveError("--resume needs checkpoint.dir in the config", kExitBadInput);
-  const std::string dir = s.ckpt->resolve(resume);
-  if (dir.empty()) {
-    log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
-    s.reporter->begin(false, 0, "");
-    return fresh_start();
+  std::string dir;
+  for (;;) {
+    dir = s.ckpt->resolve(resume);
+    if (dir.empty()) {
+      log_info("--resume auto: no checkpoint under ", s.cfg.checkpoint.dir, "; starting from scratch");
+      s.reporter->begin(false, 0, "");
+      return fresh_start();
+    }
+    try {
+      s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
+      break;
+    } catch (const CheckpointDataError&) {
+      // Damage the SHA-256 did not see (Fletcher32): like damage it does
+      // see, --resume auto falls back to the checkpoint before.
+      if (resume != "auto") throw;
+      log_warn("--resume auto: ", dir, " cannot be read; trying the checkpoint before it");
+      s.ckpt->exclude(dir);
+    }
   }
-  s.state = load_state(s.ckpt->load(dir), s.cfg, s.finalizer->scaler());
+  // A checkpoint past train.steps would train nothing and say nothing.
+  if (s.state.step > s.cfg.train.steps)
+    throw CollectiveError(detail::concat("--resume: checkpoint ", dir, " is at step ", s.state.step,
+                                         ", past train.steps = ", s.cfg.train.steps,
+                                         " (--steps): nothing to train; ask for more steps than ", s.state.step),
+                          kExitBadInput);
+  s.ckpt->set_aside_damaged();
   log_info("resumed from ", dir, " at step ", s.state.step);
+  if (s.state.step == s.cfg.train.steps)
+    log_info("the checkpoint is at train.steps = ", s.cfg.train.steps, " already: nothing to train (a finished run)");
   s.reporter->begin(true, s.state.step, dir);
   return true;
 }
@@ -187,6 +238,7 @@ StepStats Trainer::train_step(bool read_loss) {
   st.grad_norm = v.grad_norm;
   st.tokens = s.walk->last_targets();
   st.skipped = v.skipped;
+  st.nonfinite = v.nonfinite;
   st.loss_scale = v.loss_scale;
   st.comm = dp.counters();
   if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) {
@@ -224,6 +276,7 @@ void Trainer::run() {
   const int64_t first_step = s.state.step;
   for (bool last = s.state.step >= cfg.train.steps; !last;) {
     StepStats st = train_step(false);
+    s.count_nonfinite(st);
     s.reporter->add(st);
     const AfterStep after = after_step(cfg, st.step, s.stopped, st.skipped, s.ckpt != nullptr, s.data->has_val());
     last = after.last;

@@ -129,11 +129,11 @@ run_np 2 c.json --log-dir r2 --resume auto --steps 6
 [ "$RC" = 0 ] && grep -q "skipping.*step_10" "$WORK/out" && grep -q "resumed from ck/step_5" "$WORK/out" \
   && echo "ok: resume auto falls back to step 5 with a warning" || fail "resume auto past a corrupt checkpoint"
 
-# A checkpoint directory that cannot be created: a clear error, nothing lost.
+# A checkpoint directory that cannot be created: a clear error at start, nothing lost.
 touch afile
 run_np 2 c.json --log-dir e --set checkpoint.dir='"afile/ck"'
-[ "$RC" = 1 ] && grep -q "cannot create 'afile/ck/step_5.tmp'" "$WORK/out" && [ "$(grep -c 'ztrain: error' "$WORK/out")" = 1 ] \
-  && echo "ok: an unwritable checkpoint directory is a clear error" || fail "unwritable checkpoint dir: exit $RC"
+[ "$RC" = 2 ] && grep -q "checkpoint.dir 'afile/ck': cannot create directory" "$WORK/out" && [ "$(grep -c 'ztrain: error' "$WORK/out")" = 1 ] \
+  && ! grep -q "step      1/" "$WORK/out" && echo "ok: an unwritable checkpoint directory is a clear error at start" || fail "unwritable checkpoint dir: exit $RC"
 
 # SIGTERM or SIGUSR1 mid-run: a checkpoint at the current step, exit 0.
 cat > slow.json <<'JSON'
@@ -202,14 +202,14 @@ if [ "$RC" = 0 ] && [ "$n" = 10 ] && [ "$r" = 1 ] && [ "$first" = '"step":1' ] &
 else
   fail "metrics after resume: exit $RC, $n steps, $r resume records, first $first"
 fi
-# A fresh run into a checkpoint.dir that already holds its last step keeps
-# that checkpoint: the save at the end is skipped with a warning.
+# A fresh run into a checkpoint.dir that already holds checkpoints (another
+# run's) is refused at start; they are left as they were.
 before=$(sha256sum cke/step_4/* | sha256sum)
 run_np 1 c.json --log-dir e3 "${E[@]}" --steps 4
-if [ "$RC" = 0 ] && grep -q "already holds step_4" "$WORK/out" && [ "$(sha256sum cke/step_4/* | sha256sum)" = "$before" ]; then
-  echo "ok: the save at the end keeps an existing checkpoint of that step"
+if [ "$RC" = 2 ] && grep -q "holds checkpoints already" "$WORK/out" && [ "$(sha256sum cke/step_4/* | sha256sum)" = "$before" ]; then
+  echo "ok: a fresh run into a checkpoint.dir of another run is refused at start"
 else
-  fail "save at the end over an existing step: exit $RC"
+  fail "fresh run over existing checkpoints: exit $RC"
 fi
 # A fresh run in the same log directory starts its metrics.jsonl anew.
 run_np 1 c.json --log-dir e --set checkpoint.interval=0 --set checkpoint.dir='"ckf"' --set checkpoint.save_at_end=false --steps 3

@@ -467,5 +467,32 @@ TEST(ConfigErrors, FileErrors) {
             bad_value.path() + ": zero_optimization.stage: expected 0..3, found 9");
 }
 
+// Hostile files ([Note: config nesting]): each is a UserError naming the file,
+// never a crash or a run with defaults.
+TEST(ConfigErrors, HostileFilesNameTheFile) {
+  TempFile deep("deep.json", std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_EQ(user_error([&] { load_config(deep.path()); }),
+            deep.path() + ": nested more than 64 levels deep (objects and arrays): not a ztrain config");
+  TempFile deep_obj("deep_obj.json", "{\"a\": " + std::string(70, '[') + std::string(70, ']') + "}");
+  EXPECT_CONTAINS(user_error([&] { load_config(deep_obj.path()); }), deep_obj.path() + ": nested more than 64");
+  // Brackets inside strings and comments do not count.
+  TempFile strings("strings.json", "// [[[[\n{\"log\": {\"dir\": \"" + std::string(100, '[') + "\"}} /* {{{{ */");
+  EXPECT_NO_THROW(load_config(strings.path()));
+  EXPECT_CONTAINS(parse_error("{}", {"train.steps=" + std::string(100, '[') + std::string(100, ']')}),
+                  "--set train.steps=[[[[");
+  EXPECT_CONTAINS(parse_error("{}", {"train.steps=" + std::string(100, '[') + std::string(100, ']')}),
+                  "VALUE nested more than 64 levels deep");
+  for (const char* top : {"null", "[]", "3", "\"x\"", "true", "[{}]"}) {
+    TempFile f("top.json", top);
+    const std::string msg = user_error([&] { load_config(f.path()); });
+    EXPECT_CONTAINS(msg, f.path() + ": the config is ");
+    EXPECT_CONTAINS(msg, ", not a JSON object ({...})");
+  }
+  TempFile huge("huge.json", R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e400}}})");
+  const std::string msg = user_error([&] { load_config(huge.path()); });
+  EXPECT_CONTAINS(msg, huge.path() + ": invalid JSON: ");
+  EXPECT_CONTAINS(msg, "1e400");
+}
+
 }  // namespace
 }  // namespace zt::test

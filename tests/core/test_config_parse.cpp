@@ -16,7 +16,7 @@ auto fields(const ModelConfig& m) {
 }
 auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded, d.packing); }
 auto fields(const TrainConfig& t) {
-  return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib);
+  return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib, t.nonfinite_tolerance);
 }
 auto fields(const OffloadOptions& o) { return std::tie(o.delayed_update, o.delayed_update_warmup, o.aio_backend); }
 auto fields(const OptimizerConfig& o) { return std::tie(o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay); }

@@ -107,7 +107,7 @@ TEST(Checkpoint, ReadsBackWithAnotherLayout) {
   write_checkpoint(dir.path(), 10, /*dp=*/4);
   const std::string step_dir = dir / "step_10";
   zt::CheckpointReader reader(step_dir);
-  EXPECT_EQ(reader.manifest().at("version"), 1);
+  EXPECT_EQ(reader.manifest().at("version"), 2);
   EXPECT_EQ(reader.manifest().at("step"), 10);
   EXPECT_EQ(reader.manifest().at("files").size(), 4u);
   EXPECT_EQ(reader.manifest().at("topology").at("dp"), 4);
@@ -266,6 +266,7 @@ TEST(Checkpoint, Fletcher32CatchesDamageTheManifestMissed) {
   flip_byte(path, at + 5);
   nlohmann::json m = nlohmann::json::parse(zt::test::read_bytes(dir / "step_10/manifest.json"));
   m["files"]["rank_00002.h5"] = zt::sha256_file(path);
+  m["manifest_sha256"] = zt::manifest_checksum(m);
   zt::test::write_bytes(dir / "step_10/manifest.json", m.dump());
 
   EXPECT_TRUE(zt::verify_checkpoint(dir / "step_10", /*read_data=*/false).empty());
@@ -275,6 +276,45 @@ TEST(Checkpoint, Fletcher32CatchesDamageTheManifestMissed) {
   zt::CheckpointReader reader(dir / "step_10");
   std::vector<float> buf(S);
   EXPECT_THROW(reader.read_range("exp_avg", 2, 2 * S, 3 * S, buf.data()), zt::UserError);
+}
+
+// [Note: manifest checksum]: an edited field (the step, the applied steps)
+// fails verification and reading, naming manifest.json; the checksum does not
+// depend on indentation; a version-1 manifest (no checksum) still verifies.
+TEST(Checkpoint, ManifestChecksumCatchesEditedFields) {
+  TempDir dir;
+  write_checkpoint(dir.path(), 10, 2);
+  const std::string mpath = dir / "step_10/manifest.json";
+  const nlohmann::json good = nlohmann::json::parse(zt::test::read_bytes(mpath));
+  ASSERT_TRUE(good.contains("manifest_sha256"));
+  EXPECT_EQ(good["manifest_sha256"], zt::manifest_checksum(good));
+  zt::test::write_bytes(mpath, good.dump(4));  // re-indented: still good
+  EXPECT_TRUE(zt::verify_checkpoint(dir / "step_10").empty());
+
+  for (const char* key : {"step", "applied_steps"}) {
+    nlohmann::json m = good;
+    m[key] = 80;
+    zt::test::write_bytes(mpath, m.dump(2));
+    const std::vector<std::string> problems = zt::verify_checkpoint(dir / "step_10");
+    ASSERT_EQ(problems.size(), 1u) << key;
+    EXPECT_TRUE(contains(problems[0], "manifest.json") && contains(problems[0], "manifest_sha256")) << problems[0];
+    EXPECT_THROW(zt::CheckpointReader reader(dir / "step_10"), zt::UserError) << key;
+    std::vector<std::string> skipped;
+    EXPECT_EQ(zt::find_latest_checkpoint(dir.path(), &skipped), std::nullopt) << key;
+  }
+  nlohmann::json unsigned_v2 = good;
+  unsigned_v2.erase("manifest_sha256");
+  zt::test::write_bytes(mpath, unsigned_v2.dump(2));
+  ASSERT_EQ(zt::verify_checkpoint(dir / "step_10").size(), 1u);
+
+  nlohmann::json v1 = unsigned_v2;
+  v1["version"] = 1;
+  zt::test::write_bytes(mpath, v1.dump(2));
+  EXPECT_TRUE(zt::verify_checkpoint(dir / "step_10").empty());
+  std::string warning;
+  EXPECT_EQ(zt::manifest_checksum_problem(v1, mpath, &warning), "");
+  EXPECT_TRUE(contains(warning, "version 1") && contains(warning, mpath)) << warning;
+  EXPECT_NO_THROW(zt::CheckpointReader reader(dir / "step_10"));
 }
 
 TEST(Checkpoint, WriteErrorsNameThePathAndLeaveNoFile) {

@@ -1,5 +1,6 @@
 // End-to-end: runs the built zdata binary (path in ZDATA_BIN) and reads back
 // what it wrote.
+#include <chrono>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -110,6 +111,45 @@ TEST(Zdata, ErrorsNameTheFileAndExitOne) {
   r = zdata(dir, "text --out " + (dir / "t") + " " + (dir / "missing.txt"));
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.err, dir / "missing.txt")) << r.err;
+}
+
+// [Note: no empty shards]: nothing is written from an empty input or for
+// --train-tokens 0; an empty val split writes no val.bin; a markov corpus too
+// large for one shard is refused before it is generated.
+TEST(Zdata, NoUnusableShards) {
+  TempDir dir;
+  zt::test::write_bytes(dir / "empty.txt", "");
+  Result r = zdata(dir, "text --out " + (dir / "e") + " " + (dir / "empty.txt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "text: the input files hold no tokens (empty input): nothing written")) << r.err;
+  EXPECT_FALSE(std::ifstream(dir / "e/train.bin").good());
+
+  zt::test::write_bytes(dir / "a.txt", "hello, world\n");
+  r = zdata(dir, "text --out " + (dir / "n") + " --val-fraction 0 " + (dir / "a.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_shard(dir / "n/train.bin").size(), 13u);
+  EXPECT_FALSE(std::ifstream(dir / "n/val.bin").good()) << "no val.bin for --val-fraction 0";
+  EXPECT_TRUE(contains(r.out, "val.bin: not written")) << r.out;
+  r = zdata(dir, "text --out " + (dir / "s") + " --val-fraction 0.01 " + (dir / "a.txt"));  // 0.13 tokens: none
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "no val.bin written")) << r.err;
+  EXPECT_FALSE(std::ifstream(dir / "s/val.bin").good());
+  zt::test::write_bytes(dir / "one.txt", "x");
+  r = zdata(dir, "text --out " + (dir / "o") + " --val-fraction 0.9 " + (dir / "one.txt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "leaves none for train.bin")) << r.err;
+
+  r = zdata(dir, "markov --out " + (dir / "m") + " --train-tokens 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.err, "--train-tokens must be > 0")) << r.err;
+  r = zdata(dir, "markov --out " + (dir / "m") + " --train-tokens 1000 --val-tokens 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(std::ifstream(dir / "m/val.bin").good());
+  const auto t0 = std::chrono::steady_clock::now();
+  r = zdata(dir, "markov --out " + (dir / "big") + " --train-tokens 3000000000");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.err, "--train-tokens 3000000000: one shard holds at most 2147483647 tokens")) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 // zdata tokenize: ids of the Python packages (tests/io/data/tok_expected.json),
