@@ -32,6 +32,23 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
+# With CUDA, cuDNN's fused attention is built in when the header-only
+# cudnn-frontend is installed: its PyPI wheel puts the headers into
+# <site-packages>/include, where modules/cuda/attention.cmake asks python3 to
+# look (libcudnn itself comes with the CUDA installation). Only the headers
+# are needed, hence --no-deps. Without them the flash kernels run everywhere.
+if command -v nvcc >/dev/null 2>&1 &&
+   ! python3 -c "import importlib.metadata as m; m.distribution('nvidia-cudnn-frontend')" 2>/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  python3 -m pip install -q --break-system-packages --no-deps nvidia-cudnn-frontend==1.32.0 ||
+    echo "setup: nvidia-cudnn-frontend not installed; CUDA attention will use the flash kernels only"
+fi
+
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" ${CMAKE_ARGS:-}

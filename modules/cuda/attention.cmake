@@ -7,6 +7,7 @@ if(TARGET zt_cuda_attention)
 endif()
 add_library(zt_cuda_attention STATIC
   ${CMAKE_CURRENT_LIST_DIR}/attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention_cudnn.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention_mma_fwd.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention_mma_bwd.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention_simt.cu
@@ -20,3 +21,45 @@ set_target_properties(zt_cuda_attention PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 target_compile_options(zt_cuda_attention PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr>)
+
+# cuDNN's fused attention ([Note: two attention paths] in attention_cudnn.cuh)
+# through the header-only cudnn-frontend, which the PyPI wheel
+# nvidia-cudnn-frontend installs into <site-packages>/include (jobs/setup.sh
+# installs it where the CUDA toolkit is). ZT_CUDNN_FRONTEND_INCLUDE names the
+# folder holding cudnn_frontend.h; empty asks python3 where the wheel is.
+# Without the headers or libcudnn the path compiles out and the flash kernels
+# run everywhere.
+set(ZT_CUDNN_FRONTEND_INCLUDE "" CACHE PATH
+    "Folder with cudnn_frontend.h (empty: ask python3 for the nvidia-cudnn-frontend wheel's include folder)")
+set(_zt_fe_include "${ZT_CUDNN_FRONTEND_INCLUDE}")
+if(NOT _zt_fe_include)
+  find_program(ZT_PYTHON3 NAMES python3)
+  if(ZT_PYTHON3)
+    execute_process(
+      COMMAND ${ZT_PYTHON3} -c
+        "import importlib.metadata as m; print(m.distribution('nvidia-cudnn-frontend').locate_file('include'))"
+      OUTPUT_VARIABLE _zt_fe_include OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _zt_fe_rc)
+    if(NOT _zt_fe_rc EQUAL 0)
+      set(_zt_fe_include "")
+    endif()
+  endif()
+endif()
+find_path(ZT_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+find_library(ZT_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
+if(_zt_fe_include AND EXISTS "${_zt_fe_include}/cudnn_frontend.h" AND ZT_CUDNN_INCLUDE_DIR AND ZT_CUDNN_LIBRARY
+   AND TARGET CUDA::nvrtc)
+  message(STATUS "ztrain: cuDNN attention on (frontend ${_zt_fe_include}, ${ZT_CUDNN_LIBRARY})")
+  # SYSTEM: the frontend's own warnings are not ours.
+  target_include_directories(zt_cuda_attention SYSTEM PRIVATE "${_zt_fe_include}" "${ZT_CUDNN_INCLUDE_DIR}")
+  # The frontend also references NVRTC (for engines it compiles at run time).
+  target_link_libraries(zt_cuda_attention PUBLIC ${ZT_CUDNN_LIBRARY} CUDA::nvrtc)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/attention_cudnn.cu PROPERTIES
+    COMPILE_DEFINITIONS "ZT_HAVE_CUDNN=1"
+    # The frontend's headers trip nvcc's front end on unreachable loops and
+    # discarded [[nodiscard]] results.
+    COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-diag-suppress=128,2810>")
+else()
+  message(STATUS "ztrain: cuDNN attention off (cudnn_frontend.h: '${_zt_fe_include}', cudnn.h: "
+                 "${ZT_CUDNN_INCLUDE_DIR}, libcudnn: ${ZT_CUDNN_LIBRARY}); set ZT_CUDNN_FRONTEND_INCLUDE or "
+                 "pip install nvidia-cudnn-frontend")
+endif()

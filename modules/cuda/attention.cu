@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "modules/cuda/attention_cudnn.cuh"
 #include "modules/cuda/attention_detail.cuh"
 
 namespace zt {
@@ -118,7 +119,8 @@ void launch_prep(const float* dout, const void* out, void* dout_s, float* delta,
 
 namespace {
 
-void run_fwd(const FwdArgs& a, DType t, cudaStream_t stream) {
+void run_fwd(const FwdArgs& a, DType t, Arena& ws, cudaStream_t stream) {
+  if (attn::cudnn_fwd(a, t, ws, stream)) return;  // declines f32, doc_start and odd shapes
   const Dims& d = a.d;
   const int dp = padded_head(d.hs);
   const bool vec = d.hs % 8 == 0 && d.ld_q % 8 == 0 && d.ld_kv % 8 == 0 && aligned16(a.q) && aligned16(a.k) &&
@@ -152,12 +154,13 @@ void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Te
   ZT_CHECK(dout.numel() == n_out && dout.dtype == DType::f32, "attention_bwd: dout must be (B, T, C) f32");
   ZT_CHECK(out.numel() == n_out && out.dtype == t, "attention_bwd: out must be (B, T, C) in ", dtype_name(t));
   ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
+  a.lse = static_cast<const float*>(lse.data);
+  if (attn::cudnn_bwd(a, t, out.data, static_cast<const float*>(dout.data), ws, stream)) return;
 
   const ArenaScope scope(ws);
   const Tensor delta = ws.alloc(DType::f32, Shape{d.B, d.NH, d.T});
   check_cuda(delta, "workspace arena");
   const int dp = padded_head(d.hs);
-  a.lse = static_cast<const float*>(lse.data);
   a.delta = static_cast<const float*>(delta.data);
   const float* g = static_cast<const float*>(dout.data);
   float* dl = static_cast<float*>(delta.data);
@@ -213,13 +216,13 @@ Dims gqa_dims(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int
 }  // namespace
 
 void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start,
-                        cudaStream_t stream) {
+                        Arena& ws, cudaStream_t stream) {
   const Dims d = packed_dims(qkv, n_head);
   check_cuda(qkv, "qkv");
   check_fwd_outputs(out, lse, d, qkv.dtype);
   const FwdArgs a{d,        qkv.data,          offset(qkv.data, d.C, qkv.dtype), offset(qkv.data, 2 * d.C, qkv.dtype),
                   out.data, static_cast<float*>(lse.data), doc_start_ptr(doc_start, d)};
-  run_fwd(a, qkv.dtype, stream);
+  run_fwd(a, qkv.dtype, ws, stream);
 }
 
 void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -244,11 +247,11 @@ void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 }
 
 void gqa_attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                            int n_head, int n_kv_head, const Tensor& doc_start, cudaStream_t stream) {
+                            int n_head, int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream) {
   const Dims d = gqa_dims(q, k, v, n_head, n_kv_head);
   check_fwd_outputs(out, lse, d, q.dtype);
   const FwdArgs a{d, q.data, k.data, v.data, out.data, static_cast<float*>(lse.data), doc_start_ptr(doc_start, d)};
-  run_fwd(a, q.dtype, stream);
+  run_fwd(a, q.dtype, ws, stream);
 }
 
 void gqa_attention_bwd_cuda(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,

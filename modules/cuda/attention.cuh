@@ -6,8 +6,11 @@
 // skipped, so packed documents cost what their own lengths cost.
 //
 // Paths (chosen from the storage dtype of qkv):
-//   bf16, f16  tensor cores (mma.sync m16n8k16, fp32 accumulation), tiles of
-//              64 queries x 64 keys per block of 4 warps;
+//   bf16, f16  cuDNN's fused attention where the build has cuDNN and there is
+//              no document masking ([Note: two attention paths] in
+//              attention_cudnn.cuh; ZTRAIN_ATTENTION=flash turns it off);
+//              else tensor cores (mma.sync m16n8k16, fp32 accumulation),
+//              tiles of 64 queries x 64 keys per block of 4 warps;
 //   f32        SIMT fp32 (exact fp32 products, for parity with the CPU).
 // f64 storage is CPU-only. Head size hs = C / n_head may be 1..128; it is
 // zero-padded to 16, 32, 64 or 128 inside the kernels.
@@ -26,8 +29,9 @@ namespace zt {
 // lse (B, n_head, T) f32 = each query's log-sum-exp of the scaled scores.
 // qkv (B, T, 3C) storage holds [q | k | v]. out and lse are fully written.
 // doc_start: (B, T) i32 in device memory, or undefined (no document masking).
+// The cuDNN path takes its workspace from `ws`, as the backward below does.
 void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start,
-                        cudaStream_t stream);
+                        Arena& ws, cudaStream_t stream);
 
 // dqkv (B, T, 3C) f32 is fully written (not accumulated) from dout (B, T, C)
 // f32, recomputing the probabilities from qkv and lse (FlashAttention-2).
@@ -48,7 +52,7 @@ void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 // a key/value head's gradient sums its group's query heads in registers
 // (one block walks them all), so it is deterministic too.
 void gqa_attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                            int n_head, int n_kv_head, const Tensor& doc_start, cudaStream_t stream);
+                            int n_head, int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream);
 void gqa_attention_bwd_cuda(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                             const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, int n_head,
                             int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream);

@@ -24,9 +24,9 @@ Tensor classifier_weight(Arena& ws, const Tensor& x, const Tensor& w, cudaStream
 
 }  // namespace
 
-void CudaKernels::attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
+void CudaKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
                                 const Tensor& doc_start) {
-  attention_fwd_cuda(out, lse, qkv, n_head, doc_start, stream_);
+  attention_fwd_cuda(out, lse, qkv, n_head, doc_start, ws, stream_);
 }
 
 void CudaKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
@@ -34,9 +34,9 @@ void CudaKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dou
   attention_bwd_cuda(dqkv, dout, qkv, out, lse, n_head, doc_start, ws, stream_);
 }
 
-void CudaKernels::gqa_attention_fwd(Arena&, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+void CudaKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                     const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) {
-  gqa_attention_fwd_cuda(out, lse, q, k, v, n_head, n_kv_head, doc_start, stream_);
+  gqa_attention_fwd_cuda(out, lse, q, k, v, n_head, n_kv_head, doc_start, ws, stream_);
 }
 
 void CudaKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,

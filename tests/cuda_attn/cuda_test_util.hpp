@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -63,6 +65,29 @@ class PlainCudaDevice final : public Device {
 
  private:
   static void check(cudaError_t e) { ZT_CHECK(e == cudaSuccess, cudaGetErrorString(e)); }
+};
+
+// Sets ZTRAIN_ATTENTION (flash or cudnn: which path runs 16-bit attention,
+// read by the launchers at every call) for one scope, then restores it.
+class ScopedAttentionPath {
+ public:
+  explicit ScopedAttentionPath(const char* path) {
+    const char* old = std::getenv(kVar);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(kVar, path, 1);
+  }
+  ~ScopedAttentionPath() {
+    if (had_) ::setenv(kVar, old_.c_str(), 1);
+    else ::unsetenv(kVar);
+  }
+  ScopedAttentionPath(const ScopedAttentionPath&) = delete;
+  ScopedAttentionPath& operator=(const ScopedAttentionPath&) = delete;
+
+ private:
+  static constexpr const char* kVar = "ZTRAIN_ATTENTION";
+  bool had_ = false;
+  std::string old_;
 };
 
 // A random seed per run, printed so that a failure can be replayed with

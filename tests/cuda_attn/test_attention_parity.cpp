@@ -5,6 +5,12 @@
 // and unaligned ones, B * n_head above the H200's 132 SMs), in f32, bf16 and
 // f16 storage. The backward gets the CPU's forward outputs, so each
 // direction is judged on its own, and must be bitwise reproducible.
+// 16-bit cases run on both paths ([Note: two attention paths] in
+// modules/cuda/attention_cudnn.cuh), chosen with ZTRAIN_ATTENTION: flash
+// must never reach cuDNN; cudnn must reach it for head sizes 64 and 128
+// without document masking (T > 1), and never with document masking. The
+// cuDNN backward rounds its gradients to the storage dtype once more (u/2
+// in the norm: within the bounds below).
 //
 // Bounds on ||gpu - cpu|| / ||cpu||, per tensor and per part of dqkv:
 //   f32   1e-5: both sides compute in fp32 and differ only in summation order
@@ -26,6 +32,7 @@
 
 #include "modules/cpu_kernels.hpp"
 #include "modules/cuda/attention.cuh"
+#include "modules/cuda/attention_cudnn.cuh"
 #include "cuda_test_util.hpp"
 
 namespace zt {
@@ -37,15 +44,45 @@ struct AttnCase {
   int B, T, NH, hs;
 };
 
+// Which attention path a parameterised case asks for.
+enum class Path { flash, cudnn };
+const char* path_name(Path p) { return p == Path::flash ? "flash" : "cudnn"; }
+
+// Skips a cudnn case in a build without cuDNN; else selects the path.
+#define ZT_SELECT_PATH(path, guard)                                                     \
+  if ((path) == Path::cudnn && !attention_cudnn_compiled())                             \
+    GTEST_SKIP() << "this build has no cuDNN";                                          \
+  const test::ScopedAttentionPath guard(path_name(path))
+
+// Whether a call must run on cuDNN: 16-bit, no documents, T > 1, hs 64 or
+// 128 (other multiples of 8 may run there too; that is cuDNN's choice).
+bool must_use_cudnn(Path p, DType st, int T, int hs, bool docs) {
+  return p == Path::cudnn && st != DType::f32 && !docs && T > 1 && (hs == 64 || hs == 128);
+}
+
+// Checks the number of cuDNN calls since `before` for one call on path p.
+void expect_path(Path p, bool must_cudnn, uint64_t before, const char* what) {
+  const uint64_t n = attention_cudnn_calls() - before;
+  if (p == Path::flash) {
+    EXPECT_EQ(n, 0u) << what << ": ZTRAIN_ATTENTION=flash reached cuDNN";
+  }
+  if (must_cudnn) {
+    EXPECT_EQ(n, 1u) << what << ": did not run on cuDNN";
+  }
+}
+
 double out_tol(DType t) { return t == DType::f32 ? 1e-5 : t == DType::bf16 ? 2e-2 : 5e-3; }
 double lse_tol(DType t) { return t == DType::f32 ? 1e-5 : 1e-4; }
 
-class AttentionParity : public ::testing::TestWithParam<std::tuple<DType, AttnCase>> {};
+class AttentionParity : public ::testing::TestWithParam<std::tuple<DType, AttnCase, Path>> {};
 
 TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
   ZT_SKIP_WITHOUT_GPU();
   const DType st = std::get<0>(GetParam());
   const AttnCase c = std::get<1>(GetParam());
+  const Path path = std::get<2>(GetParam());
+  ZT_SELECT_PATH(path, select);
+  const bool must_cudnn = must_use_cudnn(path, st, c.T, c.hs, false);
   const int64_t C = static_cast<int64_t>(c.NH) * c.hs, n_qkv = int64_t{c.B} * c.T * 3 * C,
                 n_out = int64_t{c.B} * c.T * C;
   std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.B) << 48 | uint64_t(c.T) << 24 | uint64_t(c.NH) << 8 | c.hs) ^
@@ -82,8 +119,11 @@ TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
   out.poison();
   lse.poison();
   ZT_TEST_CUDA(cudaDeviceSynchronize());
-  attention_fwd_cuda(out.t, lse.t, qkv.t, c.NH, Tensor(), stream);
+  uint64_t calls = attention_cudnn_calls();
+  attention_fwd_cuda(out.t, lse.t, qkv.t, c.NH, Tensor(), ws, stream);
   ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+  const bool fwd_cudnn = attention_cudnn_calls() != calls;
+  expect_path(path, must_cudnn, calls, "forward");
   const std::vector<float> out_g = out.read(dev), lse_g = lse.read(dev);
   EXPECT_EQ(test::count_nonfinite(out_g), 0) << "out has unwritten or non-finite elements";
   EXPECT_EQ(test::count_nonfinite(lse_g), 0) << "lse has unwritten or non-finite elements";
@@ -98,8 +138,10 @@ TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
   for (auto& r : dqkv_g) {
     dqkv.poison();
     ZT_TEST_CUDA(cudaDeviceSynchronize());
+    calls = attention_cudnn_calls();
     attention_bwd_cuda(dqkv.t, dout.t, qkv.t, out.t, lse.t, c.NH, Tensor(), ws, stream);
     ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+    expect_path(path, must_cudnn, calls, "backward");
     r = dqkv.read(dev);
   }
   EXPECT_EQ(test::count_nonfinite(dqkv_g[0]), 0) << "dqkv has unwritten or non-finite elements";
@@ -109,8 +151,9 @@ TEST_P(AttentionParity, ForwardAndBackwardMatchCpu) {
     e_part[p] = test::rel_err_if(dqkv_g[0], dqkv_ref, [&](size_t i) { return static_cast<int64_t>(i) % (3 * C) / C == p; });
     EXPECT_LE(e_part[p], out_tol(st)) << "d" << "qkv"[p];
   }
-  std::printf("[ errors   ] %s B=%d T=%d NH=%d hs=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-              dtype_name(st), c.B, c.T, c.NH, c.hs, e_out, e_lse, e_part[0], e_part[1], e_part[2]);
+  std::printf("[ errors   ] %s B=%d T=%d NH=%d hs=%d %s (ran %s): out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+              dtype_name(st), c.B, c.T, c.NH, c.hs, path_name(path), fwd_cudnn ? "cudnn" : "flash", e_out, e_lse,
+              e_part[0], e_part[1], e_part[2]);
   ZT_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
@@ -126,15 +169,21 @@ const AttnCase kCases[] = {
     {2, 257, 70, 32},  // B * NH = 140, several tiles
 };
 
-std::string case_name(const ::testing::TestParamInfo<std::tuple<DType, AttnCase>>& info) {
+std::string case_name(const ::testing::TestParamInfo<std::tuple<DType, AttnCase, Path>>& info) {
   const AttnCase c = std::get<1>(info.param);
   return std::string(dtype_name(std::get<0>(info.param))) + "_B" + std::to_string(c.B) + "_T" +
-         std::to_string(c.T) + "_H" + std::to_string(c.NH) + "_D" + std::to_string(c.hs);
+         std::to_string(c.T) + "_H" + std::to_string(c.NH) + "_D" + std::to_string(c.hs) + "_" +
+         path_name(std::get<2>(info.param));
 }
 
+// f32 has only the flash path; 16-bit runs both.
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionParity,
-                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
-                                            ::testing::ValuesIn(kCases)),
+                         ::testing::Combine(::testing::Values(DType::f32), ::testing::ValuesIn(kCases),
+                                            ::testing::Values(Path::flash)),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes16, AttentionParity,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16), ::testing::ValuesIn(kCases),
+                                            ::testing::Values(Path::flash, Path::cudnn)),
                          case_name);
 
 // ---- grouped-query attention and document masking ----------------------------
@@ -149,7 +198,7 @@ struct GqaCase {
   bool docs;
 };
 
-class GqaParity : public ::testing::TestWithParam<std::tuple<DType, GqaCase>> {};
+class GqaParity : public ::testing::TestWithParam<std::tuple<DType, GqaCase, Path>> {};
 
 // Slice rows [s, e) of row b of a (B, T, W) host array into a (1, e - s, W) one.
 std::vector<float> slice_rows(const std::vector<float>& v, int T, int64_t W, int b, int s, int e) {
@@ -164,6 +213,9 @@ TEST_P(GqaParity, PackedDocumentsMatchCpuPerDocument) {
   ZT_SKIP_WITHOUT_GPU();
   const DType st = std::get<0>(GetParam());
   const GqaCase c = std::get<1>(GetParam());
+  const Path path = std::get<2>(GetParam());
+  ZT_SELECT_PATH(path, select);
+  const bool must_cudnn = must_use_cudnn(path, st, c.T, c.hs, c.docs);
   const int64_t Wq = int64_t{c.NH} * c.hs, Wkv = int64_t{c.NKV} * c.hs;
   std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.T) << 24 | uint64_t(c.NH) << 16 | uint64_t(c.NKV) << 8 | c.hs) ^
                       (static_cast<uint64_t>(st) << 40) ^ (c.docs ? 0x5bd1e995ull : 0));
@@ -234,8 +286,14 @@ TEST_P(GqaParity, PackedDocumentsMatchCpuPerDocument) {
   out.poison();
   lse.poison();
   ZT_TEST_CUDA(cudaDeviceSynchronize());
-  gqa_attention_fwd_cuda(out.t, lse.t, q.t, k.t, v.t, c.NH, c.NKV, doc, stream);
+  uint64_t calls = attention_cudnn_calls();
+  gqa_attention_fwd_cuda(out.t, lse.t, q.t, k.t, v.t, c.NH, c.NKV, doc, ws, stream);
   ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+  const bool fwd_cudnn = attention_cudnn_calls() != calls;
+  expect_path(path, must_cudnn, calls, "forward");
+  if (c.docs) {
+    EXPECT_FALSE(fwd_cudnn) << "document masking reached cuDNN";
+  }
   const std::vector<float> out_g = out.read(dev), lse_g = lse.read(dev);
   EXPECT_EQ(test::count_nonfinite(out_g), 0) << "out has unwritten or non-finite elements";
   EXPECT_EQ(test::count_nonfinite(lse_g), 0) << "lse has unwritten or non-finite elements";
@@ -251,8 +309,13 @@ TEST_P(GqaParity, PackedDocumentsMatchCpuPerDocument) {
     dk.poison();
     dv.poison();
     ZT_TEST_CUDA(cudaDeviceSynchronize());
+    calls = attention_cudnn_calls();
     gqa_attention_bwd_cuda(dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse.t, c.NH, c.NKV, doc, ws, stream);
     ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+    expect_path(path, must_cudnn, calls, "backward");
+    if (c.docs) {
+      EXPECT_EQ(attention_cudnn_calls(), calls) << "document masking reached cuDNN";
+    }
     r[0] = dq.read(dev);
     r[1] = dk.read(dev);
     r[2] = dv.read(dev);
@@ -265,8 +328,10 @@ TEST_P(GqaParity, PackedDocumentsMatchCpuPerDocument) {
     e[p] = test::rel_err(g[0][p], *ref[p]);
     EXPECT_LE(e[p], out_tol(st)) << "d" << "qkv"[p];
   }
-  std::printf("[ errors   ] %s B=%d T=%d NH=%d NKV=%d hs=%d docs=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-              dtype_name(st), c.B, c.T, c.NH, c.NKV, c.hs, int(c.docs), e_out, e_lse, e[0], e[1], e[2]);
+  std::printf("[ errors   ] %s B=%d T=%d NH=%d NKV=%d hs=%d docs=%d %s (ran %s): out %.2e lse %.2e dq %.2e dk %.2e "
+              "dv %.2e\n",
+              dtype_name(st), c.B, c.T, c.NH, c.NKV, c.hs, int(c.docs), path_name(path), fwd_cudnn ? "cudnn" : "flash",
+              e_out, e_lse, e[0], e[1], e[2]);
   ZT_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
@@ -279,27 +344,56 @@ const GqaCase kGqaCases[] = {
     {1, 77, 2, 1, 40, true},     // padded head size, T not a tile multiple
 };
 
-std::string gqa_case_name(const ::testing::TestParamInfo<std::tuple<DType, GqaCase>>& info) {
+std::string gqa_case_name(const ::testing::TestParamInfo<std::tuple<DType, GqaCase, Path>>& info) {
   const GqaCase c = std::get<1>(info.param);
   return std::string(dtype_name(std::get<0>(info.param))) + "_B" + std::to_string(c.B) + "_T" +
          std::to_string(c.T) + "_H" + std::to_string(c.NH) + "_KV" + std::to_string(c.NKV) + "_D" +
-         std::to_string(c.hs) + (c.docs ? "_docs" : "");
+         std::to_string(c.hs) + (c.docs ? "_docs" : "") + "_" + path_name(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GqaParity,
-                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
-                                            ::testing::ValuesIn(kGqaCases)),
+                         ::testing::Combine(::testing::Values(DType::f32), ::testing::ValuesIn(kGqaCases),
+                                            ::testing::Values(Path::flash)),
+                         gqa_case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes16, GqaParity,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16), ::testing::ValuesIn(kGqaCases),
+                                            ::testing::Values(Path::flash, Path::cudnn)),
                          gqa_case_name);
 
 TEST(AttentionChecks, RejectsBadArguments) {
   ZT_SKIP_WITHOUT_GPU();
   test::PlainCudaDevice dev;
+  Arena ws(dev, MemTag::workspace, size_t{1} << 20);
   TestTensor qkv(dev, DType::bf16, Shape{1, 8, 3 * 64}), out(dev, DType::f32, Shape{1, 8, 64}),
       lse(dev, DType::f32, Shape{1, 2, 8});
-  EXPECT_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 2, Tensor(), nullptr), Error);  // out dtype != qkv dtype
+  EXPECT_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 2, Tensor(), ws, nullptr), Error);  // out dtype != qkv dtype
   TestTensor big(dev, DType::bf16, Shape{1, 8, 3 * 256}), out2(dev, DType::bf16, Shape{1, 8, 256}),
       lse2(dev, DType::f32, Shape{1, 1, 8});
-  EXPECT_THROW(attention_fwd_cuda(out2.t, lse2.t, big.t, 1, Tensor(), nullptr), Error);  // hs 256 > 128
+  EXPECT_THROW(attention_fwd_cuda(out2.t, lse2.t, big.t, 1, Tensor(), ws, nullptr), Error);  // hs 256 > 128
+}
+
+// ZTRAIN_ATTENTION takes flash or cudnn (cudnn only where the build has
+// cuDNN); anything else is refused by name, not ignored.
+TEST(AttentionChecks, RejectsUnknownPath) {
+  ZT_SKIP_WITHOUT_GPU();
+  test::PlainCudaDevice dev;
+  Arena ws(dev, MemTag::workspace, size_t{1} << 20);
+  TestTensor qkv(dev, DType::bf16, Shape{1, 8, 3 * 64}), out(dev, DType::bf16, Shape{1, 8, 64}),
+      lse(dev, DType::f32, Shape{1, 1, 8});
+  qkv.fill(dev, std::vector<float>(size_t(qkv.t.numel()), 0.5f));
+  {
+    const test::ScopedAttentionPath select("flashy");
+    EXPECT_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 1, Tensor(), ws, nullptr), UserError);
+  }
+  {
+    const test::ScopedAttentionPath select("cudnn");
+    if (attention_cudnn_compiled()) {
+      EXPECT_NO_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 1, Tensor(), ws, nullptr));
+    } else {
+      EXPECT_THROW(attention_fwd_cuda(out.t, lse.t, qkv.t, 1, Tensor(), ws, nullptr), UserError);
+    }
+  }
+  ZT_TEST_CUDA(cudaDeviceSynchronize());
 }
 
 }  // namespace

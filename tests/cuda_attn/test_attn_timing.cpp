@@ -1,5 +1,6 @@
-// Timing of the CUDA attention and fused classifier at GPT-2 124M sizes
-// (skipped without a GPU). Prints milliseconds per call and TFLOP/s; checks
+// Timing of the CUDA attention (flash kernels and cuDNN, ZTRAIN_ATTENTION)
+// and fused classifier at GPT-2 124M sizes and larger heads (skipped without
+// a GPU). Prints milliseconds per call and TFLOP/s; checks
 // only that the results are finite. FLOP counts are the model's (causal
 // attention: forward 2 products over half the (T, T) pairs, backward 5, as
 // FlashAttention reports them; the classifier: forward 2NVC, backward 4NVC),
@@ -9,9 +10,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 
 #include "modules/cuda/attention.cuh"
+#include "modules/cuda/attention_cudnn.cuh"
 #include "modules/cuda/classifier.cuh"
 #include "cuda_test_util.hpp"
 
@@ -36,36 +39,64 @@ float time_ms(cudaStream_t stream, const std::function<void()>& fn, int warmup =
   return ms / iters;
 }
 
-void time_attention(DType st, int B, int T, int NH, int hs) {
-  const int64_t C = int64_t{NH} * hs;
+// Times forward and backward of one shape on one path (ZTRAIN_ATTENTION):
+// the packed (B, T, 3C) launchers when NKV == NH, the grouped-query ones
+// otherwise. A cudnn line that did not run on cuDNN fails.
+void time_attention(DType st, int B, int T, int NH, int NKV, int hs, const char* path) {
+  if (std::strcmp(path, "cudnn") == 0 && !attention_cudnn_compiled()) {
+    std::printf("[ timing   ] attention %s B=%d T=%d H=%d KV=%d D=%d cudnn: skipped (no cuDNN in this build)\n",
+                dtype_name(st), B, T, NH, NKV, hs);
+    return;
+  }
+  const test::ScopedAttentionPath select(path);
+  const int64_t C = int64_t{NH} * hs, Ckv = int64_t{NKV} * hs;
+  const bool packed = NKV == NH;
   test::PlainCudaDevice dev;
   Arena ws(dev, MemTag::workspace);
-  TestTensor qkv(dev, st, Shape{B, T, 3 * C}), out(dev, st, Shape{B, T, C}), lse(dev, DType::f32, Shape{B, NH, T}),
-      dout(dev, DType::f32, Shape{B, T, C}), dqkv(dev, DType::f32, Shape{B, T, 3 * C});
+  TestTensor out(dev, st, Shape{B, T, C}), lse(dev, DType::f32, Shape{B, NH, T}), dout(dev, DType::f32, Shape{B, T, C});
+  // Packed: qkv and dqkv; grouped-query: q, k, v and their gradients.
+  const Shape s_qkv = packed ? Shape{B, T, 3 * C} : Shape{B, T, C}, s_kv = packed ? Shape{1} : Shape{B, T, Ckv};
+  TestTensor qkv(dev, st, s_qkv), k(dev, st, s_kv), v(dev, st, s_kv), dqkv(dev, DType::f32, s_qkv),
+      dk(dev, DType::f32, s_kv), dv(dev, DType::f32, s_kv);
   std::mt19937_64 rng(test::test_seed());
-  qkv.fill(dev, test::normal_vec(rng, size_t(qkv.t.numel()), 1.0f));
-  dout.fill(dev, test::normal_vec(rng, size_t(dout.t.numel()), 1.0f));
+  for (TestTensor* t : {&qkv, &k, &v, &dout}) t->fill(dev, test::normal_vec(rng, size_t(t->t.numel()), 1.0f));
   cudaStream_t s = nullptr;
   ZT_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
-  const float fwd = time_ms(s, [&] { attention_fwd_cuda(out.t, lse.t, qkv.t, NH, s); });
-  const float bwd = time_ms(s, [&] { attention_bwd_cuda(dqkv.t, dout.t, qkv.t, out.t, lse.t, NH, ws, s); });
+  const uint64_t calls = attention_cudnn_calls();
+  const float fwd = time_ms(s, [&] {
+    if (packed) attention_fwd_cuda(out.t, lse.t, qkv.t, NH, Tensor(), ws, s);
+    else gqa_attention_fwd_cuda(out.t, lse.t, qkv.t, k.t, v.t, NH, NKV, Tensor(), ws, s);
+  });
+  const float bwd = time_ms(s, [&] {
+    if (packed) attention_bwd_cuda(dqkv.t, dout.t, qkv.t, out.t, lse.t, NH, Tensor(), ws, s);
+    else gqa_attention_bwd_cuda(dqkv.t, dk.t, dv.t, dout.t, qkv.t, k.t, v.t, out.t, lse.t, NH, NKV, Tensor(), ws, s);
+  });
+  const bool ran_cudnn = attention_cudnn_calls() != calls;
   const double f_fwd = 4.0 * B * NH * double(T) * T * hs / 2;  // causal: half the pairs
   const double f_bwd = 2.5 * f_fwd;
-  std::printf("[ timing   ] attention %s B=%d T=%d H=%d D=%d: fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s), "
-              "fwd+bwd %.3f ms (%.1f TFLOP/s)\n",
-              dtype_name(st), B, T, NH, hs, fwd, f_fwd / fwd * 1e-9, bwd, f_bwd / bwd * 1e-9, fwd + bwd,
-              (f_fwd + f_bwd) / (fwd + bwd) * 1e-9);
+  std::printf("[ timing   ] attention %s B=%d T=%d H=%d KV=%d D=%d %s (ran %s): fwd %.3f ms (%.1f TFLOP/s), "
+              "bwd %.3f ms (%.1f TFLOP/s), fwd+bwd %.3f ms (%.1f TFLOP/s), workspace %.0f MiB\n",
+              dtype_name(st), B, T, NH, NKV, hs, path, ran_cudnn ? "cudnn" : "flash", fwd, f_fwd / fwd * 1e-9, bwd,
+              f_bwd / bwd * 1e-9, fwd + bwd, (f_fwd + f_bwd) / (fwd + bwd) * 1e-9, ws.capacity() / 1048576.0);
+  EXPECT_EQ(ran_cudnn, std::strcmp(path, "cudnn") == 0) << path << " did not run where asked";
   EXPECT_EQ(test::count_nonfinite(out.read(dev)), 0);
   EXPECT_EQ(test::count_nonfinite(dqkv.read(dev)), 0);
   ZT_CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream");
 }
 
+// The GPT-2 124M block (16 x 1024, 12 heads of 64) and larger heads, on both
+// paths; f32 runs on the flash kernels only.
 TEST(CudaAttnTiming, AttentionGpt2) {
   ZT_SKIP_WITHOUT_GPU();
-  time_attention(DType::bf16, 16, 1024, 12, 64);
-  time_attention(DType::f16, 16, 1024, 12, 64);
-  time_attention(DType::bf16, 8, 2048, 16, 128);
-  time_attention(DType::f32, 16, 1024, 12, 64);
+  struct Shape4 {
+    int B, T, NH, NKV, hs;
+  };
+  const Shape4 shapes[] = {
+      {16, 1024, 12, 12, 64}, {8, 1024, 16, 16, 128}, {4, 2048, 16, 16, 128}, {4, 2048, 32, 8, 64}};
+  for (const Shape4& c : shapes)
+    for (const char* path : {"flash", "cudnn"}) time_attention(DType::bf16, c.B, c.T, c.NH, c.NKV, c.hs, path);
+  for (const char* path : {"flash", "cudnn"}) time_attention(DType::f16, 16, 1024, 12, 12, 64, path);
+  time_attention(DType::f32, 16, 1024, 12, 12, 64, "flash");
 }
 
 TEST(CudaAttnTiming, ClassifierGpt2) {
