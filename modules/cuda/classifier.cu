@@ -1,19 +1,18 @@
-// The fused classifier + softmax cross-entropy: cuBLASLt for the products
-// (logits per chunk of rows in the forward; logits, dx and dw per slice of
-// classes in the backward), and three small kernels (forward partial
-// log-sum-exps, their merge with the loss, backward dlogits). See
+// The fused classifier + softmax cross-entropy: cuBLASLt for the products of
+// each slice of classes over all rows (logits in the forward; logits, dx and
+// dw in the backward), and three small kernels (forward partial log-sum-exps
+// per slab of classes, their merge with the loss, backward dlogits). See
 // classifier.cuh for the contract.
 //
-// [Note: transposed logits] A chunk's logits are kept class-major: element
-// (row n, class v) at L[n + v * R], i.e. the column-major (R, V) matrix with
-// R (rows per chunk) a multiple of 8. Every operand of the three products
-// then has a contiguous extent that is a multiple of 8 (R or C), which
-// cuBLASLt's fast Hopper kernels need: with the row-major (rows, V) layout
-// the odd V of GPT-2 (50257) forces 1-element-aligned kernels, measured 4-7x
-// slower on an H200 (logits 193 us vs 37 us, dx 160 us vs 37 us for 224
-// rows). Only a last chunk with rows % 8 != 0 runs an unaligned kernel. The
-// row statistics read 4 adjacent rows per thread (one float4) per class,
-// coalesced across a warp.
+// [Note: transposed logits] A slice's logits are kept class-major: element
+// (row n, class v) at L[n + v * R], i.e. the column-major (R, Vc) matrix with
+// R (the rows rounded up) a multiple of 8. Every operand of the three
+// products then has a contiguous extent that is a multiple of 8 (R or C),
+// which cuBLASLt's fast Hopper kernels need: with the row-major (rows, V)
+// layout the odd V of GPT-2 (50257) forces 1-element-aligned kernels,
+// measured 4-7x slower on an H200 (logits 193 us vs 37 us, dx 160 us vs
+// 37 us for 224 rows). The row statistics read 4 adjacent rows per thread
+// (one float4) per class, coalesced across a warp.
 #include "modules/cuda/classifier.cuh"
 
 #include <cuda_bf16.h>
@@ -38,7 +37,7 @@ constexpr int kUnroll = 4;              // float4 loads in flight per thread
 
 struct ClsDims {
   int N, C, V;
-  int R;  // rows per chunk, a multiple of 8 (the logits' leading dimension)
+  int R;  // N rounded up to 8: the logits' leading dimension
   int S;  // class slabs of the row kernels: ceil(V / kSlab)
 };
 
@@ -50,7 +49,7 @@ void check_cuda(const Tensor& t, const char* what) {
            " must be a defined tensor in CUDA memory");
 }
 
-ClsDims cls_dims(const Tensor& x, const Tensor& w, const Tensor& targets, size_t chunk_bytes) {
+ClsDims cls_dims(const Tensor& x, const Tensor& w, const Tensor& targets) {
   check_cuda(x, "x");
   check_cuda(w, "w");
   check_cuda(targets, "targets");
@@ -64,12 +63,8 @@ ClsDims cls_dims(const Tensor& x, const Tensor& w, const Tensor& targets, size_t
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   ZT_CHECK(N >= 1 && V >= 1 && C >= 1 && N <= kMax - 8 && C <= kMax && V <= kMax,
            "classifier dimensions out of range for cuBLAS int");
-  const int64_t per_row = V * (x.dtype == DType::f32 ? 4 : 6);  // logits f32 (+ dlogits 16-bit)
-  int64_t R = static_cast<int64_t>(chunk_bytes) / per_row / 8 * 8;
-  R = std::max<int64_t>(8, std::min<int64_t>(R, (N + 7) / 8 * 8));
-  ZT_CHECK(R * V <= kMax, "classifier: chunk of ", R, " rows x ", V, " classes exceeds cuBLAS int");
   ZT_CHECK((V + kSlab - 1) / kSlab <= 65535, "classifier: vocabulary of ", V, " too large for the row grid");
-  return ClsDims{static_cast<int>(N), static_cast<int>(C), static_cast<int>(V), static_cast<int>(R),
+  return ClsDims{static_cast<int>(N), static_cast<int>(C), static_cast<int>(V), static_cast<int>((N + 7) / 8 * 8),
                  static_cast<int>((V + kSlab - 1) / kSlab)};
 }
 
@@ -150,23 +145,6 @@ class LtGemm {
   cublasLtMatmulAlgo_t algo_{};
 };
 
-// The forward's product for a chunk of rr rows ([Note: transposed logits]),
-// in column-major terms with x_c = x[r0 : r0 + rr] and L the chunk's logits
-// (rr, V; ld R): L (rr, V) = op_T(x_c^T (C, rr)) . w^T (C, V).
-struct ChunkPlans {
-  std::unique_ptr<LtGemm> logits;
-};
-
-ChunkPlans make_plans(const ClassifierBlas& blas, const ClsDims& d, int rr, const Tensor& x, const Tensor& w,
-                      const void* L) {
-  const cudaDataType_t st = cuda_type(x.dtype);
-  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
-  const int ax = alignment(x.data, int64_t{d.R} * d.C * es), aw = alignment(w.data, 0);
-  ChunkPlans p;
-  p.logits = std::make_unique<LtGemm>(blas, true, false, rr, d.V, d.C, st, d.C, d.C, d.R, ax, aw, alignment(L, 0));
-  return p;
-}
-
 __device__ __forceinline__ void merge_lse(float& m, float& s, float m2, float s2) {
   if (m2 == -INFINITY) return;
   if (m == -INFINITY) {
@@ -184,8 +162,12 @@ __device__ __forceinline__ float comp(const float4& v, int i) { return i == 0 ? 
 // grid (ceil(rr / 128), S). Thread: rows n0..n0+3 (one float4 per class);
 // warp w: classes v_begin + w, + 8, ... of the block's slab. Writes each
 // row's (max, sum of exp(x - max)) over the slab to partial[slab * R + n].
+// L's classes are v_off .. v_off + V - 1 of the vocabulary; the slab holding
+// a row's target also copies that logit to tlogit[n].
 __global__ void __launch_bounds__(kThreads) fwd_partial_kernel(const float* __restrict__ L, int R, int rr, int V,
-                                                              float2* __restrict__ partial) {
+                                                              float2* __restrict__ partial,
+                                                              const int* __restrict__ targets, int v_off,
+                                                              float* __restrict__ tlogit) {
   __shared__ float sm[kWarps][kRowsPerBlock], ss[kWarps][kRowsPerBlock];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int n0 = blockIdx.x * kRowsPerBlock + 4 * lane;
@@ -224,12 +206,15 @@ __global__ void __launch_bounds__(kThreads) fwd_partial_kernel(const float* __re
     float mm = sm[0][t], sum = ss[0][t];
     for (int w = 1; w < kWarps; ++w) merge_lse(mm, sum, sm[w][t], ss[w][t]);
     partial[int64_t{blockIdx.y} * R + n] = make_float2(mm, sum);
+    const int tg = targets[n] - v_off;
+    if (tg >= v_begin && tg < v_end) tlogit[n] = L[n + int64_t{tg} * R];
   }
 }
 
-// One thread per row: lse = merged log-sum-exp, loss = lse - logit[target].
-__global__ void fwd_merge_kernel(const float* __restrict__ L, int R, int rr, int V, int S,
-                                 const float2* __restrict__ partial, const int* __restrict__ targets,
+// One thread per row: lse = merged log-sum-exp over the S slabs of all V
+// classes, loss = lse - logit[target].
+__global__ void fwd_merge_kernel(int R, int rr, int V, int S, const float2* __restrict__ partial,
+                                 const int* __restrict__ targets, const float* __restrict__ tlogit,
                                  float* __restrict__ losses, float* __restrict__ lse) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= rr) return;
@@ -241,7 +226,7 @@ __global__ void fwd_merge_kernel(const float* __restrict__ L, int R, int rr, int
   const float l = m + logf(s);
   const int tg = targets[n];
   lse[n] = l;
-  losses[n] = tg < 0 ? 0.0f : (tg < V ? l - L[n + int64_t{tg} * R] : NAN);
+  losses[n] = tg < 0 ? 0.0f : (tg < V ? l - tlogit[n] : NAN);
 }
 
 __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
@@ -327,20 +312,35 @@ dim3 row_grid(const ClsDims& d, int rr) {
   return dim3(static_cast<unsigned>((rr + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(d.S));
 }
 
-// Chunk logits (R x V f32) and, for the forward, the slab partials (S x R).
+// Slice geometry: Np = N rounded up to 8 rows (the logits' leading
+// dimension), Vc classes, a multiple of `multiple` (8 keeps each slice of w
+// and dw 16-byte aligned; the forward takes whole slabs) whose logits (and
+// 16-bit dlogits: bytes_per_logit 6) fit the budget.
+struct Slices {
+  int64_t Np, Vc;
+};
+Slices slices(const ClsDims& all, size_t chunk_bytes, int64_t multiple, int64_t bytes_per_logit) {
+  const int64_t Np = (int64_t{all.N} + 7) / 8 * 8;
+  int64_t Vc = static_cast<int64_t>(chunk_bytes) / (Np * bytes_per_logit) / multiple * multiple;
+  Vc = std::max<int64_t>(multiple, Vc);
+  if (Vc >= all.V) Vc = all.V;  // one slice
+  ZT_CHECK(Np * Vc <= std::numeric_limits<int>::max(), "classifier: slice of ", Np, " rows x ", Vc,
+           " classes exceeds cuBLAS int");
+  return Slices{Np, Vc};
+}
+
+// The backward's slice logits (R x V f32) and, for 16-bit storage, dlogits.
 struct Workspace {
   float* L;
   void* G;
-  float2* partial;
 };
 
-Workspace take_workspace(Arena& ws, const ClsDims& d, DType storage, bool backward) {
+Workspace take_workspace(Arena& ws, const ClsDims& d, DType storage) {
   Workspace w{};
   const int64_t elems = int64_t{d.R} * d.V;
   w.L = static_cast<float*>(ws.alloc(DType::f32, Shape{elems}).data);
   w.G = w.L;  // f32: dlogits in place
-  if (backward && storage != DType::f32) w.G = ws.alloc(storage, Shape{elems}).data;
-  if (!backward) w.partial = static_cast<float2*>(ws.alloc(DType::f32, Shape{2 * int64_t{d.S} * d.R}).data);
+  if (storage != DType::f32) w.G = ws.alloc(storage, Shape{elems}).data;
   ZT_CHECK(reinterpret_cast<uintptr_t>(w.L) % 16 == 0 && reinterpret_cast<uintptr_t>(w.G) % 16 == 0,
            "classifier: workspace arena is not 16-byte aligned (or not device memory)");
   return w;
@@ -348,28 +348,42 @@ Workspace take_workspace(Arena& ws, const ClsDims& d, DType storage, bool backwa
 
 }  // namespace
 
+// The forward walks the vocabulary in slices too ([Note: classifier backward
+// by class slices]): every product has all N rows (a few hundred rows per
+// chunk left cuBLASLt's large tiles idle at V 128,256), the slab partials of
+// all slices are merged once at the end, and the target's logit is kept by
+// the slab that holds it.
 void classifier_fwd_cuda(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x, const Tensor& w,
                          const Tensor& targets, const ClassifierBlas& blas, cudaStream_t stream, size_t chunk_bytes) {
-  const ClsDims d = cls_dims(x, w, targets, chunk_bytes);
-  float* loss_p = const_cast<float*>(f32_ptr(losses, d.N, "losses"));
-  float* lse_p = const_cast<float*>(f32_ptr(lse, d.N, "lse"));
+  const ClsDims all = cls_dims(x, w, targets);
+  float* loss_p = const_cast<float*>(f32_ptr(losses, all.N, "losses"));
+  float* lse_p = const_cast<float*>(f32_ptr(lse, all.N, "lse"));
   const int* tg = static_cast<const int*>(targets.data);
+  const Slices sl = slices(all, chunk_bytes, kSlab, 4);
   const ArenaScope scope(ws);
-  const Workspace wk = take_workspace(ws, d, x.dtype, false);
-  const size_t xrow = static_cast<size_t>(d.C) * dtype_size(x.dtype);
-  const int tail = d.N % d.R;
-  const ChunkPlans full = make_plans(blas, d, d.R, x, w, wk.L);
-  const ChunkPlans last = tail ? make_plans(blas, d, tail, x, w, wk.L) : ChunkPlans{};
-  for (int r0 = 0; r0 < d.N; r0 += d.R) {
-    const int rr = std::min(d.R, d.N - r0);
-    const ChunkPlans& p = rr == d.R ? full : last;
-    p.logits->run(static_cast<const char*>(x.data) + static_cast<size_t>(r0) * xrow, w.data, 0.0f, wk.L, stream);
-    fwd_partial_kernel<<<row_grid(d, rr), kThreads, 0, stream>>>(wk.L, d.R, rr, d.V, wk.partial);
-    ZT_CUDA_CHECK_LAUNCH();
-    fwd_merge_kernel<<<(rr + 127) / 128, 128, 0, stream>>>(wk.L, d.R, rr, d.V, d.S, wk.partial, tg + r0,
-                                                           loss_p + r0, lse_p + r0);
+  float* L = static_cast<float*>(ws.alloc(DType::f32, Shape{sl.Np * sl.Vc}).data);
+  float2* partial = static_cast<float2*>(ws.alloc(DType::f32, Shape{2 * int64_t{all.S} * sl.Np}).data);
+  float* tlogit = static_cast<float*>(ws.alloc(DType::f32, Shape{sl.Np}).data);
+  ZT_CHECK(reinterpret_cast<uintptr_t>(L) % 16 == 0, "classifier: workspace arena is not 16-byte aligned");
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+  auto plan_for = [&](int64_t vc) {
+    return std::make_unique<LtGemm>(blas, true, false, all.N, static_cast<int>(vc), all.C, cuda_type(x.dtype), all.C,
+                                    all.C, sl.Np, alignment(x.data, 0), alignment(w.data, sl.Vc * all.C * es),
+                                    alignment(L, 0));
+  };
+  const int64_t tail = all.V % sl.Vc;
+  const std::unique_ptr<LtGemm> full = plan_for(sl.Vc), last = tail ? plan_for(tail) : nullptr;
+  for (int64_t v0 = 0; v0 < all.V; v0 += sl.Vc) {
+    const int vc = static_cast<int>(std::min<int64_t>(sl.Vc, all.V - v0));
+    (vc == sl.Vc ? full : last)->run(x.data, static_cast<const char*>(w.data) + v0 * all.C * es, 0.0f, L, stream);
+    const ClsDims s{all.N, all.C, vc, static_cast<int>(sl.Np), (vc + kSlab - 1) / kSlab};
+    fwd_partial_kernel<<<row_grid(s, all.N), kThreads, 0, stream>>>(L, s.R, all.N, vc, partial + v0 / kSlab * sl.Np,
+                                                                   tg, static_cast<int>(v0), tlogit);
     ZT_CUDA_CHECK_LAUNCH();
   }
+  fwd_merge_kernel<<<(all.N + 127) / 128, 128, 0, stream>>>(static_cast<int>(sl.Np), all.N, all.V, all.S, partial, tg,
+                                                            tlogit, loss_p, lse_p);
+  ZT_CUDA_CHECK_LAUNCH();
 }
 
 // [Note: classifier backward by class slices] The backward walks the
@@ -383,29 +397,21 @@ void classifier_fwd_cuda(Arena& ws, const Tensor& losses, const Tensor& lse, con
 void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss, const Tensor& x,
                          const Tensor& w, const Tensor& targets, const Tensor& lse, const ClassifierBlas& blas,
                          cudaStream_t stream, size_t chunk_bytes) {
-  const ClsDims all = cls_dims(x, w, targets, chunk_bytes);
+  const ClsDims all = cls_dims(x, w, targets);
   float* dx_p = const_cast<float*>(f32_ptr(dx, int64_t{all.N} * all.C, "dx"));
   float* dw_p = const_cast<float*>(f32_ptr(dw, int64_t{all.V} * all.C, "dw"));
   const float* dloss_p = f32_ptr(dloss, all.N, "dloss");
   const float* lse_p = f32_ptr(lse, all.N, "lse");
   const int* tg = static_cast<const int*>(targets.data);
-  // Slice geometry: R = N rounded up to 8 rows (the logits' leading
-  // dimension), Vc classes (a multiple of 8, so that each slice of w and dw
-  // keeps 16-byte alignment) whose logits (and 16-bit dlogits) fit the budget.
-  const int64_t Np = (int64_t{all.N} + 7) / 8 * 8;
-  const int64_t per_class = Np * (x.dtype == DType::f32 ? 4 : 6);
-  int64_t Vc = static_cast<int64_t>(chunk_bytes) / per_class / 8 * 8;
-  Vc = std::max<int64_t>(8, std::min<int64_t>(Vc, (int64_t{all.V} + 7) / 8 * 8));
-  Vc = std::min<int64_t>(Vc, all.V);
-  ZT_CHECK(Np * Vc <= std::numeric_limits<int>::max(), "classifier: slice of ", Np, " rows x ", Vc,
-           " classes exceeds cuBLAS int");
+  const Slices sl = slices(all, chunk_bytes, 8, x.dtype == DType::f32 ? 4 : 6);
+  const int64_t Np = sl.Np, Vc = sl.Vc;
   auto slice_dims = [&](int64_t vc) {
     return ClsDims{all.N, all.C, static_cast<int>(vc), static_cast<int>(Np),
                    static_cast<int>((vc + kSlab - 1) / kSlab)};
   };
   const ClsDims d = slice_dims(Vc);
   const ArenaScope scope(ws);
-  const Workspace wk = take_workspace(ws, d, x.dtype, true);
+  const Workspace wk = take_workspace(ws, d, x.dtype);
   const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
   const int tail = static_cast<int>(all.V % Vc);
   // Plans for a slice: logits L (N, vc) = x . w_s^T; dx^T (C, N) (+)= w_s^T

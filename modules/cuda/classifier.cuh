@@ -1,24 +1,24 @@
 // The classifier fused with softmax cross-entropy on the GPU: semantics of
 // Kernels::classifier_fwd / classifier_bwd (modules/kernels.hpp) and of the
 // CPU reference (modules/cpu_kernels_classifier.cpp, [Note: chunked
-// classifier]). Rows are processed in chunks whose logits fit in
+// classifier]). Classes are processed in slices whose logits fit in
 // `chunk_bytes` of workspace; the (N, V) logits never exist at once.
 //
-// Forward, per chunk of R rows (R a multiple of 8): logits (R, V) f32 =
-// x_chunk . w^T by cuBLASLt (bf16 or f16 inputs with fp32 accumulation and
-// output; f32 inputs in plain fp32, never TF32), stored class-major so that
-// the products stay on cuBLASLt's aligned kernels with an odd V ([Note:
-// transposed logits] in classifier.cu); then per-row max / log-sum-exp in
-// fp32. The backward walks slices of Vc classes over all rows ([Note:
-// classifier backward by class slices]): it recomputes the slice's logits,
-// turns them into dlogits = (softmax - onehot) * dloss (stored in the storage
-// dtype, since the two following products take both inputs in one type; in
-// place for f32) and runs dx (+)= dlogits . w_slice and dw_slice +=
-// dlogits^T . x (fp32 output).
+// Both directions walk the vocabulary in slices of Vc classes over all N
+// rows ([Note: classifier backward by class slices] in classifier.cu), so
+// every product has N rows and each class's dw row is written once. Forward,
+// per slice: logits (N, Vc) f32 = x . w_slice^T by cuBLASLt (bf16 or f16
+// inputs with fp32 accumulation and output; f32 inputs in plain fp32, never
+// TF32), stored class-major ([Note: transposed logits]); per-row max and sum
+// of exponentials per slab of 512 classes; one merge into the log-sum-exp at
+// the end. Backward, per slice: the logits again, dlogits = (softmax -
+// onehot) * dloss (in the storage dtype, since the two following products take
+// both inputs in one type; in place for f32), dx (+)= dlogits . w_slice and
+// dw_slice += dlogits^T . x (fp32 output).
 
 // The cuBLASLt handle and its workspace (device memory, 32 MiB advised on
 // Hopper; may be 0 bytes) belong to the caller, e.g. CudaKernels, and are
-// used on `stream` only. The logits chunk comes from `ws` and is returned
+// used on `stream` only. The logits slice comes from `ws` and is returned
 // before the call returns while kernels may still run: later users of the
 // arena must run on the same stream.
 //
@@ -42,11 +42,10 @@ struct ClassifierBlas {
   size_t workspace_bytes = 0;
 };
 
-// Default bound on one chunk's (forward) or slice's (backward) logits (f32)
-// plus, for 16-bit storage, its dlogits. Measured on an H200 (bf16, N 16384,
-// C 768, V 50257) when the backward still walked row chunks, forward +
-// backward: 64 MiB (216 rows per chunk) 5.6 + 18.0 ms, 256 MiB (888 rows)
-// 3.5 + 9.1 ms, 1 GiB (3560 rows) 3.1 + 7.2 ms.
+// Default bound on one slice's logits (f32) plus, in the backward with
+// 16-bit storage, its dlogits. (When both directions still walked chunks of
+// rows, measured on an H200 at bf16, N 16384, C 768, V 50257, forward +
+// backward: 64 MiB 5.6 + 18.0 ms, 256 MiB 3.5 + 9.1 ms, 1 GiB 3.1 + 7.2 ms.)
 constexpr size_t kClassifierChunkBytes = size_t{256} << 20;
 
 // losses (N) f32, lse (N) f32 written; x (N, C) and w (V, C) in one storage
