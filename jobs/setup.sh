@@ -12,7 +12,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
           openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
           libboost-program-options-dev nlohmann-json3-dev libopenblas-dev
           libgtest-dev googletest libssl-dev liburing-dev
-          libpcre2-dev libsentencepiece-dev)
+          libpcre2-dev libsentencepiece-dev
+          slurm-wlm munge)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,71 @@
+# Sourced by the jobs/slurm/*.sbatch scripts (from the directory sbatch was
+# run in, the repository root): the run's directories, the arguments every
+# start passes to ztrain, and zt_run, which runs the launcher so that the job
+# survives its time limit or a preemption notice by saving and requeueing.
+#
+#   RUN_DIR   the run's directory (metrics.jsonl, checkpoints/); default
+#             runs/$SLURM_JOB_ID, which a requeued job keeps (same job ID)
+#   ZTRAIN    the binary; default build/bin/ztrain
+#
+# [Note: the save-and-requeue cycle]
+# The scripts ask for `--signal=B:USR1@LEAD`: LEAD seconds before the time
+# limit SLURM sends SIGUSR1 to the batch shell only (B:), not to the ranks.
+# zt_run traps it and passes it on to the launcher (srun and mpirun forward
+# SIGUSR1 to every rank); each rank finishes its step, the checkpoint is
+# written, ztrain exits 0, and the script runs `scontrol requeue` on its own
+# job. The requeued job keeps its ID, so it starts again with the same
+# RUN_DIR, `--resume auto` loads the newest checkpoint, metrics.jsonl is
+# appended to after a {"event":"resume"} record, and the job's output file
+# is appended to (--open-mode=append). Every start passes --resume auto: the
+# first one finds no checkpoint and starts from scratch.
+# SIGTERM (scancel, the time limit itself, preemption in CANCEL mode) also
+# reaches the ranks as SIGUSR1 and they save, but the job is not requeued:
+# a cancelled job stays cancelled, and a later submission with the same
+# RUN_DIR resumes. SLURM sends SIGTERM to every process of the job and
+# SIGKILL KillWait seconds later (30 by default): the save must fit in that.
+#
+# The job ends 0 only when the launcher does; a rank that failed is not
+# requeued (the same failure would come back).
+
+: "${SLURM_JOB_ID:?run this script with sbatch}"
+RUN_DIR=${RUN_DIR:-runs/$SLURM_JOB_ID}
+ZTRAIN=${ZTRAIN:-build/bin/ztrain}
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+# mpirun answers SIGTERM by killing its ranks odls_base_sigkill_timeout
+# seconds later (Open MPI's default 1 s is too short for a save).
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-60}
+# checkpoint.dir is the run's, whatever the config says, so that a requeued
+# job finds its own checkpoints; a --set checkpoint.dir among the script's
+# options comes later and wins.
+ZT_ARGS=(--log-dir "$RUN_DIR" --set "checkpoint.dir=\"$RUN_DIR/checkpoints\"" --resume auto)
+mkdir -p "$RUN_DIR"
+echo "ztrain job $SLURM_JOB_ID: start $((${SLURM_RESTART_COUNT:-0} + 1)) on $(hostname) at $(date -u '+%F %T') UTC, run dir $RUN_DIR"
+
+# zt_run LAUNCHER [ARGS...]: runs the launcher in the background, forwards
+# SIGUSR1 and SIGTERM to it as SIGUSR1, waits for it, and requeues the job
+# when SIGUSR1 asked for it and the launcher exited 0. Returns its exit code.
+zt_run() {
+  local pid rc=0
+  ZT_REQUEUE=0
+  "$@" &
+  pid=$!
+  # shellcheck disable=SC2064
+  trap "ZT_REQUEUE=1; echo 'ztrain job: SIGUSR1, saving and requeueing'; kill -USR1 $pid 2>/dev/null || true" USR1
+  # shellcheck disable=SC2064
+  trap "echo 'ztrain job: SIGTERM, saving'; kill -USR1 $pid 2>/dev/null || true" TERM
+  # wait returns early each time a trap runs: wait again for the exit code.
+  while kill -0 "$pid" 2>/dev/null; do
+    wait "$pid" && rc=0 || rc=$?
+  done
+  trap - USR1 TERM
+  if [ "$ZT_REQUEUE" = 1 ]; then
+    if [ "$rc" = 0 ]; then
+      echo "ztrain job $SLURM_JOB_ID: saved, requeueing at $(date -u '+%F %T') UTC"
+      # The controller ends this script once the job is requeued.
+      scontrol requeue "$SLURM_JOB_ID"
+    else
+      echo "ztrain job $SLURM_JOB_ID: the ranks exited $rc after SIGUSR1; not requeued" >&2
+    fi
+  fi
+  return "$rc"
+}
