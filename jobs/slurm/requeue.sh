@@ -18,11 +18,15 @@
 # appended to after a {"event":"resume"} record, and the job's output file
 # is appended to (--open-mode=append). Every start passes --resume auto: the
 # first one finds no checkpoint and starts from scratch.
-# SIGTERM (scancel, the time limit itself, preemption in CANCEL mode) also
-# reaches the ranks as SIGUSR1 and they save, but the job is not requeued:
-# a cancelled job stays cancelled, and a later submission with the same
-# RUN_DIR resumes. SLURM sends SIGTERM to every process of the job and
-# SIGKILL KillWait seconds later (30 by default): the save must fit in that.
+# SIGTERM (scancel, the time limit itself, preemption in CANCEL mode) goes
+# from SLURM to every process of the job, ranks included, and SIGKILL
+# follows KillWait seconds later (30 by default): the ranks save if the save
+# fits in that, but the job is not requeued (a cancelled job stays
+# cancelled; a later submission with the same RUN_DIR resumes). mpirun,
+# signalled too, waits odls_base_sigkill_timeout before killing its ranks
+# (raised below so that it never cuts a save short), lingers twice that
+# long, and so ends by SIGKILL at KillWait, dropping the ranks' last lines
+# of output.
 #
 # The job ends 0 only when the launcher does; a rank that failed is not
 # requeued (the same failure would come back).

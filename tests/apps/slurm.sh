@@ -8,7 +8,8 @@
 # saved, requeued itself, resumed from its checkpoint in a second start,
 # kept the metrics of both starts and its output, and ended with the loss of
 # every step equal, bit for bit, to a run straight through without SLURM.
-# Also: jobs/slurm/bind_gpu.sh gives each local rank its GPU.
+# A job ended by scancel saves and is not requeued. Also: jobs/slurm/bind_gpu.sh
+# gives each local rank its GPU.
 # Skips (exit 77) when SLURM or munge is not installed (jobs/setup.sh installs
 # them), when not root, or when a daemon cannot run here, saying why.
 set -e
@@ -109,7 +110,9 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=600
-NodeName=$node NodeHostname=$(hostname) NodeAddr=127.0.0.1 CPUs=6 RealMemory=1000 State=UNKNOWN
+# SIGKILL this long after scancel's SIGTERM (30 s by default).
+KillWait=10
+NodeName=$node NodeHostname=$(hostname) NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$S/slurm.conf
@@ -132,14 +135,15 @@ fi
 echo "ok: slurmctld and slurmd up ($(sinfo -V)), node $node idle"
 
 # Every shape on one node, 2 ranks, submitted from the repository root as
-# the scripts' headers say.
-scripts=(single_node ztrain mpirun)
+# the scripts' headers say; "cancel" is single_node.sbatch again, ended by
+# scancel (SIGTERM to every process of the job) instead of SIGUSR1.
+scripts=(single_node ztrain mpirun cancel)
 declare -A job
 for s in "${scripts[@]}"; do
+  f=jobs/slurm/${s/cancel/single_node}.sbatch
   job[$s]=$(cd "$SRC" && ZTRAIN=$ZTRAIN RUN_DIR=$WORK/run_$s sbatch --parsable --job-name="$s" \
-    --output="$WORK/$s-%j.out" --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 \
-    "jobs/slurm/$s.sbatch" "$WORK/c.json")
-  echo "submitted jobs/slurm/$s.sbatch as job ${job[$s]}"
+    --output="$WORK/$s-%j.out" --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 "$f" "$WORK/c.json")
+  echo "submitted $f as job ${job[$s]} ($s)"
 done
 last_step() { grep -o '"step":[0-9]*' "$1" 2>/dev/null | tail -1 | cut -d: -f2; }
 # SIGUSR1 to each batch shell once its run has done 3 steps: what SLURM
@@ -151,7 +155,7 @@ for _ in $(seq 1 300); do
     [ -z "${signalled[$s]:-}" ] || continue
     n=$(last_step "$WORK/run_$s/metrics.jsonl")
     if [ "${n:-0}" -ge 3 ]; then
-      scancel --signal=USR1 --batch "${job[$s]}"
+      if [ "$s" = cancel ]; then scancel "${job[$s]}"; else scancel --signal=USR1 --batch "${job[$s]}"; fi
       signalled[$s]=$n
       nsig=$((nsig + 1))
     fi
@@ -174,7 +178,22 @@ wait "$ref_pid" || rc=$?
 losses ref/metrics.jsonl > ref.losses
 [ "$(wc -l < ref.losses)" = 40 ] || fail "the reference run logged $(wc -l < ref.losses) steps, not 40"
 
+# scancel: the ranks (signalled by SLURM directly) saved and ended
+# normally, and the job stays cancelled (not requeued). mpirun, signalled
+# too, lingers and is killed after KillWait, with the ranks' last output.
+id=${job[cancel]}
+st=$(state "$id")
+ck=$(ls "$WORK/run_cancel/checkpoints" 2>/dev/null | grep '^step_[0-9]*$' || true)
+if [[ $st == *JobState=CANCELLED*Restarts=0* ]] && grep -q "SIGTERM, saving" "$WORK/cancel-$id.out" && [ -n "$ck" ] &&
+   grep -q "\"event\":\"end\".*\"steps\":${ck#step_}," "$WORK/run_cancel/metrics.jsonl"; then
+  echo "ok: scancel after step ${signalled[cancel]:-?}: $ck saved, the job stays cancelled ($st)"
+else
+  echo "---- cancel-$id.out ----"; tail -15 "$WORK/cancel-$id.out" 2>/dev/null
+  fail "scancel of jobs/slurm/single_node.sbatch (job $id): $st; checkpoints '$ck'"
+fi
+
 for s in "${scripts[@]}"; do
+  [ "$s" != cancel ] || continue
   id=${job[$s]}
   out=$WORK/$s-$id.out
   m=$WORK/run_$s/metrics.jsonl
