@@ -70,21 +70,24 @@ walltime_s() {
   esac
 }
 
+zt_forward() { if [ -n "$ZT_PID" ]; then kill -USR1 "$ZT_PID" 2>/dev/null || true; fi; }
+
 # zt_run: runs ztrain under mpirun on the nodes of PBS_NODEFILE, forwards
 # SIGUSR1 (the timer's or qsig's) and SIGTERM to it as SIGUSR1, waits, and
 # submits the continuation after SIGUSR1 when mpirun exited 0.
 zt_run() {
-  local pid rc=0 timer="" wt np flags=()
+  local rc=0 timer="" wt np flags=()
   np=$(wc -l < "$PBS_NODEFILE")
   if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
-  ZT_CONTINUE=0
+  ZT_CONTINUE=0 ZT_PID=""
+  # The traps come first: a signal before mpirun runs must not end the
+  # script (SIGUSR1's default action).
+  trap 'ZT_CONTINUE=1; echo "ztrain job: SIGUSR1, saving and continuing in a new job"; zt_forward' USR1
+  trap 'echo "ztrain job: SIGTERM, saving"; zt_forward' TERM
   mpirun "${flags[@]}" -np "$np" --hostfile "$PBS_NODEFILE" -x OMP_NUM_THREADS \
     "$ZTRAIN" "${ZT_USER_ARGS[0]}" "${ZT_ARGS[@]}" "${ZT_USER_ARGS[@]:1}" &
-  pid=$!
-  # shellcheck disable=SC2064
-  trap "ZT_CONTINUE=1; echo 'ztrain job: SIGUSR1, saving and continuing in a new job'; kill -USR1 $pid 2>/dev/null || true" USR1
-  # shellcheck disable=SC2064
-  trap "echo 'ztrain job: SIGTERM, saving'; kill -USR1 $pid 2>/dev/null || true" TERM
+  ZT_PID=$!
+  local pid=$ZT_PID
   wt=$(walltime_s)
   local lead=${ZT_SAVE_LEAD:-600}
   if [ -n "$wt" ] && [ "$wt" -gt "$lead" ]; then

@@ -45,18 +45,21 @@ ZT_ARGS=(--log-dir "$RUN_DIR" --set "checkpoint.dir=\"$RUN_DIR/checkpoints\"" --
 mkdir -p "$RUN_DIR"
 echo "ztrain job $SLURM_JOB_ID: start $((${SLURM_RESTART_COUNT:-0} + 1)) on $(hostname) at $(date -u '+%F %T') UTC, run dir $RUN_DIR"
 
+zt_forward() { if [ -n "$ZT_PID" ]; then kill -USR1 "$ZT_PID" 2>/dev/null || true; fi; }
+
 # zt_run LAUNCHER [ARGS...]: runs the launcher in the background, forwards
 # SIGUSR1 and SIGTERM to it as SIGUSR1, waits for it, and requeues the job
 # when SIGUSR1 asked for it and the launcher exited 0. Returns its exit code.
 zt_run() {
-  local pid rc=0
-  ZT_REQUEUE=0
+  local rc=0
+  ZT_REQUEUE=0 ZT_PID=""
+  # The traps come first: a signal before the launcher runs must not end
+  # the script (SIGUSR1's default action).
+  trap 'ZT_REQUEUE=1; echo "ztrain job: SIGUSR1, saving and requeueing"; zt_forward' USR1
+  trap 'echo "ztrain job: SIGTERM, saving"; zt_forward' TERM
   "$@" &
-  pid=$!
-  # shellcheck disable=SC2064
-  trap "ZT_REQUEUE=1; echo 'ztrain job: SIGUSR1, saving and requeueing'; kill -USR1 $pid 2>/dev/null || true" USR1
-  # shellcheck disable=SC2064
-  trap "echo 'ztrain job: SIGTERM, saving'; kill -USR1 $pid 2>/dev/null || true" TERM
+  ZT_PID=$!
+  local pid=$ZT_PID
   # wait returns early each time a trap runs: wait again for the exit code.
   while kill -0 "$pid" 2>/dev/null; do
     wait "$pid" && rc=0 || rc=$?

@@ -8,7 +8,9 @@
 # saved, requeued itself, resumed from its checkpoint in a second start,
 # kept the metrics of both starts and its output, and ended with the loss of
 # every step equal, bit for bit, to a run straight through without SLURM.
-# A job ended by scancel saves and is not requeued. Also: jobs/slurm/bind_gpu.sh
+# A job past the lead time of --signal=B:USR1@LEAD (--time=1, LEAD 50 s)
+# gets SLURM's own signal, saves, requeues and resumes. A job ended by scancel
+# saves and is not requeued. Also: jobs/slurm/bind_gpu.sh
 # gives each local rank its GPU.
 # Skips (exit 77) when SLURM or munge is not installed (jobs/setup.sh installs
 # them), when not root, or when a daemon cannot run here, saying why.
@@ -134,6 +136,18 @@ if [ "$up" != 1 ]; then
 fi
 echo "ok: slurmctld and slurmd up ($(sinfo -V)), node $node idle"
 
+# The time limit itself: a run longer than its 1 minute limit, with
+# --signal=B:USR1@50, gets SIGUSR1 from SLURM about 10 s into every start;
+# it is cancelled once a second start has resumed.
+cat > long.json <<'JSON'
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
+ "model": {"n_layer": 2, "n_head": 2, "d_model": 64, "seq_len": 64, "vocab_size": 64},
+ "train": {"steps": 1000000, "eval_interval": 0}}
+JSON
+tl=$(cd "$SRC" && ZTRAIN=$ZTRAIN RUN_DIR=$WORK/run_tl sbatch --parsable --job-name=timelimit --time=1 --signal=B:USR1@50 \
+  --output="$WORK/tl-%j.out" --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 jobs/slurm/ztrain.sbatch "$WORK/long.json")
+echo "submitted jobs/slurm/ztrain.sbatch --time=1 --signal=B:USR1@50 as job $tl"
+
 # Every shape on one node, 2 ranks, submitted from the repository root as
 # the scripts' headers say; "cancel" is single_node.sbatch again, ended by
 # scancel (SIGTERM to every process of the job) instead of SIGUSR1.
@@ -164,11 +178,17 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 state() { scontrol show job "$1" 2>/dev/null | grep -o -E '(JobState|Restarts|ExitCode)=[^ ]*' | tr '\n' ' '; }
+tl_cancelled=""
 for _ in $(seq 1 600); do
   pending=0
-  for s in "${scripts[@]}"; do
-    case $(state "${job[$s]}") in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*|*NODE_FAIL*) ;; *) pending=1 ;; esac
+  for id in "${job[@]}" "$tl"; do
+    case $(state "$id") in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*|*NODE_FAIL*) ;; *) pending=1 ;; esac
   done
+  if [ -z "$tl_cancelled" ] && grep -q "resumed from" "$WORK/tl-$tl.out" 2>/dev/null; then
+    tl_state=$(state "$tl")
+    scancel "$tl"
+    tl_cancelled=1
+  fi
   [ "$pending" = 0 ] && break
   sleep 0.1
 done
@@ -177,6 +197,18 @@ wait "$ref_pid" || rc=$?
 [ "$rc" = 0 ] || fail "the reference run exited $rc: $(tail -3 ref.out)"
 losses ref/metrics.jsonl > ref.losses
 [ "$(wc -l < ref.losses)" = 40 ] || fail "the reference run logged $(wc -l < ref.losses) steps, not 40"
+
+# The time limit's signal: saved, requeued, resumed (before the limit).
+o=$WORK/tl-$tl.out
+saved=$(sed -n 's/^stop signal received: checkpoint saved at step \([0-9]*\),.*/\1/p' "$o" | head -1)
+if [[ ${tl_state:-} == *Restarts=1* ]] && grep -q "start 1 on" "$o" && grep -q "SIGUSR1, saving and requeueing" "$o" &&
+   [ -n "$saved" ] && grep -q "start 2 on" "$o" && grep -q "resumed from $WORK/run_tl/checkpoints/step_$saved at step $saved" "$o" &&
+   ! grep -q "DUE TO TIME LIMIT" "$o"; then
+  echo "ok: --time=1 --signal=B:USR1@50: SLURM's signal saved step $saved before the limit, the job requeued and resumed there"
+else
+  echo "---- $o ----"; grep -v '^step' "$o" | tail -20
+  fail "time limit signal (job $tl): ${tl_state:-never resumed}, saved '${saved}'"
+fi
 
 # scancel: the ranks (signalled by SLURM directly) saved and ended
 # normally, and the job stays cancelled (not requeued). mpirun, signalled
