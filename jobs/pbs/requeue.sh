@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by jobs/pbs/ztrain.pbs and jobs/pbs/ztrain.torque (from
 # $PBS_O_WORKDIR, the repository root): the run's directory and arguments,
 # and zt_run, which runs mpirun so that the job survives its walltime by

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the jobs/slurm/*.sbatch scripts (from the directory sbatch was
 # run in, the repository root): the run's directories, the arguments every
 # start passes to ztrain, and zt_run, which runs the launcher so that the job
@@ -41,6 +42,7 @@ export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-
 # checkpoint.dir is the run's, whatever the config says, so that a requeued
 # job finds its own checkpoints; a --set checkpoint.dir among the script's
 # options comes later and wins.
+# shellcheck disable=SC2034  # used by the script that sources this one
 ZT_ARGS=(--log-dir "$RUN_DIR" --set "checkpoint.dir=\"$RUN_DIR/checkpoints\"" --resume auto)
 mkdir -p "$RUN_DIR"
 echo "ztrain job $SLURM_JOB_ID: start $((${SLURM_RESTART_COUNT:-0} + 1)) on $(hostname) at $(date -u '+%F %T') UTC, run dir $RUN_DIR"

@@ -41,7 +41,7 @@ chmod 700 "$S/munge"
 pids=()
 teardown() {
   set +e
-  if [ -n "${SLURM_CONF:-}" ]; then scancel --full --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null; fi
+  if [ -n "${SLURM_CONF:-}" ]; then squeue -h -o %i 2>/dev/null | xargs -r scancel --full --quiet 2>/dev/null; fi
   # Daemons last to first: slurmd, slurmctld, munged.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null; done
   for p in "${pids[@]}"; do
