@@ -36,6 +36,9 @@
 RUN_DIR=${RUN_DIR:-runs/$SLURM_JOB_ID}
 ZTRAIN=${ZTRAIN:-build/bin/ztrain}
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+# srun of SLURM 22.05 does not take --cpus-per-task from the job (each task
+# would get one core for all its threads) unless SRUN_CPUS_PER_TASK says so.
+if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
 # mpirun answers SIGTERM by killing its ranks odls_base_sigkill_timeout
 # seconds later (Open MPI's default 1 s is too short for a save).
 export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-60}
