@@ -41,7 +41,11 @@ chmod 700 "$S/munge"
 pids=()
 teardown() {
   set +e
-  if [ -n "${SLURM_CONF:-}" ]; then squeue -h -o %i 2>/dev/null | xargs -r scancel --full --quiet 2>/dev/null; fi
+  # Jobs first, so that no step outlives the daemons (at most KillWait).
+  if [ -n "${SLURM_CONF:-}" ] && kill -0 "${pids[1]:-0}" 2>/dev/null; then
+    squeue -h -o %i 2>/dev/null | xargs -r scancel --full --quiet 2>/dev/null
+    for _ in $(seq 1 150); do [ -z "$(squeue -h -o %i 2>/dev/null | head -1)" ] && break; sleep 0.1; done
+  fi
   # Daemons last to first: slurmd, slurmctld, munged.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null; done
   for p in "${pids[@]}"; do
