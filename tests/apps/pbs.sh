@@ -141,10 +141,11 @@ job_rc
 [ "$rc" = 0 ] || fail "Torque rerun exited $rc"
 check_run "$R2" "Torque rerun (-r y) of job $id"
 
-# 3. The walltime timer (PBS Pro, qstat -f): 5 s, the save 2 s before it.
+# 3. The walltime timer (PBS Pro, qstat -f): 8 s, the save 2 s before it
+# (6 s in: well after the ranks are up).
 export FAKE_PBS_FLAVOR=pro
 R3=$WORK/run3
-id=$(cd "$REPO" && RUN_DIR=$R3 jobs/pbs/submit.sh -l walltime=00:00:05 -v "ZTRAIN=$ZTRAIN,ZT_SAVE_LEAD=2" \
+id=$(cd "$REPO" && RUN_DIR=$R3 jobs/pbs/submit.sh -l walltime=00:00:08 -v "ZTRAIN=$ZTRAIN,ZT_SAVE_LEAD=2" \
   -- "$WORK/c.json" --steps 100000)
 t0=$SECONDS
 start_job "$id"
@@ -152,8 +153,8 @@ job_rc
 t=$((SECONDS - t0))
 next=$(sed -n 's/.*continues as job \([^ ]*\) .*/\1/p' "$R3/job.out")
 if [ "$rc" = 0 ] && [ -n "$next" ] && [ "$(cat "$Q/$next/depend")" = "$id" ] && ls "$R3/checkpoints" | grep -q '^step_[0-9]*$' &&
-   grep -q "walltime 5 s; saving 2 s before it" "$R3/job.out"; then
-  echo "ok: walltime timer: saved $(ls "$R3/checkpoints" | grep '^step_') and submitted $next; the job ended after $t s of a 5 s walltime"
+   grep -q "walltime 8 s; saving 2 s before it" "$R3/job.out"; then
+  echo "ok: walltime timer: saved $(ls "$R3/checkpoints" | grep '^step_') and submitted $next; the job ended after $t s of an 8 s walltime"
 else
   fail "walltime timer: exit $rc, continuation '$next'; $(tail -5 "$R3/job.out" 2>/dev/null)"
 fi
