@@ -168,7 +168,7 @@ last_step() { grep -o '"step":[0-9]*' "$1" 2>/dev/null | tail -1 | cut -d: -f2; 
 # sends at the --signal=B:USR1@LEAD lead time.
 declare -A signalled=()
 nsig=0
-for _ in $(seq 1 300); do
+for _ in $(seq 1 900); do
   for s in "${scripts[@]}"; do
     [ -z "${signalled[$s]:-}" ] || continue
     n=$(last_step "$WORK/run_$s/metrics.jsonl")
@@ -183,7 +183,7 @@ for _ in $(seq 1 300); do
 done
 state() { scontrol show job "$1" 2>/dev/null | grep -o -E '(JobState|Restarts|ExitCode)=[^ ]*' | tr '\n' ' '; }
 tl_cancelled=""
-for _ in $(seq 1 600); do
+for _ in $(seq 1 1200); do
   pending=0
   for id in "${job[@]}" "$tl"; do
     case $(state "$id") in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*|*NODE_FAIL*) ;; *) pending=1 ;; esac
