@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark on one GPU: ztrain against the PyTorch reference of
 # the same GPT-2 (eager and torch.compile), for GPT-2 124M (seq 1024, micro-batch
-# 16) and the 1.3B preset (24 layers, d 2048, seq 1024, micro-batch 8), bf16.
+# 16), GPT-2 355M (24 layers, d 1024, micro-batch 16) and the 1.3B preset (24
+# layers, d 2048, seq 1024, micro-batch 8), bf16.
 # Prints tokens/s, MFU, peak memory and the ratio ztrain/PyTorch.
 #
 #   jobs/bench/run.sh ZTRAIN_BINARY [OUT_DIR] [models...]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-ztrain=${1:?usage: jobs/bench/run.sh ZTRAIN_BINARY [OUT_DIR] [gpt2-124m gpt2-1.3b]}
+ztrain=${1:?usage: jobs/bench/run.sh ZTRAIN_BINARY [OUT_DIR] [gpt2-124m gpt2-350m gpt2-1.3b]}
 out=${2:-bench-out}
 shift 2 || shift $#
 models=${*:-gpt2-124m gpt2-1.3b}
@@ -19,6 +20,7 @@ steps=${BENCH_STEPS:-30}
 for m in $models; do
   case $m in
     gpt2-124m) L=12; H=12; C=768; MB=16 ;;
+    gpt2-350m) L=24; H=16; C=1024; MB=16 ;;
     gpt2-1.3b) L=24; H=32; C=2048; MB=8 ;;
     *) echo "unknown model $m"; exit 2 ;;
   esac
