@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "modules/cuda/common.cuh"
 #include "modules/cuda/attention_cudnn.cuh"
 #include "modules/cuda/attention_detail.cuh"
 
@@ -51,15 +52,7 @@ int padded_head(int hs) { return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 :
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Returns the arena to its mark on every exit, exceptions included.
-struct ArenaScope {
-  Arena& ws;
-  Arena::Mark mark;
-  explicit ArenaScope(Arena& a) : ws(a), mark(a.mark()) {}
-  ~ArenaScope() { ws.release_to(mark); }
-  ArenaScope(const ArenaScope&) = delete;
-  ArenaScope& operator=(const ArenaScope&) = delete;
-};
+using cuda::ArenaScope;
 
 void check_cuda(const Tensor& t, const char* what) {
   ZT_CHECK(t.device == DeviceKind::cuda && t.data != nullptr, "attention: ", what,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "modules/cuda/common.cuh"
 #include "core/log.hpp"
 #include "modules/cuda/attention_detail.cuh"
 
@@ -102,15 +103,7 @@ void launch_widen(const void* src, int64_t w, int64_t rows, float* dst, int64_t 
   ZT_CUDA_CHECK_LAUNCH();
 }
 
-// Returns the arena to its mark on every exit, exceptions included.
-struct ArenaScope {
-  Arena& ws;
-  Arena::Mark mark;
-  explicit ArenaScope(Arena& a) : ws(a), mark(a.mark()) {}
-  ~ArenaScope() { ws.release_to(mark); }
-  ArenaScope(const ArenaScope&) = delete;
-  ArenaScope& operator=(const ArenaScope&) = delete;
-};
+using cuda::ArenaScope;
 
 // `bytes` of workspace from the arena (64-byte aligned), or null for none.
 void* alloc_bytes(Arena& ws, int64_t bytes) {

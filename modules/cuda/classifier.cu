@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "modules/cuda/common.cuh"
 
 namespace zt {
 namespace {
@@ -299,14 +300,7 @@ const float* f32_ptr(const Tensor& t, int64_t n, const char* what) {
   return static_cast<const float*>(t.data);
 }
 
-struct ArenaScope {
-  Arena& ws;
-  Arena::Mark mark;
-  explicit ArenaScope(Arena& a) : ws(a), mark(a.mark()) {}
-  ~ArenaScope() { ws.release_to(mark); }
-  ArenaScope(const ArenaScope&) = delete;
-  ArenaScope& operator=(const ArenaScope&) = delete;
-};
+using cuda::ArenaScope;
 
 dim3 row_grid(const ClsDims& d, int rr) {
   return dim3(static_cast<unsigned>((rr + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(d.S));
