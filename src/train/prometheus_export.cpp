@@ -24,6 +24,27 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+
+#include <CivetServer.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#endif
+
+#if ZT_HAVE_PROMETHEUS
+// [Note: civetweb's thread stacks] civetweb (under prometheus-cpp's
+// Exposer) starts its threads with a fixed stack of about 100 KB. glibc counts
+// the static thread-local storage of every loaded library inside a thread's
+// stack, and refuses (EINVAL) a stack smaller than it: with cuBLASLt (94 KB of
+// TLS), OpenBLAS and NCCL loaded, the CUDA build's total is larger, so
+// /metrics could not start ("Cannot create threads: error 22"). This
+// definition of pthread_attr_setstacksize, found before libc's, raises any
+// requested stack below 1 MiB to 1 MiB and passes the call on.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kMinStack = size_t{1} << 20;
+  return next(attr, size < kMinStack ? kMinStack : size);
+}
 #endif
 
 namespace zt {
@@ -33,6 +54,17 @@ namespace zt {
 namespace {
 
 namespace prom = prometheus;
+
+// civetweb's own account of why it could not start (it only says "null
+// context" otherwise): its log_message callback, kept for the error.
+std::string& civetweb_message() {
+  static std::string m;
+  return m;
+}
+int keep_civetweb_message(const struct mg_connection*, const char* message) {
+  civetweb_message() = message != nullptr ? message : "";
+  return 1;
+}
 
 // The collectives whose bytes the step report counts (comm_volume_psi).
 constexpr CommOp kCommOps[] = {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather};
@@ -156,9 +188,12 @@ void PrometheusExporter::Impl::start_root() {
   }
   if (cfg.port != 0) {
     try {
-      exposer = std::make_unique<prom::Exposer>(std::to_string(cfg.port));
+      static CivetCallbacks callbacks;
+      callbacks.log_message = keep_civetweb_message;
+      exposer = std::make_unique<prom::Exposer>(std::to_string(cfg.port), 2, &callbacks);
     } catch (const std::exception& e) {
       ZT_USER_ERROR("prometheus.port ", cfg.port, ": cannot serve /metrics on port ", cfg.port, " (", e.what(),
+                    civetweb_message().empty() ? "" : "; civetweb: " + civetweb_message(),
                     "); another process (another ztrain on this node?) may hold it: choose another port, or 0 "
                     "with prometheus.textfile_dir");
     }

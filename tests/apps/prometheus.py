@@ -188,6 +188,8 @@ def server_part(work, prometheus, dashboard):
         if not check(scrapes >= 3 and seen, "Prometheus scraped /metrics at least 3 times, after a validation and "
                      "a checkpoint", "%d scrapes, checkpoint and validation seen: %s; ztrain %s, prometheus %s"
                      % (scrapes, seen, z.poll(), p.poll())):
+            zlog.seek(0)
+            print("---- ztrain log (tail) ----\n" + zlog.read()[-1500:])
             return
         server_checks(prom)
         dashboard_checks(prom, dashboard)
