@@ -116,16 +116,19 @@ bool cuda_available() {
 
 // The GPU backend: the GPU of this rank's node-local index and its kernels.
 // profile: the kernels wrapped in ProfiledKernels ([Note: kernel profile]).
+// peak_flops: the device's measured bf16 peak (0 when it could not be
+// measured), for the MFU of the step line.
 void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels,
-                       bool profile) {
+                       bool profile, double& peak_flops) {
 #if ZT_HAVE_CUDA && ZT_HAVE_NCCL
   const int ordinal = select_cuda_device(topo.local_rank());
   auto cuda = std::make_unique<CudaDevice>(ordinal);
   kernels = std::make_unique<CudaKernels>(*cuda);
+  peak_flops = measure_bf16_peak_flops(*cuda, *kernels, cuda->stream());
   if (profile) kernels = std::make_unique<ProfiledKernels>(std::move(kernels), cuda->stream());
   device = std::move(cuda);
 #else
-  (void)topo, (void)device, (void)kernels, (void)profile;
+  (void)topo, (void)device, (void)kernels, (void)profile, (void)peak_flops;
   ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
 #endif
 }
@@ -294,12 +297,13 @@ int main(int argc, char** argv) {
   // The device: the CPU, or the GPU of this rank's node-local index.
   std::unique_ptr<Device> device;
   std::unique_ptr<Kernels> kernels;
+  double peak_flops = 0;  // the device's measured bf16 peak (CUDA)
   CommBundle comms(*topo);
   std::unique_ptr<Trainer> trainer;
   if (auto code = agree([&] {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         if (cuda) {
-          make_cuda_backend(*topo, device, kernels, args.profile);
+          make_cuda_backend(*topo, device, kernels, args.profile, peak_flops);
         } else {
           if (args.profile) ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
           device = std::make_unique<CpuDevice>();
@@ -319,6 +323,10 @@ int main(int argc, char** argv) {
       return *code;
 #endif
   if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, comms, *device, *kernels); })) return *code;
+  // MFU in the step line, against each rank's own device's measured peak.
+  trainer->set_peak_flops(peak_flops);
+  if (mpi.world_rank() == 0 && peak_flops > 0)
+    log_info("bf16 GEMM peak measured on this device: ", static_cast<int>(peak_flops / 1e12), " TFLOP/s");
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
            topo->pp_size(), "), ", threads, " threads per rank, device ", device->name(),
            comms.data().tensors != comms.data().host ? ", data-parallel communicator " + comms.data().tensors->group_name()

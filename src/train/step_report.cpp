@@ -33,7 +33,7 @@ double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_par
 
 StepReporter::StepReporter(const Config& cfg, const RunOptions& opts, CommBundle& comms, int64_t num_params,
                            const Device* dev, double flops_per_token)
-    : cfg_(cfg), opts_(opts), comms_(comms), num_params_(num_params),
+    : flops_per_token_(flops_per_token), cfg_(cfg), opts_(opts), comms_(comms), num_params_(num_params),
       metrics_(cfg.log.dir, comms.topology().world_rank() == 0) {
   metrics_.enable_csv(cfg.csv_monitor, opts.global_batch);
   if (cfg.prometheus.enabled) {
@@ -62,11 +62,23 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
   // Tokens that counted in the loss: with a loss mask, the unmasked targets.
   const double tok_s = window_steps_ > 0 ? static_cast<double>(window_tokens_) / window_s_ : 0;
   const double eta = elapsed / static_cast<double>(steps_done) * static_cast<double>(cfg_.train.steps - st.step);
-  char line[256];
+  // Model TFLOP/s per rank (as Megatron-LM and llm.c print them): the
+  // model's training FLOPs of the counted tokens, over the ranks; MFU
+  // against the device's measured bf16 peak where it is known.
+  const double tflops = tok_s * flops_per_token_ / static_cast<double>(comms_.topology().world_size()) / 1e12;
+  const double mfu = peak_flops_ > 0 ? tflops * 1e12 / peak_flops_ : std::nan("");
+  char eff[64] = "";
+  if (flops_per_token_ > 0) {
+    if (std::isnan(mfu))
+      std::snprintf(eff, sizeof eff, " | %.3g TFLOP/s", tflops);
+    else
+      std::snprintf(eff, sizeof eff, " | %.3g TFLOP/s, MFU %.1f%%", tflops, 100 * mfu);
+  }
+  char line[320];
   std::snprintf(line, sizeof line,
-                "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %s elapsed, ETA %s",
+                "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s%s | %s elapsed, ETA %s",
                 static_cast<long long>(st.step), static_cast<long long>(cfg_.train.steps), st.loss, st.lr,
-                st.grad_norm, tok_s, format_duration(elapsed).c_str(), format_duration(eta).c_str());
+                st.grad_norm, tok_s, eff, format_duration(elapsed).c_str(), format_duration(eta).c_str());
   std::string msg = line;
   if (validated) {
     char v[48];
@@ -77,6 +89,8 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
   nlohmann::json rec = {{"step", st.step},         {"loss", st.loss},         {"lr", st.lr},
                         {"grad_norm", st.grad_norm}, {"tokens_per_s", tok_s}, {"time_s", elapsed}};
   if (validated) rec["val_loss"] = val;
+  if (flops_per_token_ > 0) rec["model_tflops"] = tflops;
+  if (!std::isnan(mfu)) rec["mfu"] = mfu;
   if (opts_.loss_scaler) {
     rec["loss_scale"] = st.loss_scale;
     rec["skipped"] = st.skipped;

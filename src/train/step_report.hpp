@@ -56,6 +56,9 @@ class StepReporter {
   // The checkpoints committed so far, exported with "prometheus"; null =
   // none (no checkpoint.dir). Must outlive the reporter.
   void set_checkpoints(const CheckpointsSaved* saved) { checkpoints_ = saved; }
+  // The device's measured dense bf16 peak (FLOP/s per rank's device; 0 =
+  // unknown): the step line and metrics then add MFU to model TFLOP/s.
+  void set_peak_flops(double peak) { peak_flops_ = peak; }
   ~StepReporter();
   // The run starts: fresh (metrics.jsonl truncated) or resumed at `step`
   // from checkpoint `from` (appended, the resume marked).
@@ -73,6 +76,8 @@ class StepReporter {
   void report_end(const Device& dev, int64_t steps, double seconds);
 
  private:
+  double flops_per_token_ = 0;
+  double peak_flops_ = 0;
   void report_pipeline(const PipelineTiming& t, nlohmann::json& rec);
   void report_offload(const OffloadStepTimes& o, nlohmann::json& rec);
 

@@ -164,6 +164,8 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
 Trainer::~Trainer() = default;
 
 int64_t Trainer::step() const { return impl_->state.step; }
+void Trainer::set_peak_flops(double peak) { impl_->reporter->set_peak_flops(peak); }
+
 int64_t Trainer::num_params() const { return impl_->zero->layout().total_numel(); }
 
 nlohmann::json Trainer::state_json() const {

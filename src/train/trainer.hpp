@@ -47,6 +47,9 @@ class Trainer {
   // The training state saved in a checkpoint's manifest.
   nlohmann::json state_json() const;
   int64_t num_params() const;
+  // The device's measured dense bf16 peak in FLOP/s (0: unknown), for the
+  // MFU of the step line and metrics.
+  void set_peak_flops(double peak);
 
  private:
   struct Impl;

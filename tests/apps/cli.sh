@@ -58,6 +58,25 @@ else
   echo "ok: overrides and metrics"
 fi
 
+# Model TFLOP/s per rank: tokens/s x the model's FLOPs per token (the tiny
+# preset: 6 (N - wpe) + 12 L C T, docs/perf.md) over the ranks, on every
+# printed step; in the step line too. No MFU on the CPU (no measured peak).
+python3 - "$m" > tflops.out <<'PY'
+import json, sys
+L, C, T, V = 2, 64, 64, 256
+n = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+fpt = 6 * (n - T * C) + 12 * L * C * T
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+bad = [r["step"] for r in recs if abs(r["model_tflops"] - r["tokens_per_s"] * fpt / 2 / 1e12) > 1e-9 * r["model_tflops"] + 1e-15
+       or "mfu" in r]
+print("ok" if recs and not bad else "bad steps %s" % bad)
+PY
+if [ "$(cat tflops.out)" = ok ] && grep -q "step      5/5 .* tok/s | [0-9.e+-]* TFLOP/s |" "$WORK/out"; then
+  echo "ok: model TFLOP/s per rank in metrics and the step line"
+else
+  fail "model TFLOP/s: $(cat tflops.out); $(grep 'step      5/5' "$WORK/out")"
+fi
+
 # Activation checkpointing recomputes, so fp32 losses are bit-identical.
 run_np 1 c.json --steps 4 --log-dir ck0 --set steps_per_print=1
 run_np 1 c.json --steps 4 --log-dir ck1 --set steps_per_print=1 --set model.activation_checkpointing=true
