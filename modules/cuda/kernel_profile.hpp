@@ -11,7 +11,10 @@
 // forward, 2.5 times that backward), the classifier (2 N V C forward, 4 N V C
 // backward: its model FLOPs, though the backward recomputes the logits), and
 // memory-bound operations by name (GB/s from the bytes of their tensors,
-// read or written once each). What a step spends outside these calls (the
+// read or written once each). A call's host work between its two events
+// (building a cuBLASLt plan or a cuDNN graph the first time) is charged to it
+// when the device waits for it: `cuda_kernel_profile` saw its first product
+// take 36 ms that way, so a slow class is worth a second look at the host. What a step spends outside these calls (the
 // optimizer, communication, host-to-device copies, gaps) is the step's wall
 // time minus their sum, printed as such.
 #pragma once
