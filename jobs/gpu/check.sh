@@ -11,7 +11,7 @@ set -uo pipefail
 # shellcheck source=jobs/gpu/lib.sh
 . "$(dirname "$0")/lib.sh" check.sh "$@"
 
-for t in cuda_runtime cuda_kernels_parity cuda_adamw cuda_attention_parity cuda_classifier_parity cuda_gpt_parity cuda_llama_parity cuda_attn_timing; do
+for t in cuda_runtime cuda_kernels_parity cuda_adamw cuda_attention_parity cuda_classifier_parity cuda_gpt_parity cuda_llama_parity cuda_kernel_profile cuda_attn_timing; do
   [ -x "$bundle/bin/$t" ] || { note "$t: missing"; continue; }
   "$bundle/bin/$t" > "$out/$t.log" 2>&1
   note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
