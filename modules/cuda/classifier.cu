@@ -306,21 +306,17 @@ dim3 row_grid(const ClsDims& d, int rr) {
   return dim3(static_cast<unsigned>((rr + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(d.S));
 }
 
-// Slice geometry: Np = N rounded up to 8 rows (the logits' leading
-// dimension), Vc classes, a multiple of `multiple` (8 keeps each slice of w
-// and dw 16-byte aligned; the forward takes whole slabs) whose logits (and
-// 16-bit dlogits: bytes_per_logit 6) fit the budget.
-struct Slices {
-  int64_t Np, Vc;
-};
-Slices slices(const ClsDims& all, size_t chunk_bytes, int64_t multiple, int64_t bytes_per_logit) {
-  const int64_t Np = (int64_t{all.N} + 7) / 8 * 8;
-  int64_t Vc = static_cast<int64_t>(chunk_bytes) / (Np * bytes_per_logit) / multiple * multiple;
+// Classes per slice: a multiple of `multiple` (8 keeps each slice of w and
+// dw 16-byte aligned; the forward takes whole slabs) whose logits over the
+// R = N rounded up to 8 rows (and 16-bit dlogits: bytes_per_logit 6) fit the
+// budget; all V when they fit at once.
+int64_t slice_classes(const ClsDims& all, size_t chunk_bytes, int64_t multiple, int64_t bytes_per_logit) {
+  int64_t Vc = static_cast<int64_t>(chunk_bytes) / (int64_t{all.R} * bytes_per_logit) / multiple * multiple;
   Vc = std::max<int64_t>(multiple, Vc);
   if (Vc >= all.V) Vc = all.V;  // one slice
-  ZT_CHECK(Np * Vc <= std::numeric_limits<int>::max(), "classifier: slice of ", Np, " rows x ", Vc,
+  ZT_CHECK(int64_t{all.R} * Vc <= std::numeric_limits<int>::max(), "classifier: slice of ", all.R, " rows x ", Vc,
            " classes exceeds cuBLAS int");
-  return Slices{Np, Vc};
+  return Vc;
 }
 
 // The backward's slice logits (R x V f32) and, for 16-bit storage, dlogits.
@@ -353,29 +349,29 @@ void classifier_fwd_cuda(Arena& ws, const Tensor& losses, const Tensor& lse, con
   float* loss_p = const_cast<float*>(f32_ptr(losses, all.N, "losses"));
   float* lse_p = const_cast<float*>(f32_ptr(lse, all.N, "lse"));
   const int* tg = static_cast<const int*>(targets.data);
-  const Slices sl = slices(all, chunk_bytes, kSlab, 4);
+  const int64_t Np = all.R, Vc = slice_classes(all, chunk_bytes, kSlab, 4);
   const ArenaScope scope(ws);
-  float* L = static_cast<float*>(ws.alloc(DType::f32, Shape{sl.Np * sl.Vc}).data);
-  float2* partial = static_cast<float2*>(ws.alloc(DType::f32, Shape{2 * int64_t{all.S} * sl.Np}).data);
-  float* tlogit = static_cast<float*>(ws.alloc(DType::f32, Shape{sl.Np}).data);
+  float* L = static_cast<float*>(ws.alloc(DType::f32, Shape{Np * Vc}).data);
+  float2* partial = static_cast<float2*>(ws.alloc(DType::f32, Shape{2 * int64_t{all.S} * Np}).data);
+  float* tlogit = static_cast<float*>(ws.alloc(DType::f32, Shape{Np}).data);
   ZT_CHECK(reinterpret_cast<uintptr_t>(L) % 16 == 0, "classifier: workspace arena is not 16-byte aligned");
   const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
   auto plan_for = [&](int64_t vc) {
     return std::make_unique<LtGemm>(blas, true, false, all.N, static_cast<int>(vc), all.C, cuda_type(x.dtype), all.C,
-                                    all.C, sl.Np, alignment(x.data, 0), alignment(w.data, sl.Vc * all.C * es),
+                                    all.C, Np, alignment(x.data, 0), alignment(w.data, Vc * all.C * es),
                                     alignment(L, 0));
   };
-  const int64_t tail = all.V % sl.Vc;
-  const std::unique_ptr<LtGemm> full = plan_for(sl.Vc), last = tail ? plan_for(tail) : nullptr;
-  for (int64_t v0 = 0; v0 < all.V; v0 += sl.Vc) {
-    const int vc = static_cast<int>(std::min<int64_t>(sl.Vc, all.V - v0));
-    (vc == sl.Vc ? full : last)->run(x.data, static_cast<const char*>(w.data) + v0 * all.C * es, 0.0f, L, stream);
-    const ClsDims s{all.N, all.C, vc, static_cast<int>(sl.Np), (vc + kSlab - 1) / kSlab};
-    fwd_partial_kernel<<<row_grid(s, all.N), kThreads, 0, stream>>>(L, s.R, all.N, vc, partial + v0 / kSlab * sl.Np,
+  const int64_t tail = all.V % Vc;
+  const std::unique_ptr<LtGemm> full = plan_for(Vc), last = tail ? plan_for(tail) : nullptr;
+  for (int64_t v0 = 0; v0 < all.V; v0 += Vc) {
+    const int vc = static_cast<int>(std::min<int64_t>(Vc, all.V - v0));
+    (vc == Vc ? full : last)->run(x.data, static_cast<const char*>(w.data) + v0 * all.C * es, 0.0f, L, stream);
+    const ClsDims s{all.N, all.C, vc, static_cast<int>(Np), (vc + kSlab - 1) / kSlab};
+    fwd_partial_kernel<<<row_grid(s, all.N), kThreads, 0, stream>>>(L, s.R, all.N, vc, partial + v0 / kSlab * Np,
                                                                    tg, static_cast<int>(v0), tlogit);
     ZT_CUDA_CHECK_LAUNCH();
   }
-  fwd_merge_kernel<<<(all.N + 127) / 128, 128, 0, stream>>>(static_cast<int>(sl.Np), all.N, all.V, all.S, partial, tg,
+  fwd_merge_kernel<<<(all.N + 127) / 128, 128, 0, stream>>>(static_cast<int>(Np), all.N, all.V, all.S, partial, tg,
                                                             tlogit, loss_p, lse_p);
   ZT_CUDA_CHECK_LAUNCH();
 }
@@ -397,8 +393,7 @@ void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Te
   const float* dloss_p = f32_ptr(dloss, all.N, "dloss");
   const float* lse_p = f32_ptr(lse, all.N, "lse");
   const int* tg = static_cast<const int*>(targets.data);
-  const Slices sl = slices(all, chunk_bytes, 8, x.dtype == DType::f32 ? 4 : 6);
-  const int64_t Np = sl.Np, Vc = sl.Vc;
+  const int64_t Np = all.R, Vc = slice_classes(all, chunk_bytes, 8, x.dtype == DType::f32 ? 4 : 6);
   auto slice_dims = [&](int64_t vc) {
     return ClsDims{all.N, all.C, static_cast<int>(vc), static_cast<int>(Np),
                    static_cast<int>((vc + kSlab - 1) / kSlab)};
