@@ -111,28 +111,27 @@ void BlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p, co
   s[kLn1] = saved.alloc(act, Shape{B, T, C});
   s[kMean1] = saved.alloc(md, Shape{N});
   s[kRstd1] = saved.alloc(md, Shape{N});
-  k.layernorm_fwd(s[kLn1], s[kMean1], s[kRstd1], in, p[kLn1W], p[kLn1B]);
+  // res = x + atty W^T + b: the projection accumulates onto a copy of x, so
+  // 16-bit storage rounds once rather than twice; the norm writes the copy
+  // ([Note: residual stream] in kernels.hpp).
+  s[kRes] = saved.alloc(act, Shape{B, T, C});
+  k.layernorm_fwd(s[kLn1], s[kMean1], s[kRstd1], in, p[kLn1W], p[kLn1B], s[kRes]);
   s[kQkv] = saved.alloc(act, Shape{B, T, 3 * C});
   k.matmul(ws, s[kQkv], s[kLn1], false, p[kAttnW], true, false, p[kAttnB]);  // (B, T, 3C)
   s[kAtty] = saved.alloc(act, Shape{B, T, C});
   s[kLse] = saved.alloc(md, Shape{B, n_head_, T});
   k.attention_fwd(ws, s[kAtty], s[kLse], s[kQkv], n_head_, ctx.doc_start);
-  // res = x + atty W^T + b: the projection accumulates onto a copy of x, so
-  // 16-bit storage rounds once rather than twice.
-  s[kRes] = saved.alloc(act, Shape{B, T, C});
-  k.cast(s[kRes], in);
   k.matmul(ws, s[kRes], s[kAtty], false, p[kAttnProjW], true, true, p[kAttnProjB]);
 
   // MLP branch.
   s[kLn2] = saved.alloc(act, Shape{B, T, C});
   s[kMean2] = saved.alloc(md, Shape{N});
   s[kRstd2] = saved.alloc(md, Shape{N});
-  k.layernorm_fwd(s[kLn2], s[kMean2], s[kRstd2], s[kRes], p[kLn2W], p[kLn2B]);
+  k.layernorm_fwd(s[kLn2], s[kMean2], s[kRstd2], s[kRes], p[kLn2W], p[kLn2B], out);  // out = res, then += mlp
   s[kFch] = saved.alloc(act, Shape{B, T, 4 * C});
   k.matmul(ws, s[kFch], s[kLn2], false, p[kFcW], true, false, p[kFcB]);  // (B, T, 4C)
   const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
   k.gelu_fwd(fcg, s[kFch]);
-  k.cast(out, s[kRes]);
   k.matmul(ws, out, fcg, false, p[kFcProjW], true, true, p[kFcProjB]);  // out = res + mlp
 }
 
@@ -147,8 +146,8 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   Arena& ws = *ctx.scratch;
   const std::vector<Tensor>& s = stash.t;
 
-  // din starts as the residual path's gradient and collects both branches.
-  k.cast(din, dout);
+  // din collects the residual path's gradient and both branches': the MLP
+  // norm's backward writes din = dout + its input gradient.
 
   // MLP branch: out = res + fcg Wp^T + bp, fcg = gelu(fch), fch = ln2 Wfc^T + bfc.
   const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
@@ -162,7 +161,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   k.bias_grad(g[kFcB], dfc);
   const Tensor dln = ws.alloc(md, Shape{B, T, C});
   k.matmul(ws, dln, dfc, false, p[kFcW], false, false);  // (B, T, C) = dfch Wfc
-  k.layernorm_bwd(din, true, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2]);
+  k.layernorm_bwd(din, false, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wp^T + bp.
   k.matmul(ws, g[kAttnProjW], din, true, s[kAtty], false, true);  // (C, C) += dres^T atty

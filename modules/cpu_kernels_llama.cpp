@@ -131,7 +131,8 @@ inline M sigmoid(M g) {
 
 }  // namespace
 
-void CpuKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) {
+void CpuKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps,
+                             const Tensor& x_copy) {
   const int64_t C = cpu::cols(x), N = cpu::rows(x);
   ZT_CHECK(out.shape == x.shape && out.dtype == x.dtype && w.numel() == C && rstd.numel() == N,
            "rmsnorm_fwd: out ", out.shape.str(), " x ", x.shape.str(), " w ", w.shape.str(), " rstd ",
@@ -146,11 +147,18 @@ void CpuKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor
                                   cpu::typed<const TW>(w), N, C, static_cast<M>(eps));
     });
   });
+  if (x_copy.defined()) cast(x_copy, x);  // the unfused composition's bits
 }
 
 void CpuKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                             const Tensor& x, const Tensor& w, const Tensor& rstd) {
+                             const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
   const int64_t C = cpu::cols(x), N = cpu::rows(x);
+  if (dres.defined()) {
+    ZT_CHECK(!accumulate_dx && dres.numel() == x.numel() && dx.data != dout.data,
+             "rmsnorm_bwd: dres needs accumulate_dx false, x's shape and dx apart from dout");
+    cast(dx, dres);  // then += the norm's gradient: the unfused pair's bits
+    accumulate_dx = true;
+  }
   ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C && dw.numel() == C &&
                rstd.numel() == N,
            "rmsnorm_bwd shapes: dx ", dx.shape.str(), " x ", x.shape.str(), " dw ", dw.shape.str());
@@ -166,22 +174,30 @@ void CpuKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor&
   });
 }
 
-void CpuKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
-  check_rope(x, rope, "rope_fwd");
-  const int32_t* doc = cpu::doc_starts(doc_start, x.shape[0], x.shape[1], "rope_fwd");
-  cpu::with_storage(x.dtype, [&](auto xt) {
-    using T = decltype(xt);
-    rope_impl<T, cpu::math_t<T>>(cpu::typed<T>(x), x.shape[0], x.shape[1], x.shape[2], rope, false, doc);
-  });
+void CpuKernels::rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) {
+  for (const Tensor* x : {&q, &k}) {
+    if (!x->defined()) continue;
+    check_rope(*x, rope, "rope_fwd");
+    const int32_t* doc = cpu::doc_starts(doc_start, x->shape[0], x->shape[1], "rope_fwd");
+    cpu::with_storage(x->dtype, [&](auto xt) {
+      using T = decltype(xt);
+      rope_impl<T, cpu::math_t<T>>(cpu::typed<T>(*x), x->shape[0], x->shape[1], x->shape[2], rope, false, doc);
+    });
+  }
 }
 
-void CpuKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
-  check_rope(dx, rope, "rope_bwd");
-  const int32_t* doc = cpu::doc_starts(doc_start, dx.shape[0], dx.shape[1], "rope_bwd");
-  if (dx.dtype == DType::f64) {
-    rope_impl<double, double>(cpu::math_ptr<double>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true, doc);
-  } else {
-    rope_impl<float, float>(cpu::math_ptr<float>(dx, "dx"), dx.shape[0], dx.shape[1], dx.shape[2], rope, true, doc);
+void CpuKernels::rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) {
+  for (const Tensor* dx : {&dq, &dk}) {
+    if (!dx->defined()) continue;
+    check_rope(*dx, rope, "rope_bwd");
+    const int32_t* doc = cpu::doc_starts(doc_start, dx->shape[0], dx->shape[1], "rope_bwd");
+    if (dx->dtype == DType::f64) {
+      rope_impl<double, double>(cpu::math_ptr<double>(*dx, "dx"), dx->shape[0], dx->shape[1], dx->shape[2], rope,
+                                true, doc);
+    } else {
+      rope_impl<float, float>(cpu::math_ptr<float>(*dx, "dx"), dx->shape[0], dx->shape[1], dx->shape[2], rope, true,
+                              doc);
+    }
   }
 }
 

@@ -87,7 +87,7 @@ void layernorm_bwd_impl(M* dx, bool accumulate, M* dw, M* db, const M* dout, con
 }  // namespace
 
 void CpuKernels::layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                               const Tensor& x, const Tensor& w, const Tensor& b) {
+                               const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& x_copy) {
   const int64_t C = cpu::cols(x), N = cpu::rows(x);
   ZT_CHECK(out.numel() == x.numel() && w.numel() == C && b.numel() == C && mean.numel() == N &&
                rstd.numel() == N,
@@ -103,12 +103,22 @@ void CpuKernels::layernorm_fwd(const Tensor& out, const Tensor& mean, const Tens
                                     cpu::typed<const TW>(w), cpu::typed<const TW>(b), N, C);
     });
   });
+  // The reference is the unfused composition: the copy's bits are cast's.
+  if (x_copy.defined()) cast(x_copy, x);
 }
 
 void CpuKernels::layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw,
                                const Tensor& db, const Tensor& dout, const Tensor& x,
-                               const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+                               const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                               const Tensor& dres) {
   const int64_t C = cpu::cols(x), N = cpu::rows(x);
+  if (dres.defined()) {
+    // dx = dres, then += the norm's gradient: the bits of the unfused pair.
+    ZT_CHECK(!accumulate_dx && dres.numel() == x.numel() && dx.data != dout.data,
+             "layernorm_bwd: dres needs accumulate_dx false, x's shape and dx apart from dout");
+    cast(dx, dres);
+    accumulate_dx = true;
+  }
   ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C &&
                dw.numel() == C && db.numel() == C && mean.numel() == N && rstd.numel() == N,
            "layernorm_bwd shapes: x ", x.shape.str(), " dx ", dx.shape.str());

@@ -39,12 +39,25 @@ class Kernels {
 
   // ---- layer norm over the last dimension, eps = 1e-5 ---------------------
   // out (N, C) = (x - mean) * rstd * w + b; mean, rstd (N) in math dtype.
+  // x_copy, when defined, also receives x ([Note: residual stream]).
   virtual void layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                             const Tensor& x, const Tensor& w, const Tensor& b) = 0;
+                             const Tensor& x, const Tensor& w, const Tensor& b,
+                             const Tensor& x_copy = Tensor()) = 0;
   // dx (N, C) = (or += when accumulate_dx) the input gradient; dw, db (C) +=.
+  // dres (N, C), math dtype, when defined: dx = dres + the input gradient
+  // (accumulate_dx must be false) ([Note: residual stream]).
   virtual void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw,
                              const Tensor& db, const Tensor& dout, const Tensor& x,
-                             const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
+                             const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& dres = Tensor()) = 0;
+
+  // [Note: residual stream] A pre-norm block computes y = x + f(norm(x)).
+  // The residual add has no pass of its own: the branch's last product
+  // accumulates onto a copy of x (GEMM beta = 1), and that copy is written by
+  // the norm, which reads x anyway (x_copy). In the backward the residual's
+  // gradient and the norm's input gradient are summed by the norm's
+  // backward (dres), which writes dx once. Either way the norm and the
+  // residual add are one pass over the activations instead of two.
 
   // ---- document masking ------------------------------------------------------
   // [Note: document masking] Packed fine-tuning sequences hold several whole
@@ -70,18 +83,23 @@ class Kernels {
   // ---- Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU --
   // RMSNorm over the last dimension: out (N, C) = x * rstd * w, rstd (N) =
   // 1 / sqrt(mean(x^2) + eps) in math dtype.
+  // x_copy as layernorm_fwd's.
   virtual void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                           double eps) = 0;
-  // dx (N, C) = (or += when accumulate_dx) the input gradient; dw (C) +=.
+                           double eps, const Tensor& x_copy = Tensor()) = 0;
+  // dx (N, C) = (or += when accumulate_dx) the input gradient; dw (C) +=;
+  // dres as layernorm_bwd's.
   virtual void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                           const Tensor& x, const Tensor& w, const Tensor& rstd) = 0;
-  // x (B, T, H * head_dim), storage dtype, rotated in place: token t of every
-  // sequence is at position t - doc_start[b, t] (rope.hpp gives the convention
-  // and frequencies).
-  virtual void rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) = 0;
-  // dx (B, T, H * head_dim), math dtype, in place: the transpose (inverse
-  // rotation), so dx becomes the gradient of the unrotated input.
-  virtual void rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) = 0;
+                           const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           const Tensor& dres = Tensor()) = 0;
+  // The attention inputs q (B, T, H * head_dim) and k (B, T, H_kv *
+  // head_dim), storage dtype, rotated in place in one pass that takes each
+  // (position, frequency)'s cos and sin once for every head of both; k may be
+  // undefined. Token t of every sequence is at position t - doc_start[b, t]
+  // (rope.hpp gives the convention and frequencies).
+  virtual void rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) = 0;
+  // dq, dk (shapes of q, k), math dtype, in place: the transpose (inverse
+  // rotation), so they become the gradients of the unrotated inputs.
+  virtual void rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) = 0;
   // Causal grouped-query attention on separate q (B, T, n_head * hs), k and v
   // (B, T, n_kv_head * hs): query head h reads key/value head
   // h / (n_head / n_kv_head) (n_kv_head = 1: multi-query). out (B, T,

@@ -115,34 +115,32 @@ void LlamaBlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& 
   // Attention branch.
   s[kLn1] = saved.alloc(act, Shape{B, T, C});
   s[kRstd1] = saved.alloc(md, Shape{N});
-  k.rmsnorm_fwd(s[kLn1], s[kRstd1], in, p[kLn1W], eps_);
+  // res = x + atty Wo^T, accumulated onto a copy of x that the norm writes
+  // (one rounding, as GPT-2's block; [Note: residual stream] in kernels.hpp).
+  s[kRes] = saved.alloc(act, Shape{B, T, C});
+  k.rmsnorm_fwd(s[kLn1], s[kRstd1], in, p[kLn1W], eps_, s[kRes]);
   s[kQ] = saved.alloc(act, Shape{B, T, C});
   s[kK] = saved.alloc(act, Shape{B, T, KV_});
   s[kV] = saved.alloc(act, Shape{B, T, KV_});
   k.matmul(ws, s[kQ], s[kLn1], false, p[kQW], true, false);
   k.matmul(ws, s[kK], s[kLn1], false, p[kKW], true, false);
   k.matmul(ws, s[kV], s[kLn1], false, p[kVW], true, false);
-  k.rope_fwd(s[kQ], rope_, ctx.doc_start);
-  k.rope_fwd(s[kK], rope_, ctx.doc_start);
+  k.rope_fwd(s[kQ], s[kK], rope_, ctx.doc_start);
   s[kAtty] = saved.alloc(act, Shape{B, T, C});
   s[kLse] = saved.alloc(md, Shape{B, n_head_, T});
   k.gqa_attention_fwd(ws, s[kAtty], s[kLse], s[kQ], s[kK], s[kV], n_head_, n_kv_head_, ctx.doc_start);
-  // res = x + atty Wo^T, accumulated onto a copy of x (one rounding, as GPT-2's block).
-  s[kRes] = saved.alloc(act, Shape{B, T, C});
-  k.cast(s[kRes], in);
   k.matmul(ws, s[kRes], s[kAtty], false, p[kOW], true, true);
 
   // MLP branch.
   s[kLn2] = saved.alloc(act, Shape{B, T, C});
   s[kRstd2] = saved.alloc(md, Shape{N});
-  k.rmsnorm_fwd(s[kLn2], s[kRstd2], s[kRes], p[kLn2W], eps_);
+  k.rmsnorm_fwd(s[kLn2], s[kRstd2], s[kRes], p[kLn2W], eps_, out);  // out = res, then += mlp
   s[kGate] = saved.alloc(act, Shape{B, T, F_});
   s[kUp] = saved.alloc(act, Shape{B, T, F_});
   k.matmul(ws, s[kGate], s[kLn2], false, p[kGateW], true, false);
   k.matmul(ws, s[kUp], s[kLn2], false, p[kUpW], true, false);
   const Tensor h = ws.alloc(act, Shape{B, T, F_});
   k.swiglu_fwd(h, s[kGate], s[kUp]);
-  k.cast(out, s[kRes]);
   k.matmul(ws, out, h, false, p[kDownW], true, true);  // out = res + mlp
 }
 
@@ -156,8 +154,8 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   Arena& ws = *ctx.scratch;
   const std::vector<Tensor>& s = stash.t;
 
-  // din starts as the residual path's gradient and collects both branches.
-  k.cast(din, dout);
+  // din collects the residual path's gradient and both branches': the MLP
+  // norm's backward writes din = dout + its input gradient.
 
   // MLP branch: out = res + h Wd^T, h = silu(gate) * up.
   const Tensor h = ws.alloc(act, Shape{B, T, F_});
@@ -178,7 +176,7 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor dln = ws.alloc(md, Shape{B, T, C});
   k.matmul(ws, dln, dgate, false, p[kGateW], false, false);
   k.matmul(ws, dln, dup, false, p[kUpW], false, true);
-  k.rmsnorm_bwd(din, true, g[kLn2W], dln, s[kRes], p[kLn2W], s[kRstd2]);
+  k.rmsnorm_bwd(din, false, g[kLn2W], dln, s[kRes], p[kLn2W], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wo^T.
   k.matmul(ws, g[kOW], din, true, s[kAtty], false, true);
@@ -188,8 +186,7 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor dk = ws.alloc(md, Shape{B, T, KV_});
   const Tensor dv = ws.alloc(md, Shape{B, T, KV_});
   k.gqa_attention_bwd(ws, dq, dk, dv, datty, s[kQ], s[kK], s[kV], s[kAtty], s[kLse], n_head_, n_kv_head_, ctx.doc_start);
-  k.rope_bwd(dq, rope_, ctx.doc_start);  // gradients of the unrotated projections
-  k.rope_bwd(dk, rope_, ctx.doc_start);
+  k.rope_bwd(dq, dk, rope_, ctx.doc_start);  // gradients of the unrotated projections
   k.matmul(ws, g[kQW], dq, true, s[kLn1], false, true);
   k.matmul(ws, g[kKW], dk, true, s[kLn1], false, true);
   k.matmul(ws, g[kVW], dv, true, s[kLn1], false, true);

@@ -29,6 +29,27 @@ const int32_t* doc_start_of(const Tensor& doc_start, int64_t B, int64_t T) {
   return static_cast<const int32_t*>(doc_start.data);
 }
 
+// [Note: residual stream] in modules/kernels.hpp. The norm kernels write
+// x_copy in their pass when it has x's dtype and shape; otherwise the caller
+// casts after (null).
+void* fused_copy_target(const Tensor& x_copy, const Tensor& x, const char* what) {
+  if (!x_copy.defined()) return nullptr;
+  ZT_CHECK(x_copy.numel() == x.numel(), what, ": x_copy ", x_copy.shape.str(), " does not match x ", x.shape.str());
+  check_on_device(x_copy, what);
+  return x_copy.dtype == x.dtype ? x_copy.data : nullptr;
+}
+
+// dres (f32, x's size) for dx = dres + the norm's gradient, or null.
+const float* residual_grad(const Tensor& dres, const Tensor& dx, const Tensor& dout, bool accumulate_dx,
+                           const char* what) {
+  if (!dres.defined()) return nullptr;
+  ZT_CHECK(!accumulate_dx && dres.numel() == dx.numel() && dx.data != dout.data, what,
+           ": dres needs accumulate_dx false, dx's size and dx apart from dout");
+  check_on_device(dres, what);
+  check_dtype(dres, DType::f32, "residual gradient");
+  return static_cast<const float*>(dres.data);
+}
+
 }  // namespace
 
 CudaKernels::CudaKernels(CudaDevice& dev, const CudaKernelsOptions& opts) : CudaKernels(dev, dev.stream(), opts) {}
@@ -73,7 +94,7 @@ void CudaKernels::bias_grad(const Tensor& dbias, const Tensor& dout) {
 // ---- layer norm -------------------------------------------------------------------
 
 void CudaKernels::layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                                const Tensor& w, const Tensor& b) {
+                                const Tensor& w, const Tensor& b, const Tensor& x_copy) {
   const int64_t C = cols(x), N = rows(x);
   ZT_CHECK(out.numel() == x.numel() && w.numel() == C && b.numel() == C && mean.numel() == N && rstd.numel() == N,
            "layernorm_fwd shapes: x ", x.shape.str(), " out ", out.shape.str(), " w ", w.shape.str());
@@ -81,20 +102,23 @@ void CudaKernels::layernorm_fwd(const Tensor& out, const Tensor& mean, const Ten
   for (const Tensor* t : {&out, &mean, &rstd, &x, &w, &b}) check_on_device(*t, "layernorm_fwd tensor");
   check_dtype(mean, DType::f32, "mean");
   check_dtype(rstd, DType::f32, "rstd");
+  void* copy = fused_copy_target(x_copy, x, "layernorm_fwd");
   cuda::layernorm_fwd(out.data, static_cast<float*>(mean.data), static_cast<float*>(rstd.data), x.data, x.dtype,
-                      w.data, b.data, w.dtype, N, C, stream_);
+                      w.data, b.data, w.dtype, copy, N, C, stream_);
+  if (x_copy.defined() && copy == nullptr) cast(x_copy, x);
 }
 
 void CudaKernels::layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db,
                                 const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                const Tensor& rstd) {
+                                const Tensor& rstd, const Tensor& dres) {
   const int64_t C = cols(x), N = rows(x);
   ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C && dw.numel() == C &&
                db.numel() == C && mean.numel() == N && rstd.numel() == N,
            "layernorm_bwd shapes: x ", x.shape.str(), " dx ", dx.shape.str());
+  const float* dres_p = residual_grad(dres, dx, dout, accumulate_dx, "layernorm_bwd");
   for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_on_device(*t, "layernorm_bwd tensor");
   for (const Tensor* t : {&dx, &dw, &db, &dout, &mean, &rstd}) check_dtype(*t, DType::f32, "layernorm_bwd gradient");
-  cuda::layernorm_bwd(static_cast<float*>(dx.data), accumulate_dx, static_cast<float*>(dw.data),
+  cuda::layernorm_bwd(static_cast<float*>(dx.data), accumulate_dx, dres_p, static_cast<float*>(dw.data),
                       static_cast<float*>(db.data), static_cast<const float*>(dout.data), x.data, x.dtype, w.data,
                       w.dtype, static_cast<const float*>(mean.data), static_cast<const float*>(rstd.data), N, C,
                       scratch(cuda::layernorm_bwd_workspace_bytes(N, C)), stream_);
@@ -162,44 +186,62 @@ void CudaKernels::embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Te
 // RMSNorm, RoPE and SwiGLU run here (llama.cu); grouped-query attention with
 // the other attention kernels (cuda_kernels_fused.cu, attention.cu).
 
-void CudaKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) {
+void CudaKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps,
+                              const Tensor& x_copy) {
   const int64_t C = cols(x), N = rows(x);
   ZT_CHECK(out.shape == x.shape && out.dtype == x.dtype && w.numel() == C && rstd.numel() == N,
            "rmsnorm_fwd: out ", out.shape.str(), " x ", x.shape.str(), " w ", w.shape.str());
   ZT_CHECK(eps > 0, "rmsnorm_fwd: eps must be > 0, got ", eps);
   for (const Tensor* t : {&out, &rstd, &x, &w}) check_on_device(*t, "rmsnorm_fwd tensor");
   check_dtype(rstd, DType::f32, "rmsnorm rstd");
-  cuda::rmsnorm_fwd(out.data, static_cast<float*>(rstd.data), x.data, x.dtype, w.data, w.dtype, N, C,
+  void* copy = fused_copy_target(x_copy, x, "rmsnorm_fwd");
+  cuda::rmsnorm_fwd(out.data, static_cast<float*>(rstd.data), x.data, x.dtype, w.data, w.dtype, copy, N, C,
                     static_cast<float>(eps), stream_);
+  if (x_copy.defined() && copy == nullptr) cast(x_copy, x);
 }
 
 void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                              const Tensor& x, const Tensor& w, const Tensor& rstd) {
+                              const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
   const int64_t C = cols(x), N = rows(x);
   ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C && dw.numel() == C &&
                rstd.numel() == N,
            "rmsnorm_bwd shapes: x ", x.shape.str(), " dx ", dx.shape.str());
+  const float* dres_p = residual_grad(dres, dx, dout, accumulate_dx, "rmsnorm_bwd");
   for (const Tensor* t : {&dx, &dw, &dout, &x, &w, &rstd}) check_on_device(*t, "rmsnorm_bwd tensor");
   for (const Tensor* t : {&dx, &dw, &dout, &rstd}) check_dtype(*t, DType::f32, "rmsnorm_bwd gradient");
-  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), accumulate_dx, static_cast<float*>(dw.data),
+  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), accumulate_dx, dres_p, static_cast<float*>(dw.data),
                     static_cast<const float*>(dout.data), x.data, x.dtype, w.data, w.dtype,
                     static_cast<const float*>(rstd.data), N, C, scratch(cuda::rmsnorm_bwd_workspace_bytes(N, C)),
                     stream_);
 }
 
-void CudaKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
-  ZT_CHECK(x.shape.rank() == 3, "rope_fwd: x must be (B, T, H * head_dim), got ", x.shape.str());
-  check_on_device(x, "rope_fwd x");
-  cuda::rope(x.data, x.dtype, x.shape[0], x.shape[1], x.shape[2], rope, false,
-             doc_start_of(doc_start, x.shape[0], x.shape[1]), stream_);
+namespace {
+
+// q and, when defined, k of one (B, T) and dtype, for one rope launch.
+void check_rope_pair(const Tensor& q, const Tensor& k, const char* what) {
+  ZT_CHECK(q.shape.rank() == 3, what, ": q must be (B, T, H * head_dim), got ", q.shape.str());
+  check_on_device(q, what);
+  if (k.defined()) {
+    ZT_CHECK(k.shape.rank() == 3 && k.shape[0] == q.shape[0] && k.shape[1] == q.shape[1] && k.dtype == q.dtype,
+             what, ": k ", k.shape.str(), " ", dtype_name(k.dtype), " does not go with q ", q.shape.str(), " ",
+             dtype_name(q.dtype));
+    check_on_device(k, what);
+  }
 }
 
-void CudaKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
-  ZT_CHECK(dx.shape.rank() == 3, "rope_bwd: dx must be (B, T, H * head_dim), got ", dx.shape.str());
-  check_on_device(dx, "rope_bwd dx");
-  check_dtype(dx, DType::f32, "rope_bwd gradient");
-  cuda::rope(dx.data, dx.dtype, dx.shape[0], dx.shape[1], dx.shape[2], rope, true,
-             doc_start_of(doc_start, dx.shape[0], dx.shape[1]), stream_);
+}  // namespace
+
+void CudaKernels::rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) {
+  check_rope_pair(q, k, "rope_fwd");
+  cuda::rope(q.data, q.shape[2], k.defined() ? k.data : nullptr, k.defined() ? k.shape[2] : 0, q.dtype, q.shape[0],
+             q.shape[1], rope, false, doc_start_of(doc_start, q.shape[0], q.shape[1]), stream_);
+}
+
+void CudaKernels::rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) {
+  check_rope_pair(dq, dk, "rope_bwd");
+  check_dtype(dq, DType::f32, "rope_bwd gradient");
+  cuda::rope(dq.data, dq.shape[2], dk.defined() ? dk.data : nullptr, dk.defined() ? dk.shape[2] : 0, dq.dtype,
+             dq.shape[0], dq.shape[1], rope, true, doc_start_of(doc_start, dq.shape[0], dq.shape[1]), stream_);
 }
 
 void CudaKernels::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) {

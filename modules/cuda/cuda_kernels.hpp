@@ -63,9 +63,10 @@ class CudaKernels final : public Kernels {
   void bias_grad(const Tensor& dbias, const Tensor& dout) override;
 
   void layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                     const Tensor& b) override;
+                     const Tensor& b, const Tensor& x_copy = Tensor()) override;
   void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dres = Tensor()) override;
 
   void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, const Tensor& doc_start) override;
   void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -73,11 +74,12 @@ class CudaKernels final : public Kernels {
 
   // Llama: RMSNorm, RoPE and SwiGLU (llama.cuh); grouped-query attention
   // (attention.cuh).
-  void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
+  void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps,
+                   const Tensor& x_copy = Tensor()) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
-                   const Tensor& w, const Tensor& rstd) override;
-  void rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) override;
-  void rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) override;
+                   const Tensor& w, const Tensor& rstd, const Tensor& dres = Tensor()) override;
+  void rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) override;
+  void rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) override;
   void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                          const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) override;
   void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,

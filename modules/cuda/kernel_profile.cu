@@ -132,14 +132,16 @@ void ProfiledKernels::bias_grad(const Tensor& dbias, const Tensor& dout) {
   timed("bias_grad", 0, bytes_of({&dbias, &dout}), [&] { inner_->bias_grad(dbias, dout); });
 }
 void ProfiledKernels::layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                                    const Tensor& w, const Tensor& b) {
-  timed("layernorm_fwd", 0, bytes_of({&out, &x}), [&] { inner_->layernorm_fwd(out, mean, rstd, x, w, b); });
+                                    const Tensor& w, const Tensor& b, const Tensor& x_copy) {
+  timed("layernorm_fwd", 0, bytes_of({&out, &x, &x_copy}),
+        [&] { inner_->layernorm_fwd(out, mean, rstd, x, w, b, x_copy); });
 }
 void ProfiledKernels::layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db,
                                     const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                    const Tensor& rstd) {
-  timed("layernorm_bwd", 0, bytes_of({&dx, &dout, &x}) + (accumulate_dx ? static_cast<double>(dx.bytes()) : 0.0),
-        [&] { inner_->layernorm_bwd(dx, accumulate_dx, dw, db, dout, x, w, mean, rstd); });
+                                    const Tensor& rstd, const Tensor& dres) {
+  timed("layernorm_bwd", 0,
+        bytes_of({&dx, &dout, &x, &dres}) + (accumulate_dx ? static_cast<double>(dx.bytes()) : 0.0),
+        [&] { inner_->layernorm_bwd(dx, accumulate_dx, dw, db, dout, x, w, mean, rstd, dres); });
 }
 void ProfiledKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
                                     const Tensor& doc_start) {
@@ -155,19 +157,20 @@ void ProfiledKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor&
         [&] { inner_->attention_bwd(ws, dqkv, dout, qkv, out, lse, n_head, doc_start); });
 }
 void ProfiledKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                                  double eps) {
-  timed("rmsnorm_fwd", 0, bytes_of({&out, &x}), [&] { inner_->rmsnorm_fwd(out, rstd, x, w, eps); });
+                                  double eps, const Tensor& x_copy) {
+  timed("rmsnorm_fwd", 0, bytes_of({&out, &x, &x_copy}), [&] { inner_->rmsnorm_fwd(out, rstd, x, w, eps, x_copy); });
 }
 void ProfiledKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                                  const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  timed("rmsnorm_bwd", 0, bytes_of({&dx, &dout, &x}) + (accumulate_dx ? static_cast<double>(dx.bytes()) : 0.0),
-        [&] { inner_->rmsnorm_bwd(dx, accumulate_dx, dw, dout, x, w, rstd); });
+                                  const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
+  timed("rmsnorm_bwd", 0,
+        bytes_of({&dx, &dout, &x, &dres}) + (accumulate_dx ? static_cast<double>(dx.bytes()) : 0.0),
+        [&] { inner_->rmsnorm_bwd(dx, accumulate_dx, dw, dout, x, w, rstd, dres); });
 }
-void ProfiledKernels::rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) {
-  timed("rope_fwd", 0, 2.0 * static_cast<double>(x.bytes()), [&] { inner_->rope_fwd(x, rope, doc_start); });
+void ProfiledKernels::rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) {
+  timed("rope_fwd", 0, 2.0 * bytes_of({&q, &k}), [&] { inner_->rope_fwd(q, k, rope, doc_start); });
 }
-void ProfiledKernels::rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) {
-  timed("rope_bwd", 0, 2.0 * static_cast<double>(dx.bytes()), [&] { inner_->rope_bwd(dx, rope, doc_start); });
+void ProfiledKernels::rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) {
+  timed("rope_bwd", 0, 2.0 * bytes_of({&dq, &dk}), [&] { inner_->rope_bwd(dq, dk, rope, doc_start); });
 }
 void ProfiledKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
                                         const Tensor& k, const Tensor& v, int n_head, int n_kv_head,

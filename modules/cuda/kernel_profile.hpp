@@ -46,18 +46,20 @@ class ProfiledKernels final : public Kernels {
               bool accumulate, const Tensor& bias) override;
   void bias_grad(const Tensor& dbias, const Tensor& dout) override;
   void layernorm_fwd(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                     const Tensor& b) override;
+                     const Tensor& b, const Tensor& x_copy) override;
   void layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dres) override;
   void attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head,
                      const Tensor& doc_start) override;
   void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, int n_head, const Tensor& doc_start) override;
-  void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps) override;
+  void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps,
+                   const Tensor& x_copy) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
-                   const Tensor& w, const Tensor& rstd) override;
-  void rope_fwd(const Tensor& x, const RopeConfig& rope, const Tensor& doc_start) override;
-  void rope_bwd(const Tensor& dx, const RopeConfig& rope, const Tensor& doc_start) override;
+                   const Tensor& w, const Tensor& rstd, const Tensor& dres) override;
+  void rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) override;
+  void rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) override;
   void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                          const Tensor& v, int n_head, int n_kv_head, const Tensor& doc_start) override;
   void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,

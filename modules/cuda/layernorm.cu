@@ -33,7 +33,7 @@ __device__ __forceinline__ void load_cols(const T* p, int c, float (&v)[kVecPath
 
 template <typename TX, typename TW, bool kVecPath>
 __global__ void layernorm_fwd_kernel(TX* out, float* mean, float* rstd, const TX* x, const TW* w, const TW* b,
-                                     int64_t N, int C) {
+                                     TX* x_copy, int64_t N, int C) {
   constexpr int W = kVecPath ? kVec : 1;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -59,9 +59,17 @@ __global__ void layernorm_fwd_kernel(TX* out, float* mean, float* rstd, const TX
   });
   const float r = 1.0f / sqrtf(warp_sum(var) / static_cast<float>(C) + kEps);
   TX* orow = out + row * C;
+  TX* crow = x_copy == nullptr ? nullptr : x_copy + row * C;
   for_lane_columns<kVecPath>(lane, C, [&](int c) {
     float v[W], wv[W], bv[W];
     load_cols<kVecPath>(xr, c, v);
+    if (crow != nullptr) {  // the residual stream's copy (16-bit values are exact in f32)
+      if constexpr (kVecPath) {
+        store_vec(crow + c, v);
+      } else {
+        crow[c] = xr[c];
+      }
+    }
     load_cols<kVecPath>(w, c, wv);
     load_cols<kVecPath>(b, c, bv);
 #pragma unroll
@@ -78,12 +86,14 @@ __global__ void layernorm_fwd_kernel(TX* out, float* mean, float* rstd, const TX
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w. dx may
-// alias dout: the first pass only reads, and in the second each element is
-// read and then written by the same lane.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w, added to
+// dres (when given) or to dx (accumulate). dx may alias dout or dres: the
+// first pass only reads, and in the second each element is read and then
+// written by the same lane.
 template <typename TX, typename TW, bool kVecPath>
-__global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dout, const TX* x, const TW* w,
-                                        const float* mean, const float* rstd, int64_t N, int C) {
+__global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const float* dout,
+                                        const TX* x, const TW* w, const float* mean, const float* rstd, int64_t N,
+                                        int C) {
   constexpr int W = kVecPath ? kVec : 1;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -91,6 +101,7 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
   const TX* xr = x + row * C;
   const float* dr = dout + row * C;
   float* dxr = dx + row * C;
+  const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
   const float m = mean[row], r = rstd[row];
   float g_mean = 0.0f, gx_mean = 0.0f;
   for_lane_columns<kVecPath>(lane, C, [&](int c) {
@@ -112,12 +123,12 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
     load_cols<kVecPath>(xr, c, xv);
     load_cols<kVecPath>(dr, c, dv);
     load_cols<kVecPath>(w, c, wv);
-    if (accumulate) load_cols<kVecPath>(dxr, c, old);
+    if (base != nullptr) load_cols<kVecPath>(base, c, old);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const float xhat = (xv[k] - m) * r;
       const float v = (dv[k] * wv[k] - g_mean - xhat * gx_mean) * r;
-      dv[k] = accumulate ? old[k] + v : v;
+      dv[k] = base != nullptr ? old[k] + v : v;
     }
     if constexpr (kVecPath) {
       store_vec(dxr + c, dv);
@@ -166,7 +177,7 @@ bool ln_vec_ok(const void* x, const void* w, const void* b, const void* y, int64
 }  // namespace
 
 void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt, const void* w, const void* b,
-                   DType wt, int64_t N, int64_t C, cudaStream_t stream) {
+                   DType wt, void* x_copy, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0) return;
   ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "layernorm: C = ", C);
   const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -175,10 +186,10 @@ void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt,
     using TW = typename decltype(tw)::type;
     auto args = [&](auto kernel) {
       kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(static_cast<TX*>(out), mean, rstd, static_cast<const TX*>(x),
-                                                       static_cast<const TW*>(w), static_cast<const TW*>(b), N,
-                                                       static_cast<int>(C));
+                                                       static_cast<const TW*>(w), static_cast<const TW*>(b),
+                                                       static_cast<TX*>(x_copy), N, static_cast<int>(C));
     };
-    if (ln_vec_ok<TX, TW>(x, w, b, out, C)) {
+    if (ln_vec_ok<TX, TW>(x, w, b, out, C) && (x_copy == nullptr || vec_aligned<TX>(x_copy))) {
       args(layernorm_fwd_kernel<TX, TW, true>);
     } else {
       args(layernorm_fwd_kernel<TX, TW, false>);
@@ -191,9 +202,9 @@ size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C) {
   return column_partials_floats(2, N, C) * sizeof(float);
 }
 
-void layernorm_bwd(float* dx, bool accumulate_dx, float* dw, float* db, const float* dout, const void* x,
-                   DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N, int64_t C,
-                   void* workspace, cudaStream_t stream) {
+void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const float* dout,
+                   const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N,
+                   int64_t C, void* workspace, cudaStream_t stream) {
   if (N <= 0) return;
   ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "layernorm: C = ", C);
   const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -204,11 +215,12 @@ void layernorm_bwd(float* dx, bool accumulate_dx, float* dw, float* db, const fl
     column_sums_into<2>(LayerNormParamLoad<TX>{dout, static_cast<const TX*>(x), mean, rstd, C}, dw, db,
                         static_cast<float*>(workspace), N, C, stream);
     auto args = [&](auto kernel) {
-      kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dout, static_cast<const TX*>(x),
+      kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dres, dout, static_cast<const TX*>(x),
                                                        static_cast<const TW*>(w), mean, rstd, N,
                                                        static_cast<int>(C));
     };
-    const bool vec = ln_vec_ok<TX, TW>(x, w, w, x, C) && vec_aligned<float>(dx) && vec_aligned<float>(dout);
+    const bool vec = ln_vec_ok<TX, TW>(x, w, w, x, C) && vec_aligned<float>(dx) && vec_aligned<float>(dout) &&
+                     (dres == nullptr || vec_aligned<float>(dres));
     if (vec) {
       args(layernorm_bwd_dx_kernel<TX, TW, true>);
     } else {

@@ -13,16 +13,18 @@
 namespace zt::cuda {
 
 // out (N, C) = (x - mean) * rstd * w + b; mean, rstd (N). One warp per row,
-// two-pass variance (as the CPU reference).
+// two-pass variance (as the CPU reference). x_copy (xt), when not null,
+// receives x in the same pass (the residual stream).
 void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt, const void* w, const void* b,
-                   DType wt, int64_t N, int64_t C, cudaStream_t stream);
+                   DType wt, void* x_copy, int64_t N, int64_t C, cudaStream_t stream);
 
 // Bytes of workspace layernorm_bwd needs.
 size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C);
-// dx (N, C) = (or += when accumulate_dx) the input gradient; dw, db (C) +=.
-// dx may alias dout. dw and db are summed deterministically (no atomics).
-void layernorm_bwd(float* dx, bool accumulate_dx, float* dw, float* db, const float* dout, const void* x,
-                   DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N, int64_t C,
-                   void* workspace, cudaStream_t stream);
+// dx (N, C) = (or += when accumulate_dx) the input gradient; with dres
+// (not null) dx = dres + the input gradient. dw, db (C) +=. dx may alias
+// dout or dres. dw and db are summed deterministically (no atomics).
+void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const float* dout,
+                   const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N,
+                   int64_t C, void* workspace, cudaStream_t stream);
 
 }  // namespace zt::cuda

@@ -17,7 +17,8 @@ constexpr int kThreads = 256;
 constexpr int kMaxHalf = 256;  // head_dim <= 512
 
 template <typename TX, typename TW>
-__global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* w, int64_t N, int C, float eps) {
+__global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* w, TX* x_copy, int64_t N, int C,
+                                   float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -29,13 +30,22 @@ __global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* 
   }
   const float r = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(C) + eps);
   TX* orow = out + row * C;
-  for (int c = lane; c < C; c += 32) orow[c] = from_float<TX>(to_float(xr[c]) * r * to_float(w[c]));
+  if (x_copy != nullptr) {  // the residual stream's copy, in the same pass
+    TX* crow = x_copy + row * C;
+    for (int c = lane; c < C; c += 32) {
+      const TX v = xr[c];
+      crow[c] = v;
+      orow[c] = from_float<TX>(to_float(v) * r * to_float(w[c]));
+    }
+  } else {
+    for (int c = lane; c < C; c += 32) orow[c] = from_float<TX>(to_float(xr[c]) * r * to_float(w[c]));
+  }
   if (lane == 0) rstd[row] = r;
 }
 
 template <typename TX, typename TW>
-__global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dout, const TX* x, const TW* w,
-                                      const float* rstd, int64_t N, int C) {
+__global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const float* dout, const TX* x,
+                                      const TW* w, const float* rstd, int64_t N, int C) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -46,9 +56,11 @@ __global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* d
   for (int c = lane; c < C; c += 32) gx += dr[c] * to_float(w[c]) * to_float(xr[c]) * r;
   const float gx_mean = warp_sum(gx) / static_cast<float>(C);
   float* dxr = dx + row * C;
+  // dx may alias dres: each element is read, then written, by one lane.
+  const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
   for (int c = lane; c < C; c += 32) {
     const float v = r * (dr[c] * to_float(w[c]) - to_float(xr[c]) * r * gx_mean);
-    dxr[c] = accumulate ? dxr[c] + v : v;
+    dxr[c] = base != nullptr ? base[c] + v : v;
   }
 }
 
@@ -83,12 +95,22 @@ struct RopeFreqs {
 };
 
 // Thread (i, r) of a block: the pair (i, i + half) of every head of row
-// blockIdx.x * blockDim.y + r. The angle of a (position, i) is formed and
-// its cos/sin taken in double once, for all the row's heads (one thread per
-// pair and head computed it once per head, with 64-bit index divisions).
+// blockIdx.x * blockDim.y + r of x and of y. The angle of a (position, i) is
+// formed and its cos/sin taken in double once, for all the row's heads of
+// both (one thread per pair and head computed it once per head, with 64-bit
+// index divisions; one launch per tensor computed it once per tensor).
 template <typename T>
-__global__ void rope_kernel(T* x, int64_t rows, int64_t T_len, int64_t width, int64_t half, RopeFreqs freqs,
-                            double sign, const int32_t* doc_start) {
+__device__ __forceinline__ void rotate_row(T* p, T* end, int64_t hd, int64_t half, int i, float cf, float sf) {
+  for (; p < end; p += hd) {
+    const float x0 = to_float(p[i]), x1 = to_float(p[i + half]);
+    p[i] = from_float<T>(x0 * cf - x1 * sf);
+    p[i + half] = from_float<T>(x1 * cf + x0 * sf);
+  }
+}
+
+template <typename T>
+__global__ void rope_kernel(T* x, int64_t width, T* y, int64_t width_y, int64_t rows, int64_t T_len, int64_t half,
+                            RopeFreqs freqs, double sign, const int32_t* doc_start) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const int i = static_cast<int>(threadIdx.x);
   if (row >= rows || i >= half) return;
@@ -97,11 +119,8 @@ __global__ void rope_kernel(T* x, int64_t rows, int64_t T_len, int64_t width, in
   sincos(static_cast<double>(t) * freqs.f[i], &s, &c);
   const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
   const int64_t hd = 2 * half;
-  for (T* p = x + row * width; p < x + (row + 1) * width; p += hd) {
-    const float x0 = to_float(p[i]), x1 = to_float(p[i + half]);
-    p[i] = from_float<T>(x0 * cf - x1 * sf);
-    p[i + half] = from_float<T>(x1 * cf + x0 * sf);
-  }
+  rotate_row(x + row * width, x + (row + 1) * width, hd, half, i, cf, sf);
+  if (y != nullptr) rotate_row(y + row * width_y, y + (row + 1) * width_y, hd, half, i, cf, sf);
 }
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
@@ -166,8 +185,8 @@ __global__ void swiglu_bwd_kernel(O* dgate, O* dup, const float* dout, const T* 
 
 }  // namespace
 
-void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w, DType wt, int64_t N, int64_t C,
-                 float eps, cudaStream_t stream) {
+void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w, DType wt, void* x_copy, int64_t N,
+                 int64_t C, float eps, cudaStream_t stream) {
   if (N <= 0) return;
   ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "rmsnorm: C = ", C);
   const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -175,15 +194,16 @@ void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w,
     using TX = typename decltype(tx)::type;
     using TW = typename decltype(tw)::type;
     rmsnorm_fwd_kernel<TX, TW><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<TX*>(out), rstd, static_cast<const TX*>(x), static_cast<const TW*>(w), N, static_cast<int>(C), eps);
+        static_cast<TX*>(out), rstd, static_cast<const TX*>(x), static_cast<const TW*>(w), static_cast<TX*>(x_copy), N,
+        static_cast<int>(C), eps);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
 
 size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C) { return column_partials_floats(1, N, C) * sizeof(float); }
 
-void rmsnorm_bwd(float* dx, bool accumulate_dx, float* dw, const float* dout, const void* x, DType xt,
-                 const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
+void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const float* dout, const void* x,
+                 DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
                  cudaStream_t stream) {
   if (N <= 0) return;
   ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "rmsnorm: C = ", C);
@@ -195,16 +215,19 @@ void rmsnorm_bwd(float* dx, bool accumulate_dx, float* dw, const float* dout, co
     column_sums_into<1>(RmsNormParamLoad<TX>{dout, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
                         static_cast<float*>(workspace), N, C, stream);
     rmsnorm_bwd_dx_kernel<TX, TW><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        dx, accumulate_dx, dout, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N, static_cast<int>(C));
+        dx, accumulate_dx, dres, dout, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N,
+        static_cast<int>(C));
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
 
-void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfig& rope, bool inverse,
-          const int32_t* doc_start, cudaStream_t stream) {
+void rope(void* x, int64_t width, void* y, int64_t width_y, DType t, int64_t B, int64_t T, const RopeConfig& rope,
+          bool inverse, const int32_t* doc_start, cudaStream_t stream) {
   const int64_t half = rope.head_dim / 2;
-  ZT_CHECK(half >= 1 && half <= kMaxHalf && width % rope.head_dim == 0, "rope: head_dim ", rope.head_dim,
-           " (at most ", 2 * kMaxHalf, ") must divide the width ", width);
+  ZT_CHECK(half >= 1 && half <= kMaxHalf && width % rope.head_dim == 0 &&
+               (y == nullptr || width_y % rope.head_dim == 0),
+           "rope: head_dim ", rope.head_dim, " (at most ", 2 * kMaxHalf, ") must divide the widths ", width, " and ",
+           width_y);
   if (B * T * width <= 0) return;
   RopeFreqs freqs{};
   const std::vector<double> f = rope_inv_freq(rope);
@@ -214,8 +237,9 @@ void rope(void* x, DType t, int64_t B, int64_t T, int64_t width, const RopeConfi
     const dim3 block(static_cast<unsigned>(half), static_cast<unsigned>(std::max<int64_t>(1, kThreads / half)));
     const int64_t blocks = (B * T + block.y - 1) / block.y;
     ZT_CHECK(blocks <= INT_MAX, "rope: ", B * T, " rows");
-    rope_kernel<TT><<<static_cast<unsigned>(blocks), block, 0, stream>>>(static_cast<TT*>(x), B * T, T, width, half,
-                                                                          freqs, inverse ? -1.0 : 1.0, doc_start);
+    rope_kernel<TT><<<static_cast<unsigned>(blocks), block, 0, stream>>>(
+        static_cast<TT*>(x), width, static_cast<TT*>(y), width_y, B * T, T, half, freqs, inverse ? -1.0 : 1.0,
+        doc_start);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

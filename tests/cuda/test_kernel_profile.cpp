@@ -19,7 +19,7 @@ TEST_F(KernelProfile, SameResultsAndEveryCallCharged) {
   const Tensor r_p = gpu_tensor(DType::f32, Shape{M}), r_k = gpu_tensor(DType::f32, Shape{M});
   for (int i = 0; i < 3; ++i) prof.matmul(*gpu_ws, out_p, a, false, b, true, false, Tensor());
   gpu_k->matmul(*gpu_ws, out_k, a, false, b, true, false);
-  prof.rmsnorm_fwd(y_p, r_p, x, w, 1e-5);
+  prof.rmsnorm_fwd(y_p, r_p, x, w, 1e-5, Tensor());
   gpu_k->rmsnorm_fwd(y_k, r_k, x, w, 1e-5);
   EXPECT_EQ(max_abs_diff(values(out_p), values(out_k)), 0.0);
   EXPECT_EQ(max_abs_diff(values(y_p), values(y_k)), 0.0);

@@ -152,6 +152,42 @@ TEST_F(CudaDense, LayerNormBackward) {
   }
 }
 
+// [Note: residual stream]: the norm's copy of x is exact, and dx = dres + the
+// norm's gradient (dx apart from or aliasing dres) matches the CPU's copy
+// then accumulate.
+TEST_F(CudaDense, LayerNormWithResidualStream) {
+  for (DType xt : kStorage) {
+    for (int64_t C : {768, 75}) {
+      const int64_t N = 67;
+      const std::string what = std::string(dtype_name(xt)) + " C " + std::to_string(C);
+      const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(xt, Shape{C}), b = host_random(xt, Shape{C});
+      const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
+                   rstd = host_tensor(DType::f32, Shape{N}), res = host_tensor(xt, Shape{N, C});
+      const Tensor y_d = gpu_tensor(xt, Shape{N, C}), mean_d = gpu_tensor(DType::f32, Shape{N}),
+                   rstd_d = gpu_tensor(DType::f32, Shape{N}), res_d = gpu_tensor(xt, Shape{N, C});
+      for (const Tensor* t : {&y_d, &mean_d, &rstd_d, &res_d}) poison(*t);
+      const Tensor x_d = to_gpu(x), w_d = to_gpu(w), b_d = to_gpu(b);
+      cpu_k->layernorm_fwd(y, mean, rstd, x, w, b, res);
+      gpu_k->layernorm_fwd(y_d, mean_d, rstd_d, x_d, w_d, b_d, res_d);
+      EXPECT_LT(rel_error(values(y_d), values(y)), tolerance(xt)) << what;
+      EXPECT_EQ(max_abs_diff(values(res_d), values(x)), 0.0) << what;
+      for (bool alias : {false, true}) {
+        const Tensor dout = host_random(DType::f32, Shape{N, C}), dres = host_random(DType::f32, Shape{N, C});
+        const Tensor dx = host_tensor(DType::f32, Shape{N, C});
+        const Tensor dw = host_random(DType::f32, Shape{C}), db = host_random(DType::f32, Shape{C});
+        const Tensor dres_d = to_gpu(dres), dw_d = to_gpu(dw), db_d = to_gpu(db);
+        const Tensor dx_d = alias ? dres_d : gpu_tensor(DType::f32, Shape{N, C});
+        if (!alias) poison(dx_d);
+        cpu_k->layernorm_bwd(dx, false, dw, db, dout, x, w, mean, rstd, dres);
+        gpu_k->layernorm_bwd(dx_d, false, dw_d, db_d, to_gpu(dout), x_d, w_d, mean_d, rstd_d, dres_d);
+        EXPECT_LT(rel_error(values(dx_d), values(dx)), 1e-5) << what << " alias " << alias;
+        EXPECT_LT(rel_error(values(dw_d), values(dw)), 1e-5) << what << " alias " << alias;
+        EXPECT_LT(rel_error(values(db_d), values(db)), 1e-5) << what << " alias " << alias;
+      }
+    }
+  }
+}
+
 TEST_F(CudaDense, EmbeddingForwardAndExactBackward) {
   const int64_t B = 4, T = 33, Tmax = 40, V = 13;  // few tokens: many repeats
   for (DType wt : kStorage) {

@@ -44,6 +44,42 @@ TEST_F(CudaLlama, RmsNormMatchesCpu) {
   }
 }
 
+// The residual-stream forms ([Note: residual stream]): the forward's copy of
+// x is x's bits, and the backward's dx = dres + the norm's gradient matches
+// the CPU's composition (copy, then accumulate).
+TEST_F(CudaLlama, RmsNormWithResidualStreamMatchesCpu) {
+  for (DType t : kStorage) {
+    for (int64_t C : {64, 100}) {
+      const int64_t N = 41;
+      const std::string what = std::string(dtype_name(t)) + " C " + std::to_string(C);
+      const Tensor x = host_random(t, Shape{N, C}, 2.0), w = host_random(t, Shape{C});
+      const Tensor out = host_tensor(t, Shape{N, C}), rstd = host_tensor(DType::f32, Shape{N});
+      const Tensor res = host_tensor(t, Shape{N, C});
+      const Tensor x_d = to_gpu(x), w_d = to_gpu(w);
+      const Tensor out_d = gpu_tensor(t, Shape{N, C}), rstd_d = gpu_tensor(DType::f32, Shape{N}),
+                   res_d = gpu_tensor(t, Shape{N, C});
+      for (const Tensor* p : {&out_d, &rstd_d, &res_d}) poison(*p);
+      cpu_k->rmsnorm_fwd(out, rstd, x, w, 1e-5, res);
+      gpu_k->rmsnorm_fwd(out_d, rstd_d, x_d, w_d, 1e-5, res_d);
+      EXPECT_LT(rel_error(values(out_d), values(out)), tolerance(t)) << what;
+      EXPECT_EQ(max_abs_diff(values(res_d), values(x)), 0.0) << what;
+
+      const Tensor dout = host_random(DType::f32, Shape{N, C}), dres = host_random(DType::f32, Shape{N, C});
+      const Tensor dx = host_tensor(DType::f32, Shape{N, C}), dw = host_random(DType::f32, Shape{C});
+      const Tensor dx_d = gpu_tensor(DType::f32, Shape{N, C}), dw_d = to_gpu(dw);
+      poison(dx_d);
+      cpu_k->rmsnorm_bwd(dx, false, dw, dout, x, w, rstd, dres);
+      gpu_k->rmsnorm_bwd(dx_d, false, dw_d, to_gpu(dout), x_d, w_d, rstd_d, to_gpu(dres));
+      EXPECT_LT(rel_error(values(dx_d), values(dx)), 1e-5) << what;
+      EXPECT_LT(rel_error(values(dw_d), values(dw)), 1e-5) << what;
+      // dx may alias dres (the residual gradient updated in place).
+      const Tensor dres2_d = to_gpu(dres);
+      gpu_k->rmsnorm_bwd(dres2_d, false, to_gpu(dw), to_gpu(dout), x_d, w_d, rstd_d, dres2_d);
+      EXPECT_LT(rel_error(values(dres2_d), values(dx)), 1e-5) << what << " aliased";
+    }
+  }
+}
+
 TEST_F(CudaLlama, RopeMatchesCpuAndInverts) {
   RopeConfig rope;
   rope.head_dim = 64;
@@ -56,16 +92,16 @@ TEST_F(CudaLlama, RopeMatchesCpuAndInverts) {
   const int64_t B = 2, T = 129, W = 3 * 64;
   for (DType t : kStorage) {
     const Tensor x = host_random(t, Shape{B, T, W}), x_d = to_gpu(x);
-    cpu_k->rope_fwd(x, rope, Tensor());
-    gpu_k->rope_fwd(x_d, rope, Tensor());
+    cpu_k->rope_fwd(x, Tensor(), rope, Tensor());
+    gpu_k->rope_fwd(x_d, Tensor(), rope, Tensor());
     EXPECT_LT(rel_error(values(x_d), values(x)), tolerance(t)) << dtype_name(t);
   }
   const Tensor g = host_random(DType::f32, Shape{B, T, W}), g_d = to_gpu(g);
   const std::vector<double> before = values(g);
-  cpu_k->rope_bwd(g, rope, Tensor());
-  gpu_k->rope_bwd(g_d, rope, Tensor());
+  cpu_k->rope_bwd(g, Tensor(), rope, Tensor());
+  gpu_k->rope_bwd(g_d, Tensor(), rope, Tensor());
   EXPECT_LT(rel_error(values(g_d), values(g)), 1e-6);
-  gpu_k->rope_fwd(g_d, rope, Tensor());  // forward after the inverse: the identity
+  gpu_k->rope_fwd(g_d, Tensor(), rope, Tensor());  // forward after the inverse: the identity
   EXPECT_LT(rel_error(values(g_d), before), 1e-6);
 }
 
@@ -127,14 +163,44 @@ TEST_F(CudaLlama, RopeWithDocumentsRotatesEachDocumentFromPositionZero) {
     for (int64_t b = 0; b < B; ++b) {
       for (size_t i = 0; i + 1 < kDocs[b].size(); ++i) {
         const Tensor d = doc_rows(*this, x, b, kDocs[b][i], kDocs[b][i + 1]);
-        if (pass == 0) cpu_k->rope_fwd(d, rope, Tensor()); else cpu_k->rope_bwd(d, rope, Tensor());
+        if (pass == 0) cpu_k->rope_fwd(d, Tensor(), rope, Tensor()); else cpu_k->rope_bwd(d, Tensor(), rope, Tensor());
         put_doc_rows(want, d, b, kDocs[b][i]);
       }
     }
-    if (pass == 0) gpu_k->rope_fwd(x_d, rope, ds_d); else gpu_k->rope_bwd(x_d, rope, ds_d);
+    if (pass == 0) gpu_k->rope_fwd(x_d, Tensor(), rope, ds_d); else gpu_k->rope_bwd(x_d, Tensor(), rope, ds_d);
     EXPECT_LT(rel_error(values(x_d), values(want)), pass == 0 ? tolerance(t) : 1e-6) << "pass " << pass;
     // Without doc_start the second document of row 0 would be rotated from 50 on.
     EXPECT_GT(rel_error(values(x_d), values(x)), 1e-2);
+  }
+}
+
+// q and k of different widths (grouped-query attention) rotated in one call
+// match the CPU's separate rotations, forward and inverse, with documents.
+TEST_F(CudaLlama, RopeOfQueriesAndKeysInOneCallMatchesCpu) {
+  RopeConfig rope;
+  rope.head_dim = 64;
+  rope.theta = 10000.0;
+  const int64_t B = 2, T = 130;
+  const Tensor ds = doc_start_tensor(*this, T), ds_d = to_gpu(ds);
+  for (const Tensor* doc : {&ds, static_cast<const Tensor*>(nullptr)}) {
+    const Tensor dsc = doc ? ds : Tensor(), dsg = doc ? ds_d : Tensor();
+    for (int pass = 0; pass < 2; ++pass) {
+      const DType t = pass == 0 ? DType::bf16 : DType::f32;
+      const Tensor q = host_random(t, Shape{B, T, 4 * 64}), k = host_random(t, Shape{B, T, 2 * 64});
+      const Tensor q_d = to_gpu(q), k_d = to_gpu(k);
+      if (pass == 0) {
+        cpu_k->rope_fwd(q, Tensor(), rope, dsc);
+        cpu_k->rope_fwd(k, Tensor(), rope, dsc);
+        gpu_k->rope_fwd(q_d, k_d, rope, dsg);
+      } else {
+        cpu_k->rope_bwd(q, Tensor(), rope, dsc);
+        cpu_k->rope_bwd(k, Tensor(), rope, dsc);
+        gpu_k->rope_bwd(q_d, k_d, rope, dsg);
+      }
+      const double tol = pass == 0 ? tolerance(t) : 1e-6;
+      EXPECT_LT(rel_error(values(q_d), values(q)), tol) << "pass " << pass << (doc ? " documents" : "");
+      EXPECT_LT(rel_error(values(k_d), values(k)), tol) << "pass " << pass << (doc ? " documents" : "");
+    }
   }
 }
 

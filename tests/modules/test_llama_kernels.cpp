@@ -83,7 +83,7 @@ TEST_F(LlamaKernels, RopeMatchesRotateHalfAndGradients) {
   const Tensor x0 = rand(Shape{B, T, W}, 10), x = make(Shape{B, T, W}), R = rand(Shape{B, T, W}, 11);
   auto obj = [&] {
     std::memcpy(x.data, x0.data, x0.bytes());
-    k.rope_fwd(x, rope, Tensor());
+    k.rope_fwd(x, Tensor(), rope, Tensor());
     return sum_product(x, R);
   };
   obj();
@@ -100,7 +100,7 @@ TEST_F(LlamaKernels, RopeMatchesRotateHalfAndGradients) {
         }
   // Backward: the transpose of the rotation.
   const Tensor d = copy(R);
-  k.rope_bwd(d, rope, Tensor());
+  k.rope_bwd(d, Tensor(), rope, Tensor());
   check_fd(obj, x0.as<double>(), d.as<double>(), all_indices(x0.numel()), "drope");
 }
 
@@ -116,7 +116,7 @@ TEST_F(LlamaKernels, RopeWithDocumentsRestartsPositionsAndGradients) {
   const Tensor x0 = rand(Shape{B, T, W}, 70), x = make(Shape{B, T, W}), R = rand(Shape{B, T, W}, 71);
   auto obj = [&] {
     std::memcpy(x.data, x0.data, x0.bytes());
-    k.rope_fwd(x, rope, ds);
+    k.rope_fwd(x, Tensor(), rope, ds);
     return sum_product(x, R);
   };
   obj();
@@ -136,7 +136,7 @@ TEST_F(LlamaKernels, RopeWithDocumentsRestartsPositionsAndGradients) {
   for (int64_t t : {0, 3, 4, 7, 9})
     for (int64_t j = 0; j < W; ++j) EXPECT_EQ(x.as<double>()[t * W + j], x0.as<double>()[t * W + j]) << t;
   const Tensor d = copy(R);
-  k.rope_bwd(d, rope, ds);
+  k.rope_bwd(d, Tensor(), rope, ds);
   check_fd(obj, x0.as<double>(), d.as<double>(), all_indices(x0.numel()), "drope");
 }
 
