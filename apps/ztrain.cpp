@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "modules/cuda/cuda_kernels.hpp"
 #include "modules/cuda/kernel_profile.hpp"
 #include "runtime/cuda/cuda_device.hpp"
+#include "runtime/cuda/host_calls_cupti.hpp"
 #endif
 #if ZT_HAVE_NCCL
 #include "comm/device_bundle.hpp"
@@ -106,6 +108,15 @@ std::optional<int> collective_phase(int world_rank, Fn&& fn) {
   return std::nullopt;
 }
 
+// ZTRAIN_COUNT_HOST_CALLS=1: count the step's host round trips
+// ([Note: host round trips] in runtime/host_calls.hpp); other values are refused.
+bool count_host_calls_requested() {
+  const char* v = std::getenv("ZTRAIN_COUNT_HOST_CALLS");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
+  if (std::string(v) != "1") ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS must be 0 or 1, got \"", v, "\"");
+  return true;
+}
+
 bool cuda_available() {
 #if ZT_HAVE_CUDA
   return cuda_device_count() > 0;
@@ -125,6 +136,7 @@ void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::uni
   auto cuda = std::make_unique<CudaDevice>(ordinal);
   kernels = std::make_unique<CudaKernels>(*cuda);
   peak_flops = measure_bf16_peak_flops(*cuda, *kernels, cuda->stream());
+  if (count_host_calls_requested()) host_calls::install(make_cupti_probe());  // [Note: host round trips]
   if (profile) kernels = std::make_unique<ProfiledKernels>(std::move(kernels), cuda->stream());
   device = std::move(cuda);
 #else
@@ -306,6 +318,8 @@ int main(int argc, char** argv) {
           make_cuda_backend(*topo, device, kernels, args.profile, peak_flops);
         } else {
           if (args.profile) ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
+          if (count_host_calls_requested())
+            ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS counts CUDA calls: run it with --device cuda");
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }

@@ -61,6 +61,7 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   args.dloss = dloss_.tensor();
   args.loss_sum = loss_sum_.tensor();
   args.train = true;
+  host_calls::begin();  // [Note: host round trips]
   executor_->run(train_program_, args, &timing_.walk);
   ++state.step;
   state_ = nullptr;
@@ -76,6 +77,8 @@ void StepWalk::load_batch(int mb, const Tensor& tokens, const Tensor& targets, c
 }
 
 void StepWalk::reduce_grads() {
+  walk_calls_ = host_calls::end();
+  host_calls::begin();
   const double t0 = now_s();
   // This rank's share of the loss so far (zero on stages without the head);
   // the gradient-norm read just after waits for the device anyway.
@@ -86,6 +89,7 @@ void StepWalk::reduce_grads() {
 }
 
 void StepWalk::optimizer_step() {
+  reduce_calls_ = host_calls::end();
   const double t0 = now_s();
   if (!verdict_.skipped) {
     OptimizerStepScalars s;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pipeline/executor.hpp"
+#include "runtime/host_calls.hpp"
 #include "train/data_feed.hpp"
 #include "train/grad_finalize.hpp"
 #include "train/train_state.hpp"
@@ -44,6 +45,11 @@ class StepWalk final : private StepHooks {
   double read_loss();
   // Targets that counted in the last train(), over the global batch.
   int64_t last_targets() const { return last_targets_; }
+  // With a host-call probe installed ([Note: host round trips]): the calls
+  // of the last train()'s walk (first forward to ReduceGrads) and of its
+  // reduction (ReduceGrads to OptimizerStep).
+  const host_calls::Counts& walk_calls() const { return walk_calls_; }
+  const host_calls::Counts& reduce_calls() const { return reduce_calls_; }
   // Mean validation loss over `batches` global batches of the val split.
   // Collective.
   double evaluate(int64_t batches);
@@ -77,6 +83,7 @@ class StepWalk final : private StepHooks {
   int64_t val_batch_ = 0;
   GradientVerdict verdict_;
   StepTiming timing_;
+  host_calls::Counts walk_calls_, reduce_calls_;
 };
 
 }  // namespace zt

@@ -253,6 +253,9 @@ StepStats Trainer::train_step(bool read_loss) {
     }
   }
   st.step_seconds = now_s() - t0;
+  if (host_calls::active() && s.topo.world_rank() == 0)  // [Note: host round trips]
+    log_info("host calls in step ", st.step, ": walk: ", s.walk->walk_calls().str(),
+             "; reduction: ", s.walk->reduce_calls().str());
   s.stopped = v.stop;
   if (read_loss) st.loss = s.walk->read_loss();
   return st;

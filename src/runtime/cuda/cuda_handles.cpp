@@ -25,7 +25,12 @@ CudaEvent CudaEvent::create(bool timing) {
   return e;
 }
 void CudaEvent::record(cudaStream_t stream) const { ZT_CUDA_CHECK(cudaEventRecord(e_, stream)); }
-void CudaEvent::synchronize() const { ZT_CUDA_CHECK(cudaEventSynchronize(e_)); }
+// A query first: waiting on work that is done is no wait, and the host-call
+// probe ([Note: host round trips]) counts only the calls that block.
+void CudaEvent::synchronize() const {
+  if (ready()) return;
+  ZT_CUDA_CHECK(cudaEventSynchronize(e_));
+}
 bool CudaEvent::ready() const {
   const cudaError_t st = cudaEventQuery(e_);
   if (st == cudaErrorNotReady) return false;  // not an error, and not recorded as one
