@@ -24,6 +24,7 @@
 #include "optim/offload_adamw.hpp"
 #include "optim/offload_detail.hpp"
 #include "runtime/transfer.hpp"
+#include "zero/param_swap.hpp"
 
 namespace zt {
 namespace {
@@ -55,38 +56,6 @@ struct AlignedBuffer {
     data = reinterpret_cast<char*>((p + alignment - 1) / alignment * alignment);
   }
   float* data_f32() const { return reinterpret_cast<float*>(data); }
-};
-
-// Holds flock(LOCK_EX) on the parent directory of `path` while SwapDirs are
-// made there, so that the processes of a run (its ranks, on one node) open
-// their swap directories one at a time. SwapDir's stale-file sweep could
-// otherwise remove another process's lock file in the instant between its
-// creation under a temporary name and its flock (that SwapDir then fails
-// "cannot create ...lock: No such file or directory"; about one in a
-// thousand of four processes opening at once). Best effort: where the
-// parent cannot be opened or locked, nothing is held (SwapDir then says what
-// is wrong with the path).
-class SwapDirOpening {
- public:
-  explicit SwapDirOpening(const std::string& path) {
-    std::string p = path;
-    while (p.size() > 1 && p.back() == '/') p.pop_back();
-    const size_t slash = p.rfind('/');
-    const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
-    fd_ = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~SwapDirOpening() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-  }
-  SwapDirOpening(const SwapDirOpening&) = delete;
-  SwapDirOpening& operator=(const SwapDirOpening&) = delete;
-
- private:
-  int fd_ = -1;
 };
 
 // One sub-group: `n` elements at `off` of its shard, with a region of
@@ -467,16 +436,18 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
         c = now;
         grad = sh.grad_on_host ? it.p->grad + g.off : st.grad.as<float>();
         // Offloaded parameters are written in place (no slot, no copy).
-        out = sh.param_on_host ? static_cast<char*>(sh.param) + static_cast<size_t>(g.off) * es : st.out.data();
+        out = sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(g.off) * es : st.out.data();
       }
       AdamWParams hp = hp_;
       hp.lr = it.p->s.lr;
       host_adamw(sh, st.state[0].data_f32(), grad, st.state[1].data_f32(), st.state[2].data_f32(), g.n,
                  tile_ranges(sh, g.off, g.n), hp, it.p->s.step, it.p->s.grad_scale, out);
       t.cpu_s += now_s() - c;
-      if (!delayed && !sh.param_on_host) {
+      if (!delayed && !sh.param_in_place()) {
+        // To the device, or to the parameters' swap file ([Note: parameter
+        // offload to NVMe]), which copies it at once.
         st.stored = put_param(*copies_, sh, static_cast<size_t>(g.off) * es, out, static_cast<size_t>(g.n) * es);
-        t.h2d_bytes += static_cast<double>(g.n) * static_cast<double>(es);
+        if (!sh.param_on_host) t.h2d_bytes += static_cast<double>(g.n) * static_cast<double>(es);
       }
       if (it.p->s.step == opts_.fail_write_at_step) {
         opts_.fail_write_at_step = -1;
@@ -577,7 +548,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
       s.param_due = false;
       any = true;
       put_param(*copies_, *s.sh, 0, s.param.data(), s.param.bytes(), after);
-      times_.h2d_bytes += static_cast<double>(s.param.bytes());
+      if (!s.sh->param_on_host) times_.h2d_bytes += static_cast<double>(s.param.bytes());
     }
     return any;
   }
@@ -634,8 +605,11 @@ std::string nvme_run_id() {
 }
 
 void remove_nvme_swap_files_now() noexcept {
-  std::lock_guard<std::mutex> lock(g_live_mu);
-  for (NvmeOffloadAdamW* p : g_live) p->unlink_files();
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    for (NvmeOffloadAdamW* p : g_live) p->unlink_files();
+  }
+  ParamSwap::remove_files_now();  // offload_param "nvme"
 }
 
 std::unique_ptr<OffloadAdamW> make_nvme_offload_adamw(Device& dev, const AdamWParams& hp,

@@ -134,7 +134,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       const float* g = sh.grad_on_host ? t.p->grad + t.off : grad_slots_[i % K].as<float>();
       // Offloaded parameters are written in place (no slot, no copy).
       const size_t es = dtype_size(sh.param_dtype);
-      void* out = sh.param_on_host ? static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es
+      void* out = sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es
                                    : out_slots_[i % K].data();
       AdamWParams hp = hp_;
       hp.lr = t.p->s.lr;
@@ -147,9 +147,9 @@ class HostOffloadAdamW final : public OffloadAdamW {
       times_.cpu_s += w - c;
       // The grad slot is free: fetch the tile K ahead into it.
       if (i + K < tiles.size()) fetch(i + K);
-      if (sh.param_on_host) continue;
+      if (sh.param_in_place()) continue;
       stored[i] = put_param(*copies_, sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
-      times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
+      if (!sh.param_on_host) times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
     }
     const double w = now_s();
     copies_->wait_all();
@@ -297,7 +297,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       const OwnedShard& sh = *shards_[i];
       const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
       put_param(*copies_, sh, 0, src.data(), src.bytes(), after);
-      times_.h2d_bytes += static_cast<double>(src.bytes());
+      if (!sh.param_on_host) times_.h2d_bytes += static_cast<double>(src.bytes());
     }
   }
 

@@ -133,6 +133,14 @@ struct OffloadStepTimes {
   double nvme_write_bytes = 0;
   double nvme_read_wait_s = 0;
   double nvme_write_wait_s = 0;
+  // offload_param "nvme" ([Note: parameter offload to NVMe] in
+  // zero/param_swap.hpp): the parameters' swap file, read by the step's
+  // gathers (forward, recomputation, backward) and written by its update,
+  // and the host's waits for those (what the prefetch did not hide).
+  double param_read_bytes = 0;
+  double param_write_bytes = 0;
+  double param_read_wait_s = 0;
+  double param_write_wait_s = 0;
   // [Note: gradients on the host]: the gradients ZeRO copied to the host
   // during the backward, the host's wait for those copies, and its adds of
   // accumulated pieces. Zero when the gradients stay on the device.
@@ -183,7 +191,8 @@ std::unique_ptr<OffloadAdamW> make_nvme_offload_adamw(Device& dev, const AdamWPa
 
 // For a process about to end without its destructors (an error on this
 // rank: apps/ztrain.cpp prints it and calls abort_job, i.e. MPI_Abort):
-// unlinks the swap files of every NVMe placement alive in this process (their
+// unlinks the swap files of every NVMe placement alive in this process, and
+// of every parameter swap (offload_param "nvme", zero/param_swap.hpp; their
 // locks are left; the next SwapDir on the directory removes them). The
 // placement does this itself for its own I/O errors. Safe from any thread;
 // the open files work on until the process ends, nameless.

@@ -18,10 +18,15 @@
 namespace zt::offload_detail {
 
 // Working parameters into a shard's copy: on the device through `copies`
-// (after the compute mark `after_compute`, if any), or in host memory when
-// the parameters are offloaded too (offload_param).
+// (after the compute mark `after_compute`, if any), in host memory when
+// the parameters are offloaded too (offload_param), or to the swap file's
+// sink (offload_param "nvme", [Note: parameter offload to NVMe]).
 inline TransferTicket put_param(TransferQueue& copies, const OwnedShard& sh, size_t byte_offset, const void* src,
                                 size_t bytes, TransferTicket after_compute = {}) {
+  if (sh.param_sink != nullptr) {
+    sh.param_sink->put(sh, byte_offset, src, bytes);
+    return TransferTicket{};
+  }
   char* dst = static_cast<char*>(sh.param) + byte_offset;
   if (!sh.param_on_host) return copies.to_device(dst, src, bytes, after_compute);
   host_memcpy(dst, src, bytes);

@@ -1,11 +1,14 @@
 #include "train/memory_estimate.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <sstream>
 
 #include "io/token_dataset.hpp"
 #include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/aio/aio.hpp"
 
 namespace zt {
 namespace {
@@ -48,6 +51,15 @@ std::string stage_units(const StageContents& sc) {
   return os.str();
 }
 
+// The direct-I/O alignment of an NVMe swap directory that exists (the one
+// its files will be padded to); 4096 otherwise.
+int64_t nvme_alignment(const OffloadConfig& o) {
+  struct stat st {};
+  if (o.device != "nvme" || o.nvme_path.empty() || ::stat(o.nvme_path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return 4096;
+  return static_cast<int64_t>(direct_io_alignment(o.nvme_path));
+}
+
 }  // namespace
 
 EstimateInput estimate_input(const Config& cfg, int world) {
@@ -87,6 +99,9 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.optimizer_buffer_count = z.offload_optimizer.buffer_count;
   in.param_buffer_count = z.offload_param.buffer_count;
   in.param_buffer_size = z.offload_param.buffer_size;
+  in.param_max_in_cpu = z.offload_param.max_in_cpu;
+  in.nvme_alignment = nvme_alignment(z.offload_optimizer);
+  in.param_nvme_alignment = nvme_alignment(z.offload_param);
   in.optimizer_pin_memory = z.offload_optimizer.pin_memory;
   in.param_pin_memory = z.offload_param.pin_memory;
   in.offload_ratio = z.offload_optimizer.ratio;

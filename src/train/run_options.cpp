@@ -47,6 +47,23 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   o.zero.grad_pin_memory = z.offload_optimizer.pin_memory;
   o.zero.param_buffer_count = z.offload_param.buffer_count;
   o.zero.param_buffer_size = z.offload_param.buffer_size;
+  // [Note: parameter offload to NVMe]; the trainer adds the run id and rank.
+  o.zero.param_nvme = z.offload_param.device == "nvme";
+  if (o.zero.param_nvme) {
+    ParamSwapOptions& ps = o.zero.param_swap;
+    ps.nvme_path = z.offload_param.nvme_path;
+    ps.buffer_count = z.offload_param.buffer_count;
+    ps.buffer_size = z.offload_param.buffer_size;
+    ps.max_in_cpu = z.offload_param.max_in_cpu;
+    ps.pin_memory = z.offload_param.pin_memory;
+    ps.aio.block_size = cfg.aio.block_size;
+    ps.aio.queue_depth = cfg.aio.queue_depth;
+    ps.aio.thread_count = cfg.aio.thread_count;
+    ps.aio.single_submit = cfg.aio.single_submit;
+    ps.aio.overlap_events = cfg.aio.overlap_events;
+    const std::string& b = cfg.offload.aio_backend;
+    ps.backend = b == "io_uring" ? AioBackend::io_uring : b == "threads" ? AioBackend::threads : AioBackend::automatic;
+  }
 
   const OptimizerConfig& op = cfg.optimizer;
   o.adamw = AdamWParams{op.lr, op.beta1, op.beta2, op.eps, op.weight_decay};

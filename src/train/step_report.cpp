@@ -135,7 +135,11 @@ void StepReporter::report_offload(const OffloadStepTimes& o, nlohmann::json& rec
                     {"h2d_wait_s", o.h2d_wait_s}, {"host_adamw_s", o.cpu_s},    {"total_s", o.total_s},
                     {"delayed", o.delayed},       {"delayed_wait_s", o.delayed_wait_s},
                     {"grads_landed_bytes", o.grads_landed_bytes}, {"grads_landed_wait_s", o.grads_landed_wait_s},
-                    {"grads_add_s", o.grads_add_s}};
+                    {"grads_add_s", o.grads_add_s},
+                    {"nvme_read_bytes", o.nvme_read_bytes}, {"nvme_write_bytes", o.nvme_write_bytes},
+                    {"nvme_read_wait_s", o.nvme_read_wait_s}, {"nvme_write_wait_s", o.nvme_write_wait_s},
+                    {"param_read_bytes", o.param_read_bytes}, {"param_write_bytes", o.param_write_bytes},
+                    {"param_read_wait_s", o.param_read_wait_s}, {"param_write_wait_s", o.param_write_wait_s}};
   char line[320];
   if (o.delayed) {
     const double hidden = o.cpu_s > 0 ? std::max(0.0, 1.0 - o.delayed_wait_s / o.cpu_s) : 1.0;
@@ -152,6 +156,17 @@ void StepReporter::report_offload(const OffloadStepTimes& o, nlohmann::json& rec
                   o.total_s * 1e3);
   }
   log_info(line);
+  // NVMe ([Note: NVMe optimizer step], [Note: parameter offload to NVMe]):
+  // the swap files' bytes this step and what the host waited for them.
+  if (o.nvme_read_bytes + o.nvme_write_bytes + o.param_read_bytes + o.param_write_bytes > 0) {
+    std::snprintf(line, sizeof line,
+                  "  offload NVMe: optimizer read %.2f MB (waited %.1f ms), written %.2f MB (waited %.1f ms); "
+                  "parameters read %.2f MB (waited %.1f ms), written %.2f MB (waited %.1f ms)",
+                  o.nvme_read_bytes / 1e6, o.nvme_read_wait_s * 1e3, o.nvme_write_bytes / 1e6,
+                  o.nvme_write_wait_s * 1e3, o.param_read_bytes / 1e6, o.param_read_wait_s * 1e3,
+                  o.param_write_bytes / 1e6, o.param_write_wait_s * 1e3);
+    log_info(line);
+  }
   if (o.grads_landed_bytes > 0) {
     std::snprintf(line, sizeof line,
                   "  offload: gradients to the host during the backward %.1f MB (host waited %.1f ms, added "
@@ -198,7 +213,7 @@ void StepReporter::report_pipeline(const PipelineTiming& pt, nlohmann::json& rec
   rec["bubble_schedule"] = ideal;
 }
 
-void StepReporter::report_end(const Device& dev, int64_t steps, double seconds) {
+void StepReporter::report_end(const Device& dev, int64_t steps, double seconds, int64_t nvme_bytes) {
   const MemoryStats& ms = dev.stats();
   Communicator& world = comms_.world();
   nlohmann::json peak = nlohmann::json::object();
@@ -227,8 +242,15 @@ void StepReporter::report_end(const Device& dev, int64_t steps, double seconds) 
     line += buf;
   }
   if (host["pinned"].get<int64_t>() + host["pageable"].get<int64_t>() > 0) log_info(line);
+  // The swap files of NVMe offload (optimizer and parameters), beside the
+  // estimator's nvme column.
+  const auto nvme = static_cast<int64_t>(all_reduce_scalar(world, static_cast<double>(nvme_bytes), ReduceOp::max));
+  if (nvme > 0) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(nvme) / 1048576.0);
+    log_info("NVMe swap files per rank (max over ranks): ", buf);
+  }
   if (prometheus_) prometheus_->update(nullptr, std::nan(""), 0, 0, checkpoints_);  // the final saves and peaks
-  metrics_.write({{"event", "end"}, {"peak_bytes", peak}, {"peak_host_bytes", host}, {"steps", steps},
+  metrics_.write({{"event", "end"}, {"peak_bytes", peak}, {"peak_host_bytes", host}, {"nvme_bytes", nvme}, {"steps", steps},
                   {"time_s", seconds}});
 }
 

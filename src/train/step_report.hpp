@@ -73,7 +73,8 @@ class StepReporter {
   void report(const StepStats& st, double val, double elapsed, int64_t steps_done);
   // The run's end: peak memory per tag (max over ranks) and the end event.
   // Collective.
-  void report_end(const Device& dev, int64_t steps, double seconds);
+  // `nvme_bytes`: this rank's NVMe swap files (optimizer and parameters).
+  void report_end(const Device& dev, int64_t steps, double seconds, int64_t nvme_bytes = 0);
 
  private:
   double flops_per_token_ = 0;

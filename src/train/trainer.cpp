@@ -136,7 +136,10 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   s.plan = plan_stage(desc.unit_numels(), desc.unit_ties(), o.P, o.V, o.partition, topo.pp_rank());
 
   s.placement = make_placement(cfg, dev, o.adamw);
-  s.zero = std::make_unique<ZeroEngine>(units, o.zero, dev, kernels, *comms.data().tensors, *comms.data().host,
+  ZeroOptions zo = o.zero;
+  zo.param_swap.run_id = nvme_run_id();  // [Note: parameter offload to NVMe]
+  zo.param_swap.rank = std::max(0, process_rank());
+  s.zero = std::make_unique<ZeroEngine>(units, zo, dev, kernels, *comms.data().tensors, *comms.data().host,
                                         *s.placement, s.plan.local);
   s.schedule = make_lr_schedule(o.lr);
   s.runner = std::make_unique<UnitRunner>(units, kernels, dev, o.param_dtype, o.act_dtype,
@@ -231,6 +234,7 @@ StepStats Trainer::train_step(bool read_loss) {
     ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault.step);
   StepStats st;
   const double t0 = now_s();
+  s.zero->take_param_swap_stats();  // drops the reads of the validation since the last step
   // The communicator ZeRO moves tensors through: its counters are the step's volume.
   Communicator& dp = *s.comms.data().tensors;
   dp.reset_counters();
@@ -245,7 +249,12 @@ StepStats Trainer::train_step(bool read_loss) {
   st.comm = dp.counters();
   if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) {
     st.offload = off->last_times();
-    st.nvme_bytes = off->nvme_bytes();
+    st.nvme_bytes = off->nvme_bytes() + s.zero->param_nvme_bytes();
+    const ParamSwapStats ps = s.zero->take_param_swap_stats();  // [Note: parameter offload to NVMe]
+    st.offload->param_read_bytes = ps.read_bytes;
+    st.offload->param_write_bytes = ps.write_bytes;
+    st.offload->param_read_wait_s = ps.read_wait_s;
+    st.offload->param_write_wait_s = ps.write_wait_s;
     if (const GradLandingTimes* g = s.zero->grad_landing_times()) {  // [Note: gradients on the host]
       st.offload->grads_landed_bytes = g->bytes;
       st.offload->grads_landed_wait_s = g->wait_s;
@@ -303,7 +312,9 @@ void Trainer::run() {
     s.reporter->report(st, val, now_s() - start, st.step - first_step);
   }
   if (s.ckpt) s.ckpt->finish();
-  s.reporter->report_end(s.dev, s.state.step, now_s() - start);
+  const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get());
+  s.reporter->report_end(s.dev, s.state.step, now_s() - start,
+                         (off ? off->nvme_bytes() : 0) + s.zero->param_nvme_bytes());
 }
 
 }  // namespace zt

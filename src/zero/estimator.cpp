@@ -49,9 +49,11 @@
 // gradients are on the device). nvme: the states go to the NVMe files, staged through
 // buffer_count / 3 sets of master, m and v buffers of one sub-group
 // (min(sub_group_size, largest shard) fp32 elements), each set with its
-// pinned gradient and parameter slots. offload_param (stage 3): the working shard lives in host memory
-// instead (nvme: in a file, staged through buffer_count x max(buffer_size,
-// largest unit) elements); the device uploads each unit's shard through
+// pinned gradient and parameter slots; each sub-group's region of a file is
+// padded to the directory's direct-I/O alignment (nvme_alignment). offload_param (stage 3): the working shard lives in host memory
+// instead (nvme: the first units within max_in_cpu elements in host memory,
+// the others in a file, each region padded to the alignment, read through
+// buffer_count pinned buffers of the largest of those shards); the device uploads each unit's shard through
 // buffer_count buffers of the largest unit's shard (communication column).
 // Pipeline: a stage counts every unit it holds, the tie mirror included (the
 // last stage's copy of the tied embedding is a whole unit with its own
@@ -222,8 +224,26 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     if (in.offload_param == "none") r.params += working_shard;
     if (in.offload_param == "cpu") param_host += shard * pb;
     if (in.offload_param == "nvme") {
-      r.nvme += shard * pb;
-      r.host_pinned += in.param_buffer_count * std::max(in.param_buffer_size, unit_max) * pb;
+      // [Note: parameter offload to NVMe] (zero/param_swap.hpp): the first
+      // units whose shards fit in max_in_cpu stay in host memory; the
+      // others have a region of the file each, at the alignment, and are
+      // read through buffer_count pinned buffers of the largest of them.
+      const int64_t al = in.param_nvme_alignment;
+      int64_t resident = 0, largest = 0;
+      bool filling = true;
+      for (int u = 0; u < n; ++u) {
+        if (!held[static_cast<size_t>(u)]) continue;
+        const int64_t s_u = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
+        if (filling && resident + s_u <= in.param_max_in_cpu) {
+          resident += s_u;
+          continue;
+        }
+        filling = false;
+        r.nvme += round_up(s_u * pb, al);
+        largest = std::max(largest, s_u);
+      }
+      param_host += resident * pb;
+      if (largest > 0) r.host_pinned += in.param_buffer_count * (round_up(largest * pb, al) + al);
     }
   }
   // Stages 1-2 with the optimizer offloaded: the working shard the host refreshes.
@@ -269,8 +289,19 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       // here), each with a pinned gradient and parameter slot.
       const int64_t L = std::min(in.sub_group_size, largest_shard);
       const int64_t sets = in.optimizer_buffer_count / 3;
-      r.nvme += 12 * on_host;
-      states_host += sets * 3 * round_up(4 * L, 4096);
+      const int64_t al = in.nvme_alignment;
+      if (in.offload_ratio >= 1.0) {
+        // Each sub-group's region of the three files, at the alignment.
+        for (int u = 0; u < n; ++u) {
+          if (!held[static_cast<size_t>(u)]) continue;
+          const int64_t s_u = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
+          for (int64_t off = 0; off < s_u; off += in.sub_group_size)
+            r.nvme += 3 * round_up(4 * std::min(in.sub_group_size, s_u - off), al);
+        }
+      } else {
+        r.nvme += 12 * on_host;
+      }
+      states_host += sets * 3 * round_up(4 * L, al);
       r.host_pinned += sets * (host_grads ? 4 : 8) * L;
     }
   }
@@ -363,6 +394,8 @@ void EstimateInput::validate() const {
            "parameter dtype ", dtype_name(param_dtype));
   ZT_CHECK(micro_batch >= 1, "micro_batch ", micro_batch);
   ZT_CHECK(reduce_bucket_size > 0 && allgather_bucket_size > 0 && sub_group_size > 0, "bucket sizes must be > 0");
+  ZT_CHECK(nvme_alignment > 0 && param_nvme_alignment > 0, "NVMe alignments ", nvme_alignment, ", ",
+           param_nvme_alignment);
 }
 
 std::vector<MemoryEstimateRow> estimate_stages(const EstimateInput& in) {

@@ -55,11 +55,19 @@ struct EstimateInput {
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_reuse_distance = 1000000000;
   int64_t sub_group_size = 1000000000;
-  // Host staging for NVMe offload: offload_optimizer.buffer_count buffers of
-  // one optimizer sub-group, offload_param.buffer_count x buffer_size.
+  // Host staging for NVMe offload: offload_optimizer.buffer_count / 3 sets
+  // of buffers of one optimizer sub-group; offload_param.buffer_count
+  // buffers of the largest parameter shard in the file (at most buffer_size).
   int optimizer_buffer_count = 4;
   int param_buffer_count = 5;
   int64_t param_buffer_size = 100000000;
+  // offload_param "nvme": shard elements kept in host memory (max_in_cpu).
+  int64_t param_max_in_cpu = 1000000000;
+  // The direct-I/O alignment of the optimizer's and the parameters' swap
+  // directories: each region of a file is padded to it (4096, the largest a
+  // device has, unless the directory exists to be probed).
+  int64_t nvme_alignment = 4096;
+  int64_t param_nvme_alignment = 4096;
   // Host offload (docs/offload.md): pinned or pageable states, the fraction
   // of the optimizer offloaded, the delayed update's copies, the pipelined
   // slots of the host step (HostOffloadOptions: slots x tile elements).

@@ -3,6 +3,7 @@
 // placement updates them (optimizer_placement.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +11,22 @@
 #include "zero/flat_layout.hpp"
 
 namespace zt {
+
+struct OwnedShard;
+
+// [Note: parameter offload to NVMe] (zero/param_swap.hpp): where an
+// offloaded optimizer hands a shard's new working parameters when they live
+// in a file rather than in memory it can write.
+class ParamSink {
+ public:
+  // Bytes [byte_offset, byte_offset + bytes) of `sh`'s new working
+  // parameters, from host memory `src` (free again when put returns). A
+  // shard's pieces cover it once per update or write_state(master).
+  virtual void put(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes) = 0;
+
+ protected:
+  ~ParamSink() = default;
+};
 
 struct OwnedShard {
   int index = 0;  // position among the rank's owned shards
@@ -31,7 +48,13 @@ struct OwnedShard {
   // and after write_state(master).
   void* param = nullptr;
   DType param_dtype = DType::f32;
-  bool param_on_host = false;  // offload_param: `param` is host memory
+  bool param_on_host = false;  // offload_param: the parameters are off the device
+  // offload_param "nvme": set for a shard whose working parameters are in the
+  // swap file (`param` is null): the placement hands them to the sink.
+  ParamSink* param_sink = nullptr;
+  // Whether the placement writes the working parameters straight into
+  // `param` (host memory) rather than through a copy.
+  bool param_in_place() const { return param_on_host && param_sink == nullptr; }
   std::vector<DecaySpan> spans;  // unit-local, covering [begin, end)
   int64_t numel() const { return end - begin; }
 };

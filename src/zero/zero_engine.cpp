@@ -29,8 +29,12 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       ZT_USER_ERROR("zero_optimization.offload_param needs ZeRO stage 3 with offload_optimizer on \"cpu\" or "
                     "\"nvme\" (the parameters are refreshed where the optimizer runs); found stage ",
                     opts.stage, " with the optimizer on the ", placement.name());
-    ZT_CHECK(opts.param_buffer_count >= 1 && opts.param_buffer_size >= 1, "offload_param buffers");
+    if (opts.param_buffer_count < 1)
+      ZT_USER_ERROR("zero_optimization.offload_param.buffer_count ", opts.param_buffer_count,
+                    ": the parameters are uploaded through buffer_count device buffers; give at least 1");
+    ZT_CHECK(opts.param_buffer_size >= 1, "offload_param buffers");
   }
+  ZT_CHECK(!opts.param_nvme || opts.offload_params, "parameters on NVMe without offload_params");
   ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
   const int n = layout_.num_units();
   state_.resize(n);
@@ -80,6 +84,17 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     if (opts.stage == 3 && !f32) working_shard_ = zeroed(pt, shard, MemTag::params);
     exp_avg_ = zeroed(DType::f32, shard, MemTag::optim);
     exp_avg_sq_ = zeroed(DType::f32, shard, MemTag::optim);
+  } else if (opts.param_nvme) {
+    // [Note: parameter offload to NVMe]: no working shard in memory but the
+    // resident units' (the swap's).
+    std::vector<int64_t> shards(static_cast<size_t>(n), -1);
+    std::vector<std::string> names(static_cast<size_t>(n));
+    for (int u = 0; u < n; ++u) {
+      names[static_cast<size_t>(u)] = layout_.unit(u).name;
+      if (is_local(u)) shards[static_cast<size_t>(u)] = layout_.unit(u).shard;
+    }
+    copies_ = dev.make_transfer_queue();
+    swap_ = std::make_unique<ParamSwap>(opts.param_swap, dev, *copies_, pt, shards, names);
   } else if (opts.offload_params) {
     working_shard_ = zeroed_on(dev.host_memory(opts.param_pin_memory), pt, shard, MemTag::offload);
   } else {
@@ -127,9 +142,14 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
         s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];
         s.exp_avg_sq = exp_avg_sq_.as<float>() + shard_offset_[u];
       } else {
-        s.param = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(pt);
         s.param_dtype = pt;
         s.param_on_host = opts.offload_params;
+        if (!swap_)
+          s.param = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(pt);
+        else if (swap_->resident(u))
+          s.param = swap_->resident_shard(u);
+        else
+          s.param_sink = swap_.get();
       }
     }
     s.spans = layout_.decay_spans(u, s.begin, s.end);
@@ -166,9 +186,11 @@ ZeroEngine::~ZeroEngine() {
     progress_reductions(true);
     for (int u = 0; u < layout_.num_units(); ++u) finish_all(state_[u].gather);
     if (landing_) landing_->drain();
+    if (copies_) copies_->wait_all();  // uploads from the swap's buffers
   } catch (...) {
   }
   landing_.reset();  // before the transfer queue it uses
+  swap_.reset();
 }
 
 bool ZeroEngine::partitioned(int u) const {
@@ -217,20 +239,30 @@ void ZeroEngine::start_gather(int u) {
   if (!st.gathered.empty()) return;
   const FlatUnit& fu = layout_.unit(u);
   st.gathered = Buffer(dev_, opts_.param_dtype, Shape{fu.padded}, MemTag::params);
-  const void* shard = working_shard_.empty()
-                          ? static_cast<const void*>(master_.as<float>() + shard_offset_[u])
-                          : static_cast<const void*>(working_shard_.as<char>() +
-                                                     static_cast<size_t>(shard_offset_[u]) * dtype_size(opts_.param_dtype));
-  if (opts_.offload_params) shard = upload_shard(u, shard);
+  const void* shard = host_shard(u);
+  if (opts_.offload_params) {
+    TransferTicket uploaded;
+    shard = upload_shard(u, shard, &uploaded);
+    if (swap_) swap_->used(u, uploaded);  // the read buffer is free once the copy is done
+  }
   all_gather_unit(dp_, dev_, kernels_, shard, st.gathered.data(), fu.shard, opts_.param_dtype, opts_.allgather_bucket_size,
                   st.gather);
   live_ += fu.padded;
   peak_live_ = std::max(peak_live_, live_);
 }
 
+// The owned shard of unit u that a gather starts from: the device's working
+// (or fp32 master) shard, the host copy ([Note: parameter offload]), or the
+// swap's buffer that it was read into ([Note: parameter offload to NVMe]).
+const void* ZeroEngine::host_shard(int u) {
+  if (swap_) return swap_->shard(u);
+  if (working_shard_.empty()) return master_.as<float>() + shard_offset_[u];
+  return working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(opts_.param_dtype);
+}
+
 // [Note: parameter offload] A pool buffer for unit u's shard, uploaded from
 // host memory; the all-gather queued after it waits for the copy.
-const void* ZeroEngine::upload_shard(int u, const void* host_shard) {
+const void* ZeroEngine::upload_shard(int u, const void* host_shard, TransferTicket* uploaded) {
   const FlatUnit& fu = layout_.unit(u);
   auto free_slot = [&] {
     for (size_t i = 0; i < upload_user_.size(); ++i)
@@ -248,6 +280,7 @@ const void* ZeroEngine::upload_shard(int u, const void* host_shard) {
   const TransferTicket t = copies_->to_device(b.data(), host_shard, static_cast<size_t>(fu.shard) * dtype_size(opts_.param_dtype),
                                               upload_done_[static_cast<size_t>(slot)]);
   copies_->compute_waits(t);
+  if (uploaded != nullptr) *uploaded = t;
   upload_user_[static_cast<size_t>(slot)] = u;
   upload_order_.push_back(u);
   state_[u].upload = slot;
@@ -287,10 +320,26 @@ void ZeroEngine::prefetch(int u, Phase phase) {
   }
 }
 
+// [Note: parameter offload to NVMe] The reads of the units that will be
+// gathered next, from unit `from` in the direction `step`, while read buffers
+// are free: the units the prefetch gathers and those after them.
+void ZeroEngine::read_ahead(int from, int step) {
+  for (int v = from; v >= 0 && v < layout_.num_units(); v += step) {
+    if (!is_local(v)) break;
+    if (!partitioned(v) || !state_[v].gathered.empty()) continue;
+    if (!swap_->prefetch(v)) break;
+  }
+}
+
 std::vector<Tensor> ZeroEngine::acquire(int unit, Phase phase) {
   ZT_CHECK(is_local(unit), "parameters of unit ", unit, " asked on a rank that does not hold it");
   std::vector<int> needed{unit};
   for (const TiedParam& t : units_[unit]->tied()) needed.push_back(t.unit);
+  if (swap_) {
+    for (int u : needed)
+      if (partitioned(u) && state_[u].gathered.empty()) swap_->prefetch(u);
+    read_ahead(unit, phase == Phase::forward ? 1 : -1);
+  }
   for (int u : needed) {
     ++state_[u].refs;
     if (partitioned(u)) start_gather(u);
@@ -489,6 +538,8 @@ void ZeroEngine::publish_params() {
     ZT_CHECK(state_[u].refs == 0, "publish_params while unit ", u, " is in use");
     free_gathered(u);
   }
+  // [Note: parameter offload to NVMe] The new shards are on the file.
+  if (swap_) swap_->flush();
   const size_t es = dtype_size(pt);
   std::vector<PendingCollective> pending;
   if (!states_on_device_) {
@@ -500,15 +551,20 @@ void ZeroEngine::publish_params() {
     // into one device buffer first, on the copy stream, after the gathers
     // that last read it; each gather waits for its upload only.
     const TransferTicket after = persistent_upload_.empty() ? TransferTicket{} : copies_->mark_compute();
+    if (swap_)  // the reads of the whole units' shards at once, as buffers allow
+      for (int u = 0; u < layout_.num_units(); ++u)
+        if (is_local(u) && !partitioned(u) && !swap_->prefetch(u)) break;
     int64_t at = 0;
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!is_local(u) || partitioned(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
-      const char* shard = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * es;
+      const char* shard = static_cast<const char*>(host_shard(u));
       if (!persistent_upload_.empty()) {
         char* dst = persistent_upload_.as<char>() + static_cast<size_t>(at) * es;
         at += fu.shard;
-        copies_->compute_waits(copies_->to_device(dst, shard, static_cast<size_t>(fu.shard) * es, after));
+        const TransferTicket t = copies_->to_device(dst, shard, static_cast<size_t>(fu.shard) * es, after);
+        copies_->compute_waits(t);
+        if (swap_) swap_->used(u, t);
         shard = dst;
       }
       all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);

@@ -39,6 +39,16 @@
 // whose shard exceeds param_buffer_size is refused by name; with every pool
 // buffer in flight, the oldest gather is completed first.
 //
+// With offload_param "nvme" ([Note: parameter offload to NVMe] in
+// param_swap.hpp) the working shards live in a swap file instead (a
+// ParamSwap; the first max_in_cpu elements stay in host memory as above):
+// start_gather reads a unit's shard into a pinned buffer, uploads it from
+// there, and the prefetch also issues the reads of the units after the ones
+// it gathers (as many as there are free read buffers), so the reads run
+// while earlier units compute. The placement hands the new parameters to
+// the swap (OwnedShard::param_sink), which writes each shard once it is
+// complete; publish_params waits for those writes before anything is read.
+//
 // When the placement asks for the gradients on the host
 // (OptimizerPlacement::host_gradient_buffers, [Note: gradients on the
 // host]), the owned gradient shards are host memory and every reduced piece
@@ -56,6 +66,7 @@
 #include "zero/grad_landing.hpp"
 #include "zero/optimizer_placement.hpp"
 #include "zero/owned_shard.hpp"
+#include "zero/param_swap.hpp"
 
 namespace zt {
 
@@ -76,6 +87,9 @@ struct ZeroOptions {
   bool param_pin_memory = true;
   int param_buffer_count = 5;
   int64_t param_buffer_size = 100000000;
+  // offload_param "nvme": the working shards in a swap file (param_swap.hpp).
+  bool param_nvme = false;
+  ParamSwapOptions param_swap;
   // [Note: gradients on the host]: the host gradient shards page-locked
   // (offload_optimizer.pin_memory).
   bool grad_pin_memory = true;
@@ -142,6 +156,10 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // Elements of working parameters gathered right now (stage 3), and the peak.
   int64_t live_gathered() const { return live_; }
   int64_t peak_live_gathered() const { return peak_live_; }
+  // offload_param "nvme": the swap file's bytes on NVMe (0 without it), and
+  // the bytes read and written since the last call, with the waits.
+  int64_t param_nvme_bytes() const { return swap_ ? swap_->file_bytes() : 0; }
+  ParamSwapStats take_param_swap_stats() { return swap_ ? swap_->take_stats() : ParamSwapStats{}; }
 
  private:
   struct UnitState;
@@ -150,7 +168,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void* working_full(int u) const;  // full working params of unit u (must be available)
   void start_gather(int u);
   void wait_gather(int u);
-  const void* upload_shard(int u, const void* host_shard);
+  const void* upload_shard(int u, const void* host_shard, TransferTicket* uploaded = nullptr);
+  const void* host_shard(int u);  // the shard a gather starts from ([Note: parameter offload])
+  void read_ahead(int from, int step);
   void free_gathered(int u);
   void prefetch(int u, Phase phase);
   void ensure_grad_buffer(int u);
@@ -189,6 +209,8 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   int64_t upload_elems_ = 1;  // elements per pool buffer
   Buffer persistent_upload_;  // the shards of the units kept whole, on the device
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
+  // [Note: parameter offload to NVMe] After copies_, which it uses.
+  std::unique_ptr<ParamSwap> swap_;
   std::vector<PendingCollective> pending_reduce_;
   static constexpr int kMaxReducing = 2;  // units with reductions in flight (overlap_comm)
   std::vector<int> reducing_;             // those units, oldest first

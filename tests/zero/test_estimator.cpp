@@ -6,7 +6,9 @@
 // partitioner makes them are tested in test_estimator_stages.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <memory>
 
 #include "../modules/module_test_support.hpp"
@@ -232,6 +234,49 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
   in = input_for(s, 8, 2);
   in.offload_param = "cpu";
   EXPECT_FALSE(estimate(in).supported);
+}
+
+// [Note: parameter offload to NVMe]: the first units within max_in_cpu
+// elements in host memory, every other unit's shard in the file, each padded
+// to the alignment, and buffer_count pinned read buffers of the largest.
+TEST(Estimator, ParametersOnNvme) {
+  const ModelDesc m = gpt(kOdd);
+  const int dp = 3;
+  EstimateInput in = input_for(m, dp, 3);
+  in.offload_optimizer = "cpu";
+  in.offload_param = "cpu";
+  in.param_buffer_count = 2;  // the device's upload pool; with nvme the read buffers too
+  const MemoryEstimateRow cpu = estimate(in);
+  in.offload_param = "nvme";
+  std::vector<int64_t> shards;
+  for (const UnitDesc& u : m.units) shards.push_back((u.numel() + dp - 1) / dp);
+  for (int64_t al : {512, 4096}) {
+    in.param_nvme_alignment = al;
+    auto pad = [&](int64_t bytes) { return (bytes + al - 1) / al * al; };
+    // Every shard in the file.
+    in.param_max_in_cpu = 0;
+    const MemoryEstimateRow all = estimate(in);
+    int64_t file = 0, largest = 0;
+    for (int64_t sh : shards) {
+      file += pad(2 * sh);
+      largest = std::max(largest, sh);
+    }
+    EXPECT_EQ(all.nvme, file);
+    EXPECT_EQ(all.total(), cpu.total()) << "the device side is the same as with the parameters on the host";
+    EXPECT_EQ(cpu.host_pageable - all.host_pageable, 2 * std::accumulate(shards.begin(), shards.end(), int64_t{0}));
+    EXPECT_EQ(all.host_pinned - cpu.host_pinned, 2 * (pad(2 * largest) + al));
+    // The first two units resident (pageable: pin_memory false), the third
+    // one does not fit, so no later one is resident either.
+    in.param_max_in_cpu = shards[0] + shards[1] + shards[2] - 1;
+    const MemoryEstimateRow part = estimate(in);
+    EXPECT_EQ(part.nvme, file - pad(2 * shards[0]) - pad(2 * shards[1]));
+    EXPECT_EQ(part.host_pageable, all.host_pageable + 2 * (shards[0] + shards[1]));
+    // Everything resident: no file and no read buffers.
+    in.param_max_in_cpu = int64_t{1} << 40;
+    const MemoryEstimateRow none = estimate(in);
+    EXPECT_EQ(none.nvme, 0);
+    EXPECT_EQ(none.host(), cpu.host());
+  }
 }
 
 TEST(Estimator, CheckpointingReducesActivations) {

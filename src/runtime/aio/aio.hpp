@@ -185,6 +185,29 @@ class SwapDir {
   std::map<std::string, std::unique_ptr<SwapFile>> files_;
 };
 
+// Holds flock(LOCK_EX) on the parent directory of `path` while SwapDirs are
+// made there, so that the processes of a run (its ranks, on one node) and
+// the SwapDirs of one process (the optimizer's and the parameters') open
+// their swap directories one at a time. SwapDir's stale-file sweep could
+// otherwise remove another process's lock file in the instant between its
+// creation under a temporary name and its flock (that SwapDir then fails
+// "cannot create ...lock: No such file or directory"; about one in a
+// thousand of four processes opening at once). Best effort: where the
+// parent cannot be opened or locked, nothing is held (SwapDir then says what
+// is wrong with the path).
+//
+//   { SwapDirOpening one_at_a_time(path); dir = std::make_unique<SwapDir>(path, ...); }
+class SwapDirOpening {
+ public:
+  explicit SwapDirOpening(const std::string& path);
+  ~SwapDirOpening();
+  SwapDirOpening(const SwapDirOpening&) = delete;
+  SwapDirOpening& operator=(const SwapDirOpening&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // ---- the engine ---------------------------------------------------------------
 
 enum class AioBackend { automatic, io_uring, threads };

@@ -92,6 +92,18 @@ std::atomic<int> g_tmp_counter{0};
 
 }  // namespace
 
+SwapDirOpening::SwapDirOpening(const std::string& path) {
+  fd_ = ::open(parent_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+SwapDirOpening::~SwapDirOpening() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
 SwapFile::~SwapFile() {
   if (fd_ >= 0) ::close(fd_);
 }
