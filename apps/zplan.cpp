@@ -1,0 +1,189 @@
+// zplan: which layouts of a model fit on a number of GPUs, and how fast and
+// at what cost each trains (docs/plan.md).
+//
+//   zplan --model llama2-70b --gpu a100-80gb --gpus 8 [--gpus-per-node 8]
+//         [--host-mem-gib 1024] [--nvme-gib 0] [--global-batch N] [--price X | --spot]
+//         [--dtype bf16|f32] [--top 20] [--json] [--figures FILE]
+//   zplan --config CONFIG.json ...       # the config's model section
+//   zplan validate [--figures FILE]      # the time model against every measured run
+//
+// Memory per GPU is the ZeRO memory estimator's (the figures of `ztrain
+// --estimate-memory`); the time model and its figures are [Note: plan time
+// model] in zplan_model.cpp and data/plan/figures.json.
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.hpp"
+#include "zplan_model.hpp"
+
+namespace po = boost::program_options;
+using namespace zt;
+using namespace zt::plan;
+
+namespace {
+
+std::string f2(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+int run(int argc, char** argv) {
+  std::string model, config, gpu, figures_path = ZT_PLAN_FIGURES, dtype = "bf16";
+  int gpus = 0, per_node = 0, top = 20;
+  double host_mem = 0, nvme = 0, price = -1;
+  int64_t global_batch = 0;
+  bool json_out = false, spot = false;
+  po::options_description opts("Options");
+  opts.add_options()
+      ("help,h", "print this help")
+      ("model", po::value<std::string>(&model), "model preset (gpt2-124m ... llama3-70b)")
+      ("config", po::value<std::string>(&config), "a ztrain config: its model section and dtype")
+      ("gpu", po::value<std::string>(&gpu), "GPU preset: h200, h100, a100-80gb, rtx4090, mi250x (figures file)")
+      ("gpus", po::value<int>(&gpus), "number of GPUs")
+      ("gpus-per-node", po::value<int>(&per_node), "GPUs per node [the preset's]")
+      ("host-mem-gib", po::value<double>(&host_mem), "host memory per node in GiB [0: no CPU offload]")
+      ("nvme-gib", po::value<double>(&nvme), "NVMe per node in GiB [0: no NVMe offload]")
+      ("global-batch", po::value<int64_t>(&global_batch), "sequences per step, the same for every layout [2^19 tokens]")
+      ("dtype", po::value<std::string>(&dtype), "bf16 or f32 [bf16; with --config, the config's]")
+      ("price", po::value<double>(&price), "USD per GPU-hour [the preset's on-demand price]")
+      ("spot", po::bool_switch(&spot), "the preset's spot price")
+      ("top", po::value<int>(&top), "layouts listed [20]")
+      ("json", po::bool_switch(&json_out), "print the layouts as JSON (with their --set overrides)")
+      ("figures", po::value<std::string>(&figures_path), "device figures and measured runs [data/plan/figures.json]");
+  po::options_description hidden;
+  std::string command;
+  hidden.add_options()("command", po::value<std::string>(&command));
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("command", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    ZT_USER_ERROR("command line: ", e.what(), " (see zplan --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: zplan --model PRESET|--config FILE --gpu PRESET --gpus N [options]\n"
+                 "       zplan validate [--figures FILE]\n\n"
+                 "Lists the layouts (ZeRO stage, offload, pipeline, micro-batch, activation checkpointing)\n"
+                 "that fit, with memory per GPU from the ZeRO estimator, predicted step time, tokens/s and\n"
+                 "cost per billion tokens (docs/plan.md).\n\n"
+              << opts << std::flush;
+    return 0;
+  }
+  const Figures figures = load_figures(figures_path);
+  if (command == "validate") {
+    std::cout << format_validation(validate(figures)) << std::flush;
+    return 0;
+  }
+  if (!command.empty()) ZT_USER_ERROR("command line: unknown command '", command, "' (plan options, or 'validate')");
+  if (model.empty() == config.empty()) ZT_USER_ERROR("command line: give one of --model PRESET or --config FILE");
+  if (gpu.empty()) ZT_USER_ERROR("command line: --gpu PRESET is required");
+  if (!vm.count("gpus")) ZT_USER_ERROR("command line: --gpus N is required");
+  if (gpus < 1) ZT_USER_ERROR("command line: --gpus: expected at least one GPU, found ", gpus);
+  if (vm.count("gpus-per-node") && per_node < 1)
+    ZT_USER_ERROR("command line: --gpus-per-node: expected at least 1, found ", per_node);
+  if (host_mem < 0 || nvme < 0) ZT_USER_ERROR("command line: --host-mem-gib and --nvme-gib must be >= 0");
+  if (vm.count("global-batch") && global_batch < 1) ZT_USER_ERROR("command line: --global-batch must be >= 1");
+  if (top < 1) ZT_USER_ERROR("command line: --top must be >= 1");
+  if (spot && vm.count("price")) ZT_USER_ERROR("command line: --spot and --price exclude each other");
+  PlanInput in;
+  in.device = figures.device(gpu);
+  if (spot) {
+    if (!in.device.spot_price_per_hour)
+      ZT_USER_ERROR("command line: --spot: no spot price for '", gpu, "' in ", figures.path, " (give --price)");
+    price = in.device.spot_price_per_hour;
+  }
+  if (!config.empty()) {
+    std::ifstream f(config);
+    if (!f) ZT_USER_ERROR(config, ": cannot open the config");
+    nlohmann::json c;
+    try {
+      c = nlohmann::json::parse(f, nullptr, true, true);
+    } catch (const nlohmann::json::exception& e) {
+      ZT_USER_ERROR(config, ": not valid JSON (", e.what(), ")");
+    }
+    in.model = c.value("model", nlohmann::json::object());
+    if (!vm.count("dtype")) dtype = c.contains("bf16") && c["bf16"].value("enabled", false) ? "bf16" : "f32";
+  } else {
+    in.model = {{"preset", model}};
+  }
+  if (dtype != "bf16" && dtype != "f32") ZT_USER_ERROR("command line: --dtype: expected bf16 or f32, found '", dtype, "'");
+  in.dtype = dtype;
+  in.gpus = gpus;
+  in.gpus_per_node = per_node;
+  in.host_mem_gib = host_mem;
+  in.nvme_gib = nvme;
+  in.global_batch = global_batch;
+  in.price_per_hour = price;
+  std::string notes;
+  const std::vector<PlanRow> rows = zt::plan::plan(in, &notes);
+  const double usd = price >= 0 ? price : in.device.price_per_hour;
+  if (json_out) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const PlanRow& r : rows) {
+      nlohmann::json sets = r.layout.sets();
+      out.push_back({{"layout", r.layout.name()},
+                     {"world", r.layout.gpus},
+                     {"zero_stage", r.layout.zero_stage},
+                     {"offload_optimizer", r.layout.offload_optimizer},
+                     {"offload_param", r.layout.offload_param},
+                     {"P", r.layout.P},
+                     {"V", r.layout.V},
+                     {"micro_batch", r.layout.micro_batch},
+                     {"accumulation", r.layout.accumulation},
+                     {"checkpointing", r.layout.checkpointing},
+                     {"device_bytes", r.memory.total()},
+                     {"host_bytes_per_rank", r.memory.host()},
+                     {"step_s", r.time.step},
+                     {"tokens_per_s", r.time.tokens_per_s},
+                     {"usd_per_billion_tokens", r.cost_per_btok},
+                     {"sets", sets}});
+    }
+    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib},
+                                 {"notes", notes}, {"layouts", out}})
+                     .dump(1)
+              << "\n";
+    return 0;
+  }
+  const std::string what = config.empty() ? model : config;
+  std::cout << "zplan: " << what << " on " << gpus << " x " << in.device.label << " (" << in.device.memory_gib
+            << " GiB each, " << (per_node > 0 ? per_node : in.device.gpus_per_node) << " per node), host "
+            << host_mem << " GiB and NVMe " << nvme << " GiB per node, $" << f2("%.2f", usd) << " per GPU-hour\n";
+  std::cout << "  " << notes << "; memory per GPU from the ZeRO estimator (ztrain --estimate-memory), "
+            << "times from the figures in " << figures.path << "\n\n";
+  if (rows.empty()) {
+    std::cout << "no layout fits: more GPUs, more host memory (--host-mem-gib) or NVMe (--nvme-gib)\n";
+    return 1;
+  }
+  std::cout << "| layout | GiB/GPU | host GiB/node | step s | tokens/s | $/B tokens |\n"
+            << "| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (size_t i = 0; i < rows.size() && static_cast<int>(i) < top; ++i) {
+    const PlanRow& r = rows[i];
+    std::cout << "| " << r.layout.name() << " | " << f2("%.1f", static_cast<double>(r.memory.total()) / 1073741824.0)
+              << " | " << f2("%.0f", r.host_gib_per_node) << " | " << f2("%.3g", r.time.step) << " | "
+              << f2("%.0f", r.time.tokens_per_s) << " | " << f2("%.0f", r.cost_per_btok) << " |\n";
+  }
+  if (static_cast<int>(rows.size()) > top) std::cout << "(" << rows.size() - top << " more; --top N)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UserError& e) {
+    std::cerr << "zplan: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "zplan: error: " << e.what() << "\n";
+    return 1;
+  }
+}
