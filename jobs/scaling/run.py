@@ -551,7 +551,9 @@ def main(argv):
              "the schedule's (P−1)/(V·M), as `report_pipeline_timing` writes them.")
     if plots:
         L += ["", "## Plots", ""]
-        L += [f"![{title}]({rel})" for (title, rel) in plots]
+        for (title, rel) in plots:
+            L += [f"![{title}]({rel})", ""]
+        L.pop()
     for model in models:
         L += ["", f"## Model `{model}`"]
         for m in a.modes:
@@ -620,9 +622,18 @@ def write_plots(a, rows, models, plot_dir, out):
         return f"ZeRO-{stage}" + ("" if P == 1 else f", P={P} V={V} ({sched})")
 
     def save(fig, name, title):
+        # One legend for the figure, beside the panels (inside, it would hide the lines).
+        handles, labels = [], []
+        for ax in fig.axes:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                if l not in labels:
+                    handles.append(h)
+                    labels.append(l)
+        if handles:
+            fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
         path = os.path.join(plot_dir, name)
         fig.tight_layout()
-        fig.savefig(path, dpi=80)
+        fig.savefig(path, dpi=80, bbox_inches="tight")
         plt.close(fig)
         files.append((title, os.path.relpath(path, os.path.dirname(os.path.abspath(out)) or ".")))
 
@@ -650,7 +661,6 @@ def write_plots(a, rows, models, plot_dir, out):
                 ax.set_ylabel(ylab)
                 ax.set_title(f"{model}: {m} scaling")
                 ax.grid(alpha=0.3)
-                ax.legend(fontsize=7)
             if any_:
                 save(fig, f"{model}-{what}.png", f"{model}: {ylab} against ranks")
             else:
@@ -674,7 +684,6 @@ def write_plots(a, rows, models, plot_dir, out):
             ax.set_ylim(bottom=0)
             ax.set_title(f"{model}: {m} scaling, memory")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
         save(fig, f"{model}-memory.png", f"{model}: memory per rank, measured and estimated")
         # Communication: the exposed reduce time, the bus-bandwidth time, the hidden fraction.
         fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6))
@@ -703,8 +712,6 @@ def write_plots(a, rows, models, plot_dir, out):
             ax.set_xticklabels([str(n) for n in ranks])
             ax.set_xlabel("ranks")
             ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=6)
         save(fig, f"{model}-comm.png", f"{model}: communication time and hidden fraction")
     return files
 
