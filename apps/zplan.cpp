@@ -5,6 +5,7 @@
 //         [--host-mem-gib 1024] [--nvme-gib 0] [--global-batch N] [--price X | --spot]
 //         [--dtype bf16|f32] [--top 20] [--json] [--figures FILE]
 //   zplan --config CONFIG.json ...       # the config's model section
+//   zplan ... --gpu h100 --memory-gib 94 --bf16-tflops 835 --hbm-gbs 3900   # a GPU without a preset
 //   zplan validate [--figures FILE]      # the time model against every measured run
 //
 // Memory per GPU is the ZeRO memory estimator's (the figures of `ztrain
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "core/error.hpp"
 #include "zplan_model.hpp"
@@ -53,7 +55,14 @@ int run(int argc, char** argv) {
       ("spot", po::bool_switch(&spot), "the preset's spot price")
       ("top", po::value<int>(&top), "layouts listed [20]")
       ("json", po::bool_switch(&json_out), "print the layouts as JSON (with their --set overrides)")
-      ("figures", po::value<std::string>(&figures_path), "device figures and measured runs [data/plan/figures.json]");
+      ("figures", po::value<std::string>(&figures_path), "device figures and measured runs [data/plan/figures.json]")
+      ("memory-gib", po::value<double>(), "the GPU's memory in GiB [the preset's]")
+      ("bf16-tflops", po::value<double>(), "the GPU's dense bf16 peak: scales the preset's kernel rates")
+      ("hbm-gbs", po::value<double>(), "the GPU's memory bandwidth: scales the preset's memory-bound work and AdamW")
+      ("busbw-gbs", po::value<double>(), "all-reduce bus bandwidth inside a node (zbench) [the preset's]")
+      ("inter-busbw-gbs", po::value<double>(), "bus bandwidth between nodes [the preset's]")
+      ("pcie-gbs", po::value<double>(), "host <-> GPU copy bandwidth [the preset's]")
+      ("nvme-gbs", po::value<double>(), "NVMe read + write bandwidth per node [the preset's]");
   po::options_description hidden;
   std::string command;
   hidden.add_options()("command", po::value<std::string>(&command));
@@ -95,6 +104,40 @@ int run(int argc, char** argv) {
   if (spot && vm.count("price")) ZT_USER_ERROR("command line: --spot and --price exclude each other");
   PlanInput in;
   in.device = figures.device(gpu);
+  // A GPU the presets do not have: a preset with its own numbers, the
+  // measured efficiencies kept (rates scale with the peak, memory-bound work
+  // with the bandwidth).
+  auto given = [&](const char* key) -> std::optional<double> {
+    if (!vm.count(key)) return std::nullopt;
+    const double v = vm[key].as<double>();
+    if (!(v > 0)) ZT_USER_ERROR("command line: --", key, ": expected a positive number, found ", v);
+    return v;
+  };
+  DeviceFigures& d = in.device;
+  if (auto v = given("memory-gib")) d.memory_gib = *v;
+  if (auto v = given("bf16-tflops")) {
+    const double k = *v / d.bf16_tflops;
+    for (Curve* c : {&d.gemm_tflops, &d.attention_tflops, &d.classifier_tflops}) {
+      c->y0 *= k;
+      c->y1 *= k;
+    }
+    d.bf16_tflops = *v;
+  }
+  if (auto v = given("hbm-gbs")) {
+    const double k = *v / d.hbm_gbs;
+    d.membound_ns_per_kib /= k;
+    d.optimizer_gbs *= k;
+    d.hbm_gbs = *v;
+  }
+  if (auto v = given("busbw-gbs")) d.intra_busbw_gbs = *v;
+  if (auto v = given("inter-busbw-gbs")) d.inter_busbw_gbs = *v;
+  if (auto v = given("pcie-gbs")) d.pcie_gbs = *v;
+  if (auto v = given("nvme-gbs")) d.nvme_gbs = *v;
+  for (const char* key : {"memory-gib", "bf16-tflops", "hbm-gbs", "busbw-gbs", "inter-busbw-gbs", "pcie-gbs", "nvme-gbs"})
+    if (vm.count(key)) {
+      d.label += " with the figures given";
+      break;
+    }
   if (spot) {
     if (!in.device.spot_price_per_hour)
       ZT_USER_ERROR("command line: --spot: no spot price for '", gpu, "' in ", figures.path, " (give --price)");

@@ -179,6 +179,7 @@ Figures load_figures(const std::string& path) {
     x.label = d.value("label", it.key());
     x.memory_gib = num(d, "memory_gib", where);
     x.bf16_tflops = num(d, "bf16_tflops", where);
+    x.hbm_gbs = num(d, "hbm_gbs", where);
     x.gemm_tflops = curve(d, "gemm_tflops", where);
     x.attention_tflops = curve(d, "attention_tflops", where);
     x.classifier_tflops = curve(d, "classifier_tflops", where);
@@ -202,9 +203,9 @@ Figures load_figures(const std::string& path) {
     const std::string where = path + ": devices." + key;
     const std::string from = d["scale_from"].get<std::string>();
     DeviceFigures x = f.device(from);
-    const double hbm_from = num(j["devices"][from], "hbm_gbs", path + ": devices." + from);
     const double flop = num(d, "bf16_tflops", where) / x.bf16_tflops;
-    const double bw = num(d, "hbm_gbs", where) / hbm_from;
+    const double bw = num(d, "hbm_gbs", where) / x.hbm_gbs;
+    x.hbm_gbs = num(d, "hbm_gbs", where);
     x.key = key;
     x.label = d.value("label", key);
     x.memory_gib = num(d, "memory_gib", where);

@@ -29,6 +29,7 @@ struct DeviceFigures {
   std::string label;  // "NVIDIA H200 141GB"
   double memory_gib = 0;       // device memory a process can allocate
   double bf16_tflops = 0;      // dense bf16 peak (datasheet, or measured)
+  double hbm_gbs = 0;          // memory bandwidth (datasheet)
   Curve gemm_tflops;           // block products, against d_model
   Curve attention_tflops;      // attention forward + backward, model FLOPs, against seq_len
   Curve classifier_tflops;     // fused classifier forward + backward, against d_model

@@ -95,6 +95,26 @@ RC=$?
 set -e
 if [ "$RC" = 1 ] && grep -q "no layout fits" "$WORK/out"; then echo "ok: nothing fits is said"; else fail "70B on one 4090: exit $RC"; fi
 
+# A GPU given by its numbers: less memory leaves out what the estimator puts
+# over it; half the peak slows the compute-bound layouts.
+tok() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['layouts'][0]['tokens_per_s'])" "$1"; }
+"$ZPLAN" --model gpt2-1.3b --gpu h100 --gpus 1 --global-batch 16 --json --figures "$FIG" >full.json
+"$ZPLAN" --model gpt2-1.3b --gpu h100 --gpus 1 --global-batch 16 --json --figures "$FIG" --bf16-tflops 494.5 >half.json
+if awk -v a="$(tok full.json)" -v b="$(tok half.json)" 'BEGIN { r = b / a; exit !(r > 0.5 && r < 0.6) }'; then
+  echo "ok: half the bf16 peak: $(tok half.json) against $(tok full.json) tokens/s"
+else
+  fail "--bf16-tflops: $(tok half.json) against $(tok full.json) tokens/s"
+fi
+set +e
+"$ZPLAN" --model gpt2-1.3b --gpu h100 --gpus 1 --memory-gib 16 --figures "$FIG" >"$WORK/out" 2>&1
+RC=$?
+set -e
+if [ "$RC" = 1 ] && grep -q "16 GiB each" "$WORK/out" && grep -q "no layout fits" "$WORK/out"; then
+  echo "ok: --memory-gib 16: 1.3B does not fit one GPU without offload"
+else
+  fail "--memory-gib: exit $RC"
+fi
+
 # ---- bad input ----
 zp() { set +e; "$ZPLAN" "$@" --figures "$FIG" >"$WORK/out" 2>&1; RC=$?; set -e; }
 zp --model gpt2-124m --gpu v100 --gpus 8
@@ -105,4 +125,6 @@ zp --model gpt2-9000 --gpu h100 --gpus 8
 if [ "$RC" = 2 ] && grep -q "gpt2-9000" "$WORK/out"; then echo "ok: unknown model preset"; else fail "unknown model: exit $RC"; fi
 zp --model gpt2-124m --gpu h100 --gpus 8 --spot
 if [ "$RC" = 2 ] && grep -q "no spot price for 'h100'" "$WORK/out"; then echo "ok: no spot price"; else fail "--spot without a price: exit $RC"; fi
+zp --model gpt2-124m --gpu h100 --gpus 8 --hbm-gbs 0
+if [ "$RC" = 2 ] && grep -q -- "--hbm-gbs: expected a positive number" "$WORK/out"; then echo "ok: a zero bandwidth"; else fail "--hbm-gbs 0: exit $RC"; fi
 finish
