@@ -34,8 +34,9 @@ namespace zt::plan {
 //             Stages 0-1 reduce fp32 gradients at the step (exposed);
 //             stage 2 reduce-scatters each micro-batch's gradients (hidden
 //             under the backward with overlap_comm, exposed without);
-//             stage 3 also gathers the 16-bit parameters before forward and
-//             backward, prefetched under the compute. Stages 1-2 all-gather
+//             stage 3 also gathers the 16-bit parameters (once a step while
+//             they fit in stage3_max_live_parameters, else before every
+//             forward and backward), prefetched under the compute. Stages 1-2 all-gather
 //             the updated 16-bit parameters after the step (exposed).
 //   optimizer on the device: 30 bytes per owned parameter (master, m, v read
 //             and written, the fp32 gradient read, the 16-bit copy written) at
@@ -326,7 +327,11 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
     (overlap ? hideable : exposed) += rs;
   }
   if (l.zero_stage == 1 || l.zero_stage == 2) exposed += scatter_gather_s(p16 * psi, dp, busbw);
-  if (l.zero_stage == 3) hideable += M * 2 * scatter_gather_s(p16 * psi, dp, busbw);
+  // Stage 3 keeps gathered units while the live parameters stay under
+  // stage3_max_live_parameters (DeepSpeed's 1e9): a model below it is
+  // gathered once a step, a larger one before each forward and backward.
+  const double gathers = psi <= static_cast<double>(cfg.zero.stage3_max_live_parameters) ? 1.0 : 2.0 * M;
+  if (l.zero_stage == 3) hideable += gathers * scatter_gather_s(p16 * psi, dp, busbw);
   hidden_window = slots * mb_compute;
   t.comm = exposed + std::max(0.0, hideable - hidden_window);
 
