@@ -211,7 +211,7 @@ int run(int argc, char** argv) {
     const PlanRow& r = rows[i];
     std::cout << "| " << r.layout.name() << " | " << f2("%.1f", static_cast<double>(r.memory.total()) / 1073741824.0)
               << " | " << f2("%.0f", r.host_gib_per_node) << " | " << f2("%.3g", r.time.step) << " | "
-              << f2("%.0f", r.time.tokens_per_s) << " | " << f2("%.0f", r.cost_per_btok) << " |\n";
+              << f2("%.0f", r.time.tokens_per_s) << " | " << f2(r.cost_per_btok >= 100 ? "%.0f" : "%.3g", r.cost_per_btok) << " |\n";
   }
   if (static_cast<int>(rows.size()) > top) std::cout << "(" << rows.size() - top << " more; --top N)\n";
   return 0;

@@ -450,8 +450,13 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
       }
     }
   }
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const PlanRow& a, const PlanRow& b) { return a.time.tokens_per_s > b.time.tokens_per_s; });
+  // Fastest first; among layouts the model cannot tell apart (the same
+  // tokens of the same work), the one needing least device memory.
+  std::stable_sort(rows.begin(), rows.end(), [](const PlanRow& a, const PlanRow& b) {
+    const double ta = a.time.tokens_per_s, tb = b.time.tokens_per_s;
+    if (std::fabs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta > tb;
+    return a.memory.total() < b.memory.total();
+  });
   if (notes)
     *notes = std::to_string(tried) + " layouts tried, " + std::to_string(refused) + " refused by the config layer, " +
              std::to_string(rows.size()) + " fit";

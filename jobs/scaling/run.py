@@ -366,6 +366,8 @@ def main(argv):
                 print(f"  | {l}", file=sys.stderr)
             if not a.keep_going:
                 print("scaling: stopping (pass --keep-going to run the other configurations)", file=sys.stderr)
+                if own_raw:
+                    print(f"scaling: logs kept in {raw}", file=sys.stderr)
                 sys.exit(1)
             continue
         r["status"] = "ok"

@@ -24,6 +24,21 @@ fi
 if grep -q '| no:  |' table.md; then fail "a run misses 15% without a reason in the figures"; else echo "ok: every miss has its reason"; fi
 n=$(grep -c '| yes |' table.md || true)
 [ "$n" -ge 30 ] && echo "ok: $n runs within 15%" || fail "only $n runs within 15%"
+# The planner's outputs shown in docs/plan.md are what it prints now.
+python3 - "$SRC/docs/plan.md" "$ZPLAN" "$FIG" "$SRC" <<'PY' || fail "an output in docs/plan.md differs from zplan's (regenerate it)"
+import re, subprocess, sys
+doc, zplan, fig, src = sys.argv[1:]
+blocks = re.findall(r"<!-- zplan (--[^>]*?) -->\n(.*?)\n<!-- end zplan -->", open(doc).read(), flags=re.S)
+bad = 0
+for args, shown in blocks:
+    out = subprocess.run([zplan] + args.split() + ["--figures", fig], capture_output=True, text=True).stdout
+    out = out.replace(src.rstrip("/") + "/", "").rstrip("\n")
+    if out != shown:
+        print(f"docs/plan.md: 'zplan {args}' differs:\n{out}\n---- shown ----\n{shown}")
+        bad += 1
+print(f"ok: the {len(blocks)} zplan outputs in docs/plan.md are current")
+sys.exit(1 if bad or len(blocks) < 4 else 0)
+PY
 # The figures drive the table: a changed figure changes it.
 python3 -c "import json,sys; f=json.load(open(sys.argv[1])); f['devices']['h200']['gemm_tflops'][1][1] *= 0.5; json.dump(f, open('fig2.json','w'))" "$FIG"
 "$ZPLAN" validate --figures fig2.json >table2.md
