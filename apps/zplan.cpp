@@ -6,6 +6,7 @@
 //         [--dtype bf16|f32] [--top 20] [--json] [--figures FILE]
 //   zplan --config CONFIG.json ...       # the config's model section
 //   zplan ... --gpu h100 --memory-gib 94 --bf16-tflops 835 --hbm-gbs 3900   # a GPU without a preset
+//   zplan --model llama2-13b --gpu rtx4090 --gpus 1 --host-mem-gib 128 --largest   # the most layers that fit
 //   zplan validate [--figures FILE]      # the time model against every measured run
 //
 // Memory per GPU is the ZeRO memory estimator's (the figures of `ztrain
@@ -19,6 +20,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "modules/model_desc.hpp"
 #include "zplan_model.hpp"
 
 namespace po = boost::program_options;
@@ -38,7 +40,7 @@ int run(int argc, char** argv) {
   int gpus = 0, per_node = 0, top = 20;
   double host_mem = 0, nvme = 0, price = -1;
   int64_t global_batch = 0;
-  bool json_out = false, spot = false;
+  bool json_out = false, spot = false, largest = false;
   po::options_description opts("Options");
   opts.add_options()
       ("help,h", "print this help")
@@ -54,6 +56,8 @@ int run(int argc, char** argv) {
       ("price", po::value<double>(&price), "USD per GPU-hour [the preset's on-demand price]")
       ("spot", po::bool_switch(&spot), "the preset's spot price")
       ("top", po::value<int>(&top), "layouts listed [20]")
+      ("largest", po::bool_switch(&largest), "the deepest model of this width that fits: the most layers of the "
+       "model's shape for which some layout fits, and its layouts")
       ("json", po::bool_switch(&json_out), "print the layouts as JSON (with their --set overrides)")
       ("figures", po::value<std::string>(&figures_path), "device figures and measured runs [data/plan/figures.json]")
       ("memory-gib", po::value<double>(), "the GPU's memory in GiB [the preset's]")
@@ -166,6 +170,32 @@ int run(int argc, char** argv) {
   in.global_batch = global_batch;
   in.price_per_hour = price;
   std::string notes;
+  std::string header_note;
+  if (largest) {
+    // Whether anything fits only grows as layers are removed: search the
+    // largest layer count with a layout that fits (the estimator decides).
+    auto fits = [&](int64_t layers) {
+      PlanInput t = in;
+      t.model["n_layer"] = layers;
+      return !zt::plan::plan(t).empty();
+    };
+    if (!fits(1)) ZT_USER_ERROR("--largest: not even one layer of this model fits (embedding and head alone)");
+    int64_t lo = 1, hi = 2;
+    while (hi <= (int64_t{1} << 16) && fits(hi)) {
+      lo = hi;
+      hi *= 2;
+    }
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    in.model["n_layer"] = lo;
+    const Config c = parse_layout(in.model, in.dtype, Layout{});
+    const ModelDesc m = describe_model(c.model);
+    header_note = "largest: " + std::to_string(lo) + " layers of this shape (" +
+                  f2("%.2f", static_cast<double>(m.num_params()) / 1e9) + " B parameters) fit; " +
+                  std::to_string(lo + 1) + " do not\n";
+  }
   const std::vector<PlanRow> rows = zt::plan::plan(in, &notes);
   const double usd = price >= 0 ? price : in.device.price_per_hour;
   if (json_out) {
@@ -189,7 +219,7 @@ int run(int argc, char** argv) {
                      {"usd_per_billion_tokens", r.cost_per_btok},
                      {"sets", sets}});
     }
-    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib},
+    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib}, {"model", in.model},
                                  {"notes", notes}, {"layouts", out}})
                      .dump(1)
               << "\n";
@@ -200,7 +230,9 @@ int run(int argc, char** argv) {
             << " GiB each, " << (per_node > 0 ? per_node : in.device.gpus_per_node) << " per node), host "
             << host_mem << " GiB and NVMe " << nvme << " GiB per node, $" << f2("%.2f", usd) << " per GPU-hour\n";
   std::cout << "  " << notes << "; memory per GPU from the ZeRO estimator (ztrain --estimate-memory), "
-            << "times from the figures in " << figures.path << "\n\n";
+            << "times from the figures in " << figures.path << "\n";
+  if (!header_note.empty()) std::cout << "  " << header_note;
+  std::cout << "\n";
   if (rows.empty()) {
     std::cout << "no layout fits: more GPUs, more host memory (--host-mem-gib) or NVMe (--nvme-gib)\n";
     return 1;

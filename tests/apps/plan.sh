@@ -130,6 +130,25 @@ else
   fail "--memory-gib: exit $RC"
 fi
 
+# --largest: the layer count it finds fits, one more does not (checked
+# through --config, a model section with that many layers).
+"$ZPLAN" --model gpt2-1.3b --gpu rtx4090 --gpus 1 --host-mem-gib 32 --largest --json --figures "$FIG" >largest.json
+L=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model']['n_layer'])" largest.json)
+for n in "$L" "$((L + 1))"; do
+  printf '{"model": {"preset": "gpt2-1.3b", "n_layer": %s}, "bf16": {"enabled": true}}\n' "$n" >"deep$n.json"
+  set +e
+  "$ZPLAN" --config "deep$n.json" --gpu rtx4090 --gpus 1 --host-mem-gib 32 --figures "$FIG" >"$WORK/out" 2>&1
+  RC=$?
+  set -e
+  echo "$n layers: exit $RC"
+  eval "rc$([ "$n" = "$L" ] && echo fit || echo over)=$RC"
+done
+if [ "$L" -gt 1 ] && [ "$rcfit" = 0 ] && [ "$rcover" = 1 ]; then
+  echo "ok: --largest: $L layers of the 1.3B shape fit a 4090 with 32 GiB of host memory, $((L + 1)) do not"
+else
+  fail "--largest: $L layers, exit $rcfit for them and $rcover for one more"
+fi
+
 # ---- bad input ----
 zp() { set +e; "$ZPLAN" "$@" --figures "$FIG" >"$WORK/out" 2>&1; RC=$?; set -e; }
 zp --model gpt2-124m --gpu v100 --gpus 8
