@@ -46,7 +46,7 @@ int run(int argc, char** argv) {
       ("help,h", "print this help")
       ("model", po::value<std::string>(&model), "model preset (gpt2-124m ... llama3-70b)")
       ("config", po::value<std::string>(&config), "a ztrain config: its model section and dtype")
-      ("gpu", po::value<std::string>(&gpu), "GPU preset: h200, h100, a100-80gb, rtx4090, mi250x (figures file)")
+      ("gpu", po::value<std::string>(&gpu), "GPU preset: h200, h100, a100-80gb, rtx4090, mi250x, cpu (the figures file)")
       ("gpus", po::value<int>(&gpus), "number of GPUs")
       ("gpus-per-node", po::value<int>(&per_node), "GPUs per node [the preset's]")
       ("host-mem-gib", po::value<double>(&host_mem), "host memory per node in GiB [0: no CPU offload]")

@@ -59,7 +59,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+               allow_abbrev=False)
     p.add_argument("--ranks", default="1 2 4 8", help='process (GPU) counts ["1 2 4 8"]')
     p.add_argument("--models", default="", help="model presets, set as model.preset [the config's model]")
     p.add_argument("--stages", default="0 1 2 3", help='ZeRO stages ["0 1 2 3"]')
