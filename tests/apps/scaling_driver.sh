@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scaling-study driver (jobs/scaling/run.sh) end to end on the CPU with the
+# The scaling-study driver (jobs/scaling/run.py) end to end on the CPU with the
 # tiny config: ranks 1 and 2, ZeRO stages 0 and 3, weak and strong scaling.
 # The report has a row per configuration with numbers taken from the runs
 # (tokens/s, peak memory, measured/estimated memory), the loss curves agree
@@ -11,7 +11,13 @@ set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
 "$ZDATA" markov --out data/markov >/dev/null
-driver=("bash" "$SRC/jobs/scaling/run.sh" --launcher "$MPIEXEC $MPI_FLAGS --bind-to none -np"
+# A Python 3 with matplotlib (jobs/setup.sh installs Debian's python3-matplotlib).
+PY=""
+for p in python3 /usr/bin/python3; do
+  if "$p" -c 'import matplotlib' 2>/dev/null; then PY=$p; break; fi
+done
+[ -n "$PY" ] || { echo "FAIL: no python3 with matplotlib (apt-get install python3-matplotlib)"; exit 1; }
+driver=("$PY" "$SRC/jobs/scaling/run.py" --launcher "$MPIEXEC $MPI_FLAGS --bind-to none -np"
         --ztrain "$ZTRAIN" --config "$SRC/data/configs/tiny.json" --device cpu)
 drive() {  # drive ARGS... ; output in $WORK/out, exit code in $RC
   set +e
