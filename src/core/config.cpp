@@ -89,6 +89,13 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
     ctx.fail("offload.delayed_update",
              "true needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\" (the delayed update "
              "overlaps the offloaded optimizer step with the next step's forward and backward), found \"none\"");
+  if (off.grad_accumulation == "device" && (opt.device == "none" || cfg.zero.stage < 2 || opt.ratio < 1.0))
+    ctx.fail("offload.grad_accumulation",
+             "\"device\" keeps the gradients that land on the host ([Note: gradients on the host]) on the device "
+             "until the last micro-batch; they land on the host only at zero_optimization.stage 2 or 3 with "
+             "offload_optimizer.device \"cpu\" or \"nvme\" and ratio 1 (found stage " +
+                 std::to_string(cfg.zero.stage) + ", device \"" + opt.device + "\", ratio " +
+                 std::to_string(opt.ratio) + ")");
   const bool nvme = opt.device == "nvme" || cfg.zero.offload_param.device == "nvme";
   const std::string devices = "neither zero_optimization.offload_optimizer.device nor "
                               "zero_optimization.offload_param.device is \"nvme\" (found \"" +

@@ -217,6 +217,14 @@ struct OffloadOptions {
   // NVMe reads and writes: "auto" (io_uring where the kernel allows it, else
   // threads), "io_uring" or "threads"; other than auto needs a device "nvme".
   std::string aio_backend = "auto";
+  // Where gradients of the micro-batches of a step add up when they land on
+  // the host ([Note: gradients on the host]): "host" (each micro-batch's
+  // reduced gradient is copied to the host and added there) or "device" (an
+  // fp32 accumulator of the owned shard on the device, 4 bytes per owned
+  // parameter, copied to the host once, with the last micro-batch). Needs
+  // stage 2 or 3, the optimizer offloaded with ratio 1, and more than one
+  // micro-batch per step.
+  std::string grad_accumulation = "host";
 };
 
 // DeepSpeed's "aio" section: how NVMe offload reads and writes its swap files

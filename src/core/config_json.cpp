@@ -155,7 +155,8 @@ json resolved_json(const Config& cfg) {
                 {"nonfinite_tolerance", cfg.train.nonfinite_tolerance}};
   j["offload"] = {{"delayed_update", cfg.offload.delayed_update},
                   {"delayed_update_warmup", cfg.offload.delayed_update_warmup},
-                  {"aio_backend", cfg.offload.aio_backend}};
+                  {"aio_backend", cfg.offload.aio_backend},
+                  {"grad_accumulation", cfg.offload.grad_accumulation}};
   j["checkpoint"] = {{"dir", null_if_empty(c.dir)},
                      {"interval", c.interval},
                      {"save_at_end", c.save_at_end},

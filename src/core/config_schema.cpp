@@ -156,7 +156,7 @@ std::vector<SectionSchema> build_schemas() {
   s.push_back({"train", "train",
                {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib", "nonfinite_tolerance"},
                {}});
-  s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend"}, {}});
+  s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend", "grad_accumulation"}, {}});
   s.push_back({"checkpoint", "checkpoint",
                {"dir", "interval", "save_at_end", "keep_last", "async", "tag_validation"},
                {{"load_universal", false, ""},

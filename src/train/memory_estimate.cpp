@@ -106,6 +106,7 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.param_pin_memory = z.offload_param.pin_memory;
   in.offload_ratio = z.offload_optimizer.ratio;
   in.delayed_update = c.offload.delayed_update;
+  in.grad_accumulation_on_device = c.offload.grad_accumulation == "device";
   return in;
 }
 

@@ -45,6 +45,11 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   o.zero.offload_params = z.offload_param.device != "none";
   o.zero.param_pin_memory = z.offload_param.pin_memory;
   o.zero.grad_pin_memory = z.offload_optimizer.pin_memory;
+  o.zero.grad_accumulate_on_device = cfg.offload.grad_accumulation == "device";
+  o.zero.micro_batches = o.accum;
+  if (o.zero.grad_accumulate_on_device && o.accum < 2)
+    ZT_USER_ERROR(cfg.source, ": offload.grad_accumulation \"device\" adds the micro-batches of a step on the device, "
+                  "but a step has ", o.accum, " micro-batch per rank (gradient_accumulation_steps); leave it \"host\"");
   o.zero.param_buffer_count = z.offload_param.buffer_count;
   o.zero.param_buffer_size = z.offload_param.buffer_size;
   // [Note: parameter offload to NVMe]; the trainer adds the run id and rank.

@@ -9,6 +9,10 @@ namespace zt {
 void PendingCollective::finish() {
   wait(request);
   if (landing != nullptr) {
+    if (pre_add != nullptr) {  // staging = this micro-batch + the earlier ones (float adds commute: the host's bits)
+      const Tensor s = staging.tensor();
+      kernels->add(s, s, Tensor(const_cast<float*>(pre_add), DType::f32, Shape{count}, s.device));
+    }
     landing->land(accumulate_into, std::move(staging), count);
     return;
   }
@@ -33,7 +37,8 @@ void finish_all(std::vector<PendingCollective>& pending) {
 }
 
 void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
-                         int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing) {
+                         int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing,
+                         const float* pre_add) {
   const int dp = comm.size();
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(S, bucket_elems / dp));
   for (int64_t off = 0; off < S; off += piece) {
@@ -43,6 +48,7 @@ void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     p.count = c;
     p.accumulate_into = shard + off;
     p.landing = landing;
+    p.pre_add = pre_add == nullptr ? nullptr : pre_add + off;
     p.staging = Buffer(dev, DType::f32, Shape{c}, MemTag::comm);
     if (c == S) {  // the whole unit in one call, straight from its buffer
       p.request = comm.reduce_scatter(Tensor(const_cast<float*>(full), DType::f32, Shape{dp * S}, dev.kind()),

@@ -30,6 +30,9 @@ struct PendingCollective {
   // [Note: gradients on the host]: accumulate_into is host memory, and the
   // piece lands there through `landing` instead.
   GradLanding* landing = nullptr;
+  // With landing: device memory (count floats) added into `staging` before
+  // it lands (offload.grad_accumulation "device": the earlier micro-batches).
+  const float* pre_add = nullptr;
   int64_t count = 0;
   // all-gather of a piece: unpack `staging` into dp strided blocks.
   void* unpack_into = nullptr;
@@ -43,9 +46,11 @@ struct PendingCollective {
 // Reduce-scatter (sum) the fp32 unit buffer `full` (dp*S elements) and add the
 // result for this rank into `shard` (S elements). Appends the calls it issued.
 // With `landing`, `shard` is host memory and the pieces land there
-// ([Note: gradients on the host]).
+// ([Note: gradients on the host]); `pre_add` (S device floats), when given,
+// is added to each piece before it lands.
 void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
-                         int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing = nullptr);
+                         int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing = nullptr,
+                         const float* pre_add = nullptr);
 
 // All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
 void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,

@@ -264,7 +264,12 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   if (host_grads) {
     int64_t& grads_host = in.optimizer_pin_memory ? r.host_pinned : r.host_pageable;
     grads_host += grad_shard * 4 * (in.delayed_update ? 2 : 1);
-    if (in.micro_batches_per_step > 1) r.host_pinned += GradLanding::kDefaultInFlight * piece * 4;
+    // Later pieces of an element land in pinned slots and are added on the
+    // host, unless the device accumulates them (offload.grad_accumulation).
+    if (in.grad_accumulation_on_device && stage >= 2)
+      device_grads += grad_shard;  // the device accumulator; every element lands once
+    else if (in.micro_batches_per_step > 1)
+      r.host_pinned += GradLanding::kDefaultInFlight * piece * 4;
   } else {
     device_grads += grad_shard;
   }

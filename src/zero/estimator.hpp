@@ -75,6 +75,7 @@ struct EstimateInput {
   bool param_pin_memory = false;
   double offload_ratio = 1.0;
   bool delayed_update = false;
+  bool grad_accumulation_on_device = false;  // offload.grad_accumulation "device"
   int offload_slots = 4;
   int64_t offload_tile_elements = int64_t{1} << 22;
   int64_t classifier_chunk_bytes = int64_t{8} << 20;  // CpuKernels' default

@@ -16,7 +16,10 @@
 // the host shard (the shard needs no zeroing); a later one (gradient
 // accumulation, pipeline micro-batches) goes to a pinned slot and is added
 // on the host (float adds, in the order the device would add them, so the
-// bits equal those of the device path). At most `max_in_flight` pieces are
+// bits equal those of the device path). With offload.grad_accumulation
+// "device" the engine instead adds the micro-batches before the last into a
+// device accumulator and lands the sum with the last one, so every element
+// lands once a step (ZeroEngine::done). At most `max_in_flight` pieces are
 // in flight: before another is taken, the oldest is waited for (issued that
 // many units earlier, so normally done) and its staging buffer freed. drain()
 // completes every piece; the host shard is then the step's gradient.

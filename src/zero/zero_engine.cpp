@@ -115,8 +115,17 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       if (host_grads == 2) grad_shard_alt_ = zeroed_on(host, DType::f32, shard, MemTag::offload);
       if (!copies_) copies_ = dev.make_transfer_queue();
       landing_ = std::make_unique<GradLanding>(*copies_, dev.host_memory(true));
+      if (opts.grad_accumulate_on_device) {
+        ZT_CHECK(opts.stage >= 2 && opts.micro_batches >= 2, "offload.grad_accumulation \"device\" at stage ",
+                 opts.stage, " with ", opts.micro_batches, " micro-batches a step");
+        grad_acc_ = zeroed(DType::f32, shard, MemTag::grads);
+        micro_done_.assign(static_cast<size_t>(n), 0);
+      }
     }
   }
+  if (opts.grad_accumulate_on_device && grad_acc_.empty())
+    ZT_USER_ERROR("offload.grad_accumulation \"device\" needs the gradients on the host (stage 2 or 3, the "
+                  "optimizer offloaded with ratio 1)");
 
   for (int u = 0; u < n; ++u) {
     if (!is_local(u)) continue;
@@ -433,8 +442,22 @@ void ZeroEngine::done(int unit) {
   if (opts_.stage < 2) return;
   UnitState& st = state_[unit];
   const FlatUnit& fu = layout_.unit(unit);
-  reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
-                      opts_.reduce_bucket_size, st.reduce, landing_.get());
+  if (!grad_acc_.empty()) {
+    // offload.grad_accumulation "device": micro-batches before the last add
+    // into the device accumulator; the last lands the sum on the host.
+    float* acc = grad_acc_.as<float>() + shard_offset_[unit];
+    const int64_t k = ++micro_done_[static_cast<size_t>(unit)];
+    ZT_CHECK(k <= opts_.micro_batches, "unit ", unit, " reduced ", k, " times in a step of ", opts_.micro_batches,
+             " micro-batches");
+    if (k < opts_.micro_batches)
+      reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), acc, fu.shard, opts_.reduce_bucket_size, st.reduce);
+    else
+      reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit],
+                          fu.shard, opts_.reduce_bucket_size, st.reduce, landing_.get(), acc);
+  } else {
+    reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit],
+                        fu.shard, opts_.reduce_bucket_size, st.reduce, landing_.get());
+  }
   // Pieces packed through staging finish at once; a whole-unit call may stay
   // in flight with overlap_comm, holding the gradient buffer until it is done.
   // At most kMaxReducing units stay in flight (the estimator's count): a GPU
@@ -482,6 +505,10 @@ void ZeroEngine::zero_grads() {
   // the step's gradients go to the other one (an update may still read the
   // last step's).
   landing_->begin_step();
+  if (!grad_acc_.empty()) {
+    dev_.memset_zero(grad_acc_.data(), grad_acc_.bytes());
+    std::fill(micro_done_.begin(), micro_done_.end(), 0);
+  }
   if (grad_shard_alt_.empty()) return;
   std::swap(grad_shard_, grad_shard_alt_);
   for (OwnedShard& s : owned_) s.grad = grad_shard_.as<float>() + shard_offset_[s.unit];

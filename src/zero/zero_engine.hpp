@@ -93,6 +93,11 @@ struct ZeroOptions {
   // [Note: gradients on the host]: the host gradient shards page-locked
   // (offload_optimizer.pin_memory).
   bool grad_pin_memory = true;
+  // offload.grad_accumulation "device" ([Note: gradients on the host]):
+  // micro-batches 1..M-1 of a step add their reduced gradients into a device
+  // accumulator, and the M-th lands the sum on the host.
+  bool grad_accumulate_on_device = false;
+  int64_t micro_batches = 1;  // per step, per unit (gradient accumulation)
 };
 
 class ZeroEngine final : public ParamProvider, public GradSink {
@@ -194,6 +199,8 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Buffer grads_;          // fp32 full gradients (stages 0-1)
   Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3), on the device or the host
   Buffer grad_shard_alt_; // the other host buffer when the placement asks for two
+  Buffer grad_acc_;       // offload.grad_accumulation "device": the device accumulator of grad_shard_
+  std::vector<int64_t> micro_done_;  // with grad_acc_: micro-batches of this step each unit has reduced
   int64_t shard_elems_ = 0;
   Buffer exp_avg_, exp_avg_sq_;
   std::vector<int64_t> shard_offset_;  // element offset of unit u in the shard buffers

@@ -63,6 +63,15 @@ same "z3-np2-p2-params" 2 zero_optimization.stage=3 pipeline.parallel_size=2
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"')
 same "z1-np2-p2" 2 zero_optimization.stage=1 pipeline.parallel_size=2
 same "z2-np1-accum" 1 zero_optimization.stage=2 train_micro_batch_size_per_gpu=3
+# offload.grad_accumulation "device": the micro-batches add up on the device
+# and land once; bits of no offload (float adds commute), stages 2 and 3,
+# with the parameters offloaded too, and with the delayed update's two
+# gradient buffers.
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" offload.grad_accumulation="device"')
+same "z2-np2-accum-device" 2 zero_optimization.stage=2 train_micro_batch_size_per_gpu=1
+same "z3-np1-accum-device" 1 zero_optimization.stage=3 train_micro_batch_size_per_gpu=2 bf16.enabled=true
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_param.device="cpu" zero_optimization.offload_param.buffer_size=8000 offload.grad_accumulation="device"')
+same "z3-np2-accum-device-params" 2 zero_optimization.stage=3 train_micro_batch_size_per_gpu=1
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_optimizer.ratio=0.4')
 same "z3-np2-ratio" 2 zero_optimization.stage=3 bf16.enabled=true
 
@@ -148,6 +157,7 @@ MODES=("stage2-cpu zero_optimization.stage=2"
        "stage2-cpu-delayed zero_optimization.stage=2 offload.delayed_update=true offload.delayed_update_warmup=1"
        "stage3-cpu-cpu zero_optimization.stage=3 zero_optimization.offload_param.device=\"cpu\" zero_optimization.offload_param.pin_memory=true"
        "stage3-cpu-ratio zero_optimization.stage=3 zero_optimization.offload_optimizer.ratio=0.5"
+       "stage2-cpu-accum-device zero_optimization.stage=2 gradient_accumulation_steps=2 offload.grad_accumulation=\"device\""
        "stage2-nvme zero_optimization.stage=2 zero_optimization.offload_optimizer.device=\"nvme\" zero_optimization.offload_optimizer.nvme_path=\"$WORK/swap-mem\" zero_optimization.sub_group_size=20000 zero_optimization.offload_optimizer.buffer_count=6")
 for mode in "${MODES[@]}"; do
   set -f
@@ -185,6 +195,11 @@ expect_error "parameter shard larger than buffer_size" 2 "offload_param.buffer_s
 expect_error "host memory too small for the offloaded states" 2 \
   "offload needs .* of host memory per rank .* x 2 ranks on this node = .* available \\(MemAvailable\\)" c.json \
   --set zero_optimization.stage=2 --set "$CPU" --set model.n_layer=80 --set model.d_model=8192 --set model.n_head=64
+expect_error "device gradient accumulation at stage 1" 2 "offload.grad_accumulation.*stage 2 or 3" c.json \
+  --set zero_optimization.stage=1 --set "$CPU" --set 'offload.grad_accumulation="device"'
+expect_error "device gradient accumulation with one micro-batch a step" 2 \
+  "offload.grad_accumulation \"device\" adds the micro-batches .* 1 micro-batch" c.json \
+  --set zero_optimization.stage=2 --set "$CPU" --set train_micro_batch_size_per_gpu=6 --set 'offload.grad_accumulation="device"'
 expect_error "optimizer offload with stage 0" 2 "offload_optimizer.*stage 0" c.json \
   --set zero_optimization.stage=0 --set "$CPU"
 finish
