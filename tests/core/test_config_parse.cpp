@@ -536,7 +536,7 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   EXPECT_TRUE(j["train"].contains("device_memory_cap_gib"));
   EXPECT_TRUE(j["train"]["device_memory_cap_gib"].is_null());  // no cap
   EXPECT_EQ(j["offload"], (nlohmann::json{{"delayed_update", false}, {"delayed_update_warmup", 10},
-                                          {"aio_backend", "auto"}}));
+                                          {"aio_backend", "auto"}, {"grad_accumulation", "host"}}));
   // Unresolved, it still parses back.
   Config again = parse_config(j, "resolved.json");
   EXPECT_TRUE(again.batch.train_auto);
