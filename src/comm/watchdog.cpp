@@ -170,11 +170,13 @@ class Watchdog {
   }
 
   [[noreturn]] void abort_job_now(int code) {
-    for (FlightRecorder* r : flight_recorders()) r->abort_now();
+    // The reaper first: ncclCommAbort may free device memory, which waits for
+    // the device, and a stalled stream never lets it.
     std::thread([code] {
       std::this_thread::sleep_for(std::chrono::seconds(10));
       std::_Exit(code);
     }).detach();
+    for (FlightRecorder* r : flight_recorders()) r->abort_now();
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
