@@ -152,6 +152,9 @@ uint64_t FlightRecorder::record(CommOp op, int peer, int64_t count, DType dtype,
   else
     e.seq = next_seq_++;
   if (!ring_.empty()) ring_[e.id % ring_.size()] = e;
+  // Without a watchdog polling (tests, zbench) nothing would reap completed
+  // probed operations and their events would pile up: reap here now and then.
+  if (probe && in_flight_.size() >= 256 && e.id % 64 == 0) reap(e.t_queued);
   in_flight_.emplace(e.id, InFlight{e, std::move(probe)});
   return e.id;
 }
@@ -164,8 +167,14 @@ void FlightRecorder::complete(uint64_t id) {
 }
 
 bool FlightRecorder::poll(FlightEntry* oldest) {
-  const double t = flight_clock();
   std::lock_guard<std::mutex> lock(mu_);
+  reap(flight_clock());
+  if (in_flight_.empty()) return false;
+  if (oldest) *oldest = in_flight_.begin()->second.entry;
+  return true;
+}
+
+void FlightRecorder::reap(double t) {
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     InFlight& f = it->second;
     if (f.probe) {
@@ -181,9 +190,6 @@ bool FlightRecorder::poll(FlightEntry* oldest) {
     }
     ++it;
   }
-  if (in_flight_.empty()) return false;
-  if (oldest) *oldest = in_flight_.begin()->second.entry;
-  return true;
 }
 
 void FlightRecorder::set_abort(std::function<void()> fn) {
@@ -226,9 +232,9 @@ nlohmann::json FlightRecorder::to_json(bool try_only) const {
   return j;
 }
 
-std::vector<FlightRecorder*> flight_recorders() {
+void for_each_flight_recorder(const std::function<void(FlightRecorder&)>& fn) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  return registry();
+  for (FlightRecorder* r : registry()) fn(*r);
 }
 
 nlohmann::json flight_dump_json(const nlohmann::json& header, bool try_only) {

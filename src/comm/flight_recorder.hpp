@@ -86,7 +86,7 @@ struct FlightEntry {
   double t_queued = -1, t_started = -1, t_completed = -1;  // steady seconds since process start
 };
 
-// One per communicator; registered with the process's list (flight_recorders())
+// One per communicator; registered with the process's list (for_each_flight_recorder)
 // for its lifetime. Thread-safe: the main thread records, the watchdog reads.
 class FlightRecorder {
  public:
@@ -125,6 +125,7 @@ class FlightRecorder {
  private:
   FlightEntry* slot(uint64_t id);  // the ring slot holding `id`, or null when overwritten
   void set_state(FlightEntry& e, OpState s, double t);
+  void reap(double t);  // polls the probes of the operations in flight (mu_ held)
 
   std::string name_, backend_;
   std::vector<int> world_ranks_;
@@ -147,8 +148,9 @@ double flight_clock();
 // Unix time at flight_clock() == 0, to convert entry times for the dump.
 double flight_clock_epoch();
 
-// Every live recorder of this process (the watchdog walks them).
-std::vector<FlightRecorder*> flight_recorders();
+// Calls `fn` on every live recorder of this process (the watchdog's walk),
+// holding the list's lock so that none is destroyed meanwhile.
+void for_each_flight_recorder(const std::function<void(FlightRecorder&)>& fn);
 // The dump of this rank: the header fields in `header` and every recorder.
 nlohmann::json flight_dump_json(const nlohmann::json& header, bool try_only = false);
 

@@ -153,11 +153,18 @@ class Watchdog {
   }
 
   // Dumps, tells every rank to dump and exit, and waits `grace_s` for them.
-  void end_job(const std::string& reason, const std::vector<int>& suspects, int code, double grace_s) {
+  // announce: print the reason (the caller has not printed it already).
+  void end_job(const std::string& reason, const std::vector<int>& suspects, int code, double grace_s,
+               bool announce) {
     if (ending_.exchange(true)) return;
     const std::string path = dump(reason, suspects);
-    std::fprintf(stderr, "ztrain: error on rank %d: %s; flight recorder in %s (zdiag flight %s)\n", rank_,
-                 reason.c_str(), path.empty() ? "(not written)" : path.c_str(), opts_.dump_dir.c_str());
+    const std::string where = (path.empty() ? std::string("(not written)") : path) + " (zdiag flight " +
+                              opts_.dump_dir + ")";
+    if (announce)
+      std::fprintf(stderr, "ztrain: error on rank %d: %s; flight recorder in %s\n", rank_, reason.c_str(),
+                   where.c_str());
+    else
+      std::fprintf(stderr, "ztrain: rank %d: flight recorder in %s\n", rank_, where.c_str());
     std::fflush(stderr);
     tell_all_to_end(reason, code);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
@@ -176,7 +183,7 @@ class Watchdog {
       std::this_thread::sleep_for(std::chrono::seconds(10));
       std::_Exit(code);
     }).detach();
-    for (FlightRecorder* r : flight_recorders()) r->abort_now();
+    for_each_flight_recorder([](FlightRecorder& r) { r.abort_now(); });
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
@@ -257,14 +264,14 @@ class Watchdog {
       FlightEntry oldest;
       std::string where;
       double age = 0;
-      for (FlightRecorder* r : flight_recorders()) {
+      for_each_flight_recorder([&](FlightRecorder& r) {
         FlightEntry e;
-        if (r->poll(&e) && now - e.t_queued > age) {
+        if (r.poll(&e) && now - e.t_queued > age) {
           age = now - e.t_queued;
           oldest = e;
-          where = r->name();
+          where = r.name();
         }
-      }
+      });
       if (age > opts_.timeout_s) {
         // Neighbours silent for a few heartbeats are named too: a stopped
         // peer is usually why a collective never ends.
@@ -286,7 +293,7 @@ class Watchdog {
   }
 
   [[noreturn]] void fail(const std::string& reason, const std::vector<int>& suspects) {
-    end_job(reason, suspects, kExitHang, 2.0);
+    end_job(reason, suspects, kExitHang, 2.0, /*announce=*/true);
     abort_job_now(kExitHang);
   }
 
@@ -350,7 +357,7 @@ std::string write_flight_dump(const std::string& reason) {
 }
 
 void flight_dump_job(const std::string& reason, int exit_code) {
-  if (instance()) instance()->end_job(reason, {}, exit_code, 2.0);
+  if (instance()) instance()->end_job(reason, {}, exit_code, 2.0, /*announce=*/false);
 }
 
 }  // namespace zt

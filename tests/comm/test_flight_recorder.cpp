@@ -105,6 +105,19 @@ TEST(FlightRecorder, ProbesTellStartAndCompletion) {
   EXPECT_GE(e[0]["t_started"].get<double>(), 0.0);
 }
 
+TEST(FlightRecorder, ReapsCompletedProbesWithoutAWatchdog) {
+  // zbench and the tests run no watchdog: probed operations (NCCL events)
+  // that completed must not pile up in the in-flight set.
+  FlightRecorder rec("dp", "nccl", {0}, 0);
+  auto done = std::make_shared<FakeProbe>();
+  done->s = done->c = true;
+  for (int i = 0; i < 1000; ++i) rec.record(CommOp::all_reduce, -1, 1, DType::f32, OpState::queued, done);
+  EXPECT_LT(rec.to_json()["in_flight"].size(), 400u);
+  auto pending = std::make_shared<FakeProbe>();
+  for (int i = 0; i < 1000; ++i) rec.record(CommOp::all_reduce, -1, 1, DType::f32, OpState::queued, pending);
+  EXPECT_GE(rec.to_json()["in_flight"].size(), 1000u);  // not completed: all still followed
+}
+
 TEST(FlightRecorder, MpiCommunicatorRecordsEveryOperation) {
   Topology topo(1);
   MpiCommunicator& w = topo.world_mpi();
