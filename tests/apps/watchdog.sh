@@ -26,9 +26,17 @@ cat > slow.json <<JSON
  "train": {"steps": 100000, "eval_interval": 0}, "comm": {"timeout": $TIMEOUT}}
 JSON
 BG=""
+# pids_of TEXT: the processes whose command line holds TEXT (arguments joined
+# by spaces, each followed by one), read from /proc.
+pids_of() {
+  local d
+  for d in /proc/[0-9]*; do
+    case "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" in *"$1"*) echo "${d#/proc/}" ;; esac
+  done
+}
 cleanup() {
   [ -n "$BG" ] && kill -9 "$BG" 2>/dev/null || true
-  for p in $(pgrep -f "$WORK/" || true); do kill -9 "$p" 2>/dev/null || true; done
+  for p in $(pids_of "ztrain slow.json --log-dir $WORK/"); do kill -9 "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -49,7 +57,7 @@ wait_step() {  # wait_step NAME N: until the run prints step N (up to 30 s)
 }
 rank_pid() {  # rank_pid NAME R: the pid of rank R of the run logging to $WORK/NAME
   local p
-  for p in $(pgrep -f "ztrain slow.json --log-dir $WORK/$1( |$)" || true); do
+  for p in $(pids_of "ztrain slow.json --log-dir $WORK/$1 "); do
     if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then echo "$p"; return; fi
   done
 }
@@ -60,7 +68,7 @@ wait_gone() {
   BG=""
   GONE=0
   while [ $(( ($(date +%s%N) - $2) / 1000000000 )) -le "$BOUND" ]; do
-    if ! pgrep -f "ztrain slow.json --log-dir $WORK/$1( |$)" > /dev/null; then GONE=1; break; fi
+    if [ -z "$(pids_of "ztrain slow.json --log-dir $WORK/$1 ")" ]; then GONE=1; break; fi
     sleep 0.1
   done
   SECS=$(( ($(date +%s%N) - $2) / 1000000000 ))
