@@ -263,6 +263,7 @@ class Watchdog {
       }
       FlightEntry oldest;
       std::string where;
+      int peer_world = -1;  // the transfer's peer (or the broadcast's root) in MPI_COMM_WORLD
       double age = 0;
       for_each_flight_recorder([&](FlightRecorder& r) {
         FlightEntry e;
@@ -270,6 +271,8 @@ class Watchdog {
           age = now - e.t_queued;
           oldest = e;
           where = r.name();
+          const auto& members = r.world_ranks();
+          peer_world = e.peer >= 0 && e.peer < static_cast<int>(members.size()) ? members[e.peer] : -1;
         }
       });
       if (age > opts_.timeout_s) {
@@ -281,7 +284,7 @@ class Watchdog {
         const std::string what =
             oldest.seq >= 0 ? detail::concat("collective #", oldest.seq, " ", comm_op_name(oldest.op))
                             : detail::concat(comm_op_name(oldest.op), " #", oldest.p2p_seq,
-                                             oldest.op == CommOp::send ? " to" : " from", " rank ", oldest.peer);
+                                             oldest.op == CommOp::send ? " to" : " from", " rank ", peer_world);
         fail(detail::concat(what, " (", oldest.count, " x ", dtype_name(oldest.dtype), ") on communicator '", where,
                             "' has not completed after ", static_cast<int>(age), " s (comm.timeout = ",
                             opts_.timeout_s, " s) at step ", oldest.ctx.step, ", phase ",

@@ -174,7 +174,7 @@ hang)
   start_bg 4 hang --set pipeline.parallel_size=2
   wait_gone hang "$t0"
   diag hang
-  if [ "$RC" = 3 ] && [ "$GONE" = 1 ] && dumps_of hang 0 1 2 3 && grep -q "has not completed after" hang.out \
+  if [ "$RC" = 3 ] && [ "$GONE" = 1 ] && dumps_of hang 0 1 2 3 && grep -q "error on rank [0-9]: .* on communicator '[a-z]*' has not completed after [0-9]* s (comm.timeout = 4 s) at step 5" hang.out \
     && [ "$DRC" = 0 ] && grep -qx "culprit: rank 2" hang.diag && grep -q "^rank 2 was at step 5, forward$" hang.diag; then
     echo "ok: a rank that stops issuing (pipeline 2 x dp 2): exit 3 after $SECS s, zdiag names rank 2 at step 5"
   else
