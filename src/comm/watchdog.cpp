@@ -45,6 +45,7 @@ struct Endpoint {
   char host[64] = {};
   uint32_t ip = 0;    // network order
   uint16_t port = 0;  // network order
+  int32_t pid = 0;
 };
 
 std::atomic<bool> g_dump_requested{false};
@@ -96,6 +97,7 @@ class Watchdog {
     std::snprintf(me.host, sizeof me.host, "%s", process_host().c_str());
     me.ip = first_ipv4();
     me.port = a.sin_port;
+    me.pid = static_cast<int32_t>(::getpid());
     std::vector<Endpoint> all(static_cast<size_t>(size_));
     ZT_MPI_CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, world.comm()));
     if (rank_ == 0) job_ = std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(::getpid());
@@ -104,8 +106,10 @@ class Watchdog {
       sockaddr_in p{};
       p.sin_family = AF_INET;
       p.sin_port = e.port;
-      p.sin_addr.s_addr = std::strncmp(e.host, me.host, sizeof me.host) == 0 ? htonl(INADDR_LOOPBACK) : e.ip;
+      const bool local = std::strncmp(e.host, me.host, sizeof me.host) == 0;
+      p.sin_addr.s_addr = local ? htonl(INADDR_LOOPBACK) : e.ip;
       peers_.push_back(p);
+      local_pid_.push_back(local ? e.pid : 0);
     }
     if (size_ > 1) {
       neighbours_.push_back((rank_ + 1) % size_);
@@ -155,7 +159,7 @@ class Watchdog {
   // Dumps, tells every rank to dump and exit, and waits `grace_s` for them.
   // announce: print the reason (the caller has not printed it already).
   void end_job(const std::string& reason, const std::vector<int>& suspects, int code, double grace_s,
-               bool announce) {
+               bool announce, const std::vector<int32_t>& doomed = {}) {
     if (ending_.exchange(true)) return;
     const std::string path = dump(reason, suspects);
     const std::string where = (path.empty() ? std::string("(not written)") : path) + " (zdiag flight " +
@@ -166,6 +170,7 @@ class Watchdog {
     else
       std::fprintf(stderr, "ztrain: rank %d: flight recorder in %s\n", rank_, where.c_str());
     std::fflush(stderr);
+    for (int32_t pid : doomed) ::kill(pid, SIGKILL);
     tell_all_to_end(reason, code);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
   }
@@ -180,7 +185,7 @@ class Watchdog {
     // The reaper first: ncclCommAbort may free device memory, which waits for
     // the device, and a stalled stream never lets it.
     std::thread([code] {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::this_thread::sleep_for(std::chrono::seconds(5));
       std::_Exit(code);
     }).detach();
     for_each_flight_recorder([](FlightRecorder& r) { r.abort_now(); });
@@ -257,9 +262,16 @@ class Watchdog {
       if (!silent.empty()) {
         std::string who;
         for (int n : silent) who += (who.empty() ? "" : ", ") + std::to_string(n);
+        // A silent rank on this host is killed: a stopped process (SIGSTOP, a
+        // debugger) ignores everything but SIGKILL, and the launcher may
+        // wait long before it sends one (odls_base_sigkill_timeout).
+        std::vector<int32_t> doomed;
+        for (int n : silent)
+          if (local_pid_[static_cast<size_t>(n)] > 0) doomed.push_back(local_pid_[static_cast<size_t>(n)]);
         fail(detail::concat("no heartbeat from rank ", who, " for ", static_cast<int>(worst),
-                            " s (comm.timeout = ", opts_.timeout_s, " s): the process stopped or died"),
-             silent);
+                            " s (comm.timeout = ", opts_.timeout_s, " s): the process stopped or died",
+                            local_pid_[static_cast<size_t>(silent[0])] > 0 ? " (killed: it is on this host)" : ""),
+             silent, doomed);
       }
       FlightEntry oldest;
       std::string where;
@@ -279,8 +291,14 @@ class Watchdog {
         // Neighbours silent for a few heartbeats are named too: a stopped
         // peer is usually why a collective never ends.
         std::vector<int> quiet;
-        for (const auto& [n, t] : last_seen_snapshot())
-          if (t >= 0 && now - t > 3 * interval_s_ + 0.5) quiet.push_back(n);
+        std::vector<int32_t> doomed;
+        for (const auto& [n, t] : last_seen_snapshot()) {
+          if (t < 0 || now - t <= 3 * interval_s_ + 0.5) continue;
+          quiet.push_back(n);
+          // Silent for half the timeout: stopped or dead; see the heartbeat case.
+          if (now - t > opts_.timeout_s / 2 && local_pid_[static_cast<size_t>(n)] > 0)
+            doomed.push_back(local_pid_[static_cast<size_t>(n)]);
+        }
         const std::string what =
             oldest.seq >= 0 ? detail::concat("collective #", oldest.seq, " ", comm_op_name(oldest.op))
                             : detail::concat(comm_op_name(oldest.op), " #", oldest.p2p_seq,
@@ -290,13 +308,15 @@ class Watchdog {
                             opts_.timeout_s, " s) at step ", oldest.ctx.step, ", phase ",
                             run_phase_name(oldest.ctx.phase),
                             oldest.ctx.instr ? ", instruction " + format_instr(oldest.ctx) : std::string()),
-             quiet);
+             quiet, doomed);
       }
     }
   }
 
-  [[noreturn]] void fail(const std::string& reason, const std::vector<int>& suspects) {
-    end_job(reason, suspects, kExitHang, 2.0, /*announce=*/true);
+  // doomed: pids of silent ranks on this host, killed once the reason is out.
+  [[noreturn]] void fail(const std::string& reason, const std::vector<int>& suspects,
+                         const std::vector<int32_t>& doomed) {
+    end_job(reason, suspects, kExitHang, 2.0, /*announce=*/true, doomed);
     abort_job_now(kExitHang);
   }
 
@@ -306,6 +326,7 @@ class Watchdog {
   int sock_ = -1;
   uint64_t job_ = 0;
   std::vector<sockaddr_in> peers_;
+  std::vector<int32_t> local_pid_;  // per rank: its pid when on this host, else 0
   std::vector<int> neighbours_;
   std::mutex seen_mu_;
   std::map<int, double> last_seen_;  // neighbour -> flight_clock() of its last heartbeat; -1 after goodbye

@@ -14,12 +14,14 @@
 //   - exchanges heartbeats with its two ring neighbours (rank - 1, rank + 1)
 //     over UDP, on sockets whose addresses the ranks exchanged at start. A
 //     neighbour silent for comm.timeout is a hang (a process stopped or
-//     killed: its heartbeat thread stops with it). A rank that ends normally
+//     killed: its heartbeat thread stops with it); one on the same host is
+//     sent SIGKILL, since a stopped process answers nothing else and the
+//     launcher may wait long before it kills it. A rank that ends normally
 //     says goodbye first, so its silence after that is not a hang.
 // On a hang it writes this rank's flight recorder (LOG_DIR/flight/rank_R.json),
 // sends every rank an "end" datagram (each writes its own dump and exits 3),
 // waits 2 s for them, aborts its communicators (ncclCommAbort) and calls
-// MPI_Abort with exit code 3 (kExitHang); a detached reaper _exits 10 s later
+// MPI_Abort with exit code 3 (kExitHang); a detached reaper _exits 5 s later
 // if the abort itself hangs. MPI_Abort from this thread is outside the letter
 // of MPI_THREAD_FUNNELED; Open MPI's abort is a message to the launcher and an
 // exit, and mpirun also ends the job when any process exits non-zero, so every

@@ -195,7 +195,8 @@ sigusr2)
     fail "sigusr2: dumps $(ls usr/flight 2>&1 | tr '\n' ' '), steps $n"; show usr
   fi
   diag usr
-  [ "$DRC" = 1 ] && grep -q "^no culprit found" usr.diag && echo "ok: zdiag flight finds no culprit in a healthy run's dumps" \
+  [ "$DRC" = 1 ] && grep -q "^dumps on request (SIGUSR2)" usr.diag && grep -q "^no culprit found" usr.diag \
+    && echo "ok: zdiag flight finds no culprit in a healthy run's dumps" \
     || { fail "sigusr2: zdiag exit $DRC on healthy dumps"; show usr; }
   kill -USR1 "$BG"
   set +e; wait "$BG"; rc=$?; set -e
