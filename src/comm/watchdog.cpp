@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "comm/flight_recorder.hpp"
@@ -46,6 +47,7 @@ struct Endpoint {
   uint32_t ip = 0;    // network order
   uint16_t port = 0;  // network order
   int32_t pid = 0;
+  uint64_t start_ticks = 0;  // the process's start time (/proc/PID/stat), so a reused pid is never killed
 };
 
 std::atomic<bool> g_dump_requested{false};
@@ -63,6 +65,21 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     if (!f) throw std::runtime_error("cannot write '" + tmp + "'");
   }
   std::filesystem::rename(tmp, path);
+}
+
+// Field 22 of /proc/PID/stat: the process's start time in clock ticks since
+// boot (0 when it cannot be read, e.g. the process is gone).
+uint64_t start_ticks(int32_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
 }
 
 uint32_t first_ipv4() {
@@ -98,6 +115,7 @@ class Watchdog {
     me.ip = first_ipv4();
     me.port = a.sin_port;
     me.pid = static_cast<int32_t>(::getpid());
+    me.start_ticks = start_ticks(me.pid);
     std::vector<Endpoint> all(static_cast<size_t>(size_));
     ZT_MPI_CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, world.comm()));
     if (rank_ == 0) job_ = std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(::getpid());
@@ -109,7 +127,8 @@ class Watchdog {
       const bool local = std::strncmp(e.host, me.host, sizeof me.host) == 0;
       p.sin_addr.s_addr = local ? htonl(INADDR_LOOPBACK) : e.ip;
       peers_.push_back(p);
-      local_pid_.push_back(local ? e.pid : 0);
+      local_pid_.push_back(local && e.start_ticks != 0 ? e.pid : 0);
+      start_ticks_.push_back(e.start_ticks);
     }
     if (size_ > 1) {
       neighbours_.push_back((rank_ + 1) % size_);
@@ -170,7 +189,10 @@ class Watchdog {
     else
       std::fprintf(stderr, "ztrain: rank %d: flight recorder in %s\n", rank_, where.c_str());
     std::fflush(stderr);
-    for (int32_t pid : doomed) ::kill(pid, SIGKILL);
+    for (int32_t r : doomed) {
+      const int32_t pid = local_pid_[static_cast<size_t>(r)];
+      if (pid > 0 && start_ticks(pid) == start_ticks_[static_cast<size_t>(r)]) ::kill(pid, SIGKILL);
+    }
     tell_all_to_end(reason, code);
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
   }
@@ -192,8 +214,6 @@ class Watchdog {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
-
-  const WatchdogOptions& options() const { return opts_; }
 
  private:
   std::map<int, double> last_seen_snapshot() {
@@ -267,7 +287,7 @@ class Watchdog {
         // wait long before it sends one (odls_base_sigkill_timeout).
         std::vector<int32_t> doomed;
         for (int n : silent)
-          if (local_pid_[static_cast<size_t>(n)] > 0) doomed.push_back(local_pid_[static_cast<size_t>(n)]);
+          if (local_pid_[static_cast<size_t>(n)] > 0) doomed.push_back(n);
         fail(detail::concat("no heartbeat from rank ", who, " for ", static_cast<int>(worst),
                             " s (comm.timeout = ", opts_.timeout_s, " s): the process stopped or died",
                             local_pid_[static_cast<size_t>(silent[0])] > 0 ? " (killed: it is on this host)" : ""),
@@ -296,8 +316,7 @@ class Watchdog {
           if (t < 0 || now - t <= 3 * interval_s_ + 0.5) continue;
           quiet.push_back(n);
           // Silent for half the timeout: stopped or dead; see the heartbeat case.
-          if (now - t > opts_.timeout_s / 2 && local_pid_[static_cast<size_t>(n)] > 0)
-            doomed.push_back(local_pid_[static_cast<size_t>(n)]);
+          if (now - t > opts_.timeout_s / 2 && local_pid_[static_cast<size_t>(n)] > 0) doomed.push_back(n);
         }
         const std::string what =
             oldest.seq >= 0 ? detail::concat("collective #", oldest.seq, " ", comm_op_name(oldest.op))
@@ -313,7 +332,7 @@ class Watchdog {
     }
   }
 
-  // doomed: pids of silent ranks on this host, killed once the reason is out.
+  // doomed: silent ranks on this host, killed once the reason is out.
   [[noreturn]] void fail(const std::string& reason, const std::vector<int>& suspects,
                          const std::vector<int32_t>& doomed) {
     end_job(reason, suspects, kExitHang, 2.0, /*announce=*/true, doomed);
@@ -326,7 +345,8 @@ class Watchdog {
   int sock_ = -1;
   uint64_t job_ = 0;
   std::vector<sockaddr_in> peers_;
-  std::vector<int32_t> local_pid_;  // per rank: its pid when on this host, else 0
+  std::vector<int32_t> local_pid_;     // per rank: its pid when on this host, else 0
+  std::vector<uint64_t> start_ticks_;  // per rank: its process's start time
   std::vector<int> neighbours_;
   std::mutex seen_mu_;
   std::map<int, double> last_seen_;  // neighbour -> flight_clock() of its last heartbeat; -1 after goodbye
