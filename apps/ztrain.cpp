@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "comm/topology.hpp"
+#include "comm/watchdog.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "modules/cpu_kernels.hpp"
@@ -103,7 +104,11 @@ std::optional<int> collective_phase(int world_rank, Fn&& fn) {
     std::fprintf(stderr, "ztrain: error on rank %d: %s\n", world_rank, e.what());
     std::fflush(stderr);
     remove_nvme_swap_files_now();  // no destructor runs past abort_job
-    abort_job(dynamic_cast<const UserError*>(&e) ? kExitBadInput : 1);
+    const int code = dynamic_cast<const UserError*>(&e) ? kExitBadInput : 1;
+    // Every rank's flight recorder, for `zdiag flight` (a desynchronised
+    // collective often ends here, with an MPI error on one rank).
+    flight_dump_job(std::string("error: ") + e.what(), code);
+    abort_job(code);
   }
   return std::nullopt;
 }
@@ -291,6 +296,7 @@ int main(int argc, char** argv) {
   if (mpi.world_rank() == 0)
     for (const std::string& w : cfg.warnings) log_warn(w);
 
+  FlightRecorder::set_default_capacity(static_cast<size_t>(cfg.comm.flight_recorder_size));
   topo = std::make_unique<Topology>(cfg.pipeline.parallel_size, cfg.pipeline.rank_order);
   const int threads = configure_threads(topo->local_size());
 
@@ -305,6 +311,15 @@ int main(int argc, char** argv) {
       return *code;
     return 0;
   }
+
+  // Hangs become failures from here on ([Note: watchdog] in comm/watchdog.hpp).
+  WatchdogScope watchdog;
+  start_watchdog(topo->world_mpi(), WatchdogOptions{cfg.comm.timeout, cfg.log.dir + "/flight"});
+  if (mpi.world_rank() == 0)
+    for (const char* v : {"NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT"})
+      if (const char* value = std::getenv(v))
+        log_info(v, "=", value, " is passed to NCCL (InfiniBand retransmission; it bounds no collective: ",
+                 "comm.timeout does, ", cfg.comm.timeout, " s)");
 
   // The device: the CPU, or the GPU of this rank's node-local index.
   std::unique_ptr<Device> device;

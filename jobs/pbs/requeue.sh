@@ -80,6 +80,11 @@ zt_run() {
   local rc=0 timer="" wt np flags=()
   np=$(wc -l < "$PBS_NODEFILE")
   if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
+  # The hang settings reach the ranks on every node (docs/reliability.md, "Hangs").
+  local v
+  for v in ZTRAIN_COMM_TIMEOUT NCCL_IB_TIMEOUT NCCL_IB_RETRY_CNT; do
+    if [ -n "${!v:-}" ]; then flags+=(-x "$v"); fi
+  done
   ZT_CONTINUE=0 ZT_PID=""
   # The traps come first: a signal before mpirun runs must not end the
   # script (SIGUSR1's default action).

@@ -1,29 +1,67 @@
 #include "comm/mpi_communicator.hpp"
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 namespace zt {
 namespace {
 
+// Waits for `r` in a loop of MPI_Test (yielding the core after the first
+// tests, for oversubscribed ranks) instead of MPI_Wait, and marks it complete
+// in the recorder: the watchdog sees how long it has been in flight.
+int wait_testing(MPI_Request* r, FlightRecorder& rec, uint64_t id) {
+  for (int tests = 0;; ++tests) {
+    int done = 0;
+    const int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;
+    if (done) {
+      rec.complete(id);
+      return MPI_SUCCESS;
+    }
+    if (tests > 100) sched_yield();
+  }
+}
+
 class MpiRequest final : public CommHandle {
  public:
-  explicit MpiRequest(MPI_Request r) : req_(r) {}
+  MpiRequest(MPI_Request r, FlightRecorder& rec, uint64_t id) : req_(r), rec_(rec), id_(id) {}
   ~MpiRequest() override {
     // A request dropped without wait is completed here: MPI requires it and
     // freeing the buffer underneath an active request would corrupt memory.
-    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    if (req_ != MPI_REQUEST_NULL) wait_testing(&req_, rec_, id_);
   }
-  void wait() override { ZT_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE)); }
+  void wait() override {
+    if (req_ != MPI_REQUEST_NULL) ZT_MPI_CHECK(wait_testing(&req_, rec_, id_));
+  }
   bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
     int done = 0;
     ZT_MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    if (done) rec_.complete(id_);
     return done != 0;
   }
 
  private:
   MPI_Request req_;
+  FlightRecorder& rec_;
+  uint64_t id_;
 };
+
+// The members' ranks in MPI_COMM_WORLD, in group order.
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) mine[static_cast<size_t>(i)] = i;
+  MPI_Group g, wg;
+  ZT_MPI_CHECK(MPI_Comm_group(comm, &g));
+  ZT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+  ZT_MPI_CHECK(MPI_Group_translate_ranks(g, size, mine.data(), wg, world.data()));
+  MPI_Group_free(&g);
+  MPI_Group_free(&wg);
+  return world;
+}
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
@@ -85,6 +123,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group_name)
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  recorder_ = std::make_unique<FlightRecorder>(name_, "mpi", world_ranks_of(comm_, size_), rank_);
+}
+
+CommRequest MpiCommunicator::post(uint64_t id, MPI_Request r) {
+  return std::make_unique<MpiRequest>(r, *recorder_, id);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -97,9 +140,10 @@ CommRequest MpiCommunicator::all_reduce(Tensor buf, ReduceOp op) {
   require_host(buf);
   count(CommOp::all_reduce, buf.bytes());
   MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::all_reduce, -1, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data, checked_count(buf.numel()), mpi_type(buf.dtype),
                               mpi_op(op), comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return post(id, r);
 }
 
 CommRequest MpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
@@ -109,9 +153,10 @@ CommRequest MpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) 
            " elements, out ", out.numel(), ", group size ", size_);
   count(CommOp::reduce_scatter, in.bytes());
   MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::reduce_scatter, -1, in.numel(), in.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, checked_count(out.numel()), mpi_type(out.dtype),
                                          mpi_op(op), comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return post(id, r);
 }
 
 CommRequest MpiCommunicator::all_gather(Tensor in, Tensor out) {
@@ -121,38 +166,45 @@ CommRequest MpiCommunicator::all_gather(Tensor in, Tensor out) {
            " elements, out ", out.numel(), ", group size ", size_);
   count(CommOp::all_gather, out.bytes());
   MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::all_gather, -1, out.numel(), out.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Iallgather(in.data, checked_count(static_cast<int64_t>(in.bytes())), MPI_BYTE, out.data,
                               checked_count(static_cast<int64_t>(in.bytes())), MPI_BYTE, comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return post(id, r);
 }
 
 CommRequest MpiCommunicator::broadcast(Tensor buf, int root) {
   require_host(buf);
   count(CommOp::broadcast, buf.bytes());
   MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::broadcast, root, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Ibcast(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, root, comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return post(id, r);
 }
 
 CommRequest MpiCommunicator::send(Tensor buf, int peer, int tag) {
   require_host(buf);
   count(CommOp::send, buf.bytes());
   MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::send, peer, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Isend(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, peer, tag, comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return post(id, r);
 }
 
 CommRequest MpiCommunicator::recv(Tensor buf, int peer, int tag) {
   require_host(buf);
   count(CommOp::recv, buf.bytes());
   MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::recv, peer, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Irecv(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, peer, tag, comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return post(id, r);
 }
 
 void MpiCommunicator::barrier() {
   count(CommOp::barrier, 0);
-  ZT_MPI_CHECK(MPI_Barrier(comm_));
+  MPI_Request r;
+  const uint64_t id = recorder_->record(CommOp::barrier, -1, 0, DType::f32, OpState::started);
+  ZT_MPI_CHECK(MPI_Ibarrier(comm_, &r));
+  ZT_MPI_CHECK(wait_testing(&r, *recorder_, id));
 }
 
 }  // namespace zt

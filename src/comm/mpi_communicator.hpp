@@ -1,19 +1,26 @@
 // MpiCommunicator: the Communicator over an MPI communicator, on host memory,
 // with non-blocking MPI collectives. Owns its MPI_Comm (freed on destruction
-// unless it is MPI_COMM_WORLD).
+// unless it is MPI_COMM_WORLD). Every operation (the barrier too) is posted
+// non-blocking, recorded in the communicator's flight recorder, and waited
+// for in a loop of MPI_Test that marks it complete there ([Note: watchdog] in
+// comm/watchdog.hpp): a blocking MPI call would hide a hang from the watchdog.
 #pragma once
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "comm/flight_recorder.hpp"
 #include "core/error.hpp"
 
 namespace zt {
 
 // MPI_Init_thread / MPI_Finalize for a process; sets the rank and host used in
-// error messages. MPI_THREAD_FUNNELED is enough: only the main thread calls MPI.
+// error messages. MPI_THREAD_FUNNELED is enough: only the main thread calls MPI
+// (the watchdog thread only reads what the main thread recorded; its one MPI
+// call is the MPI_Abort that ends a hung job).
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -52,11 +59,16 @@ class MpiCommunicator final : public Communicator {
   CommRequest recv(Tensor buf, int peer, int tag) override;
   void barrier() override;
 
+  FlightRecorder& recorder() { return *recorder_; }
+
  private:
+  CommRequest post(uint64_t id, MPI_Request r);
+
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0;
   int size_ = 1;
+  std::unique_ptr<FlightRecorder> recorder_;
 };
 
 }  // namespace zt

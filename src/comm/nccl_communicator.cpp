@@ -1,14 +1,22 @@
 #include "comm/nccl_communicator.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <thread>
 
 namespace zt {
 
-struct NcclCompletion {
+// The events of one call (or of one group of calls): `begun` is recorded on
+// the comm stream before the operation, `event` after it. The watchdog polls
+// them from its own thread (cudaEventQuery never blocks), hence the atomics.
+struct NcclCompletion final : CompletionProbe {
+  CudaEvent begun = CudaEvent::create();
   CudaEvent event = CudaEvent::create();
-  bool recorded = false;
+  std::atomic<bool> begun_recorded{false};
+  std::atomic<bool> recorded{false};
+  bool started() override { return begun_recorded.load() && cudaEventQuery(begun.get()) == cudaSuccess; }
+  bool completed() override { return recorded.load() && cudaEventQuery(event.get()) == cudaSuccess; }
 };
 
 namespace {
@@ -109,9 +117,13 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& group, cudaStream_t compute)
     cudaStreamDestroy(stream_);
     throw;
   }
+  recorder_ = std::make_unique<FlightRecorder>(name_, "nccl", group.recorder().world_ranks(), rank_);
+  // The watchdog's abort of a hung job (its thread; the process ends right after).
+  recorder_->set_abort([c = comm_] { ncclCommAbort(c); });
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (recorder_) recorder_->set_abort(nullptr);
   if (comm_ != nullptr && std::uncaught_exceptions() == 0) {
     // See [Note: NCCL teardown].
     if (drain(teardown_timeout_s_)) {
@@ -125,6 +137,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::abort() noexcept {
+  if (recorder_) recorder_->set_abort(nullptr);
   if (comm_ != nullptr) ncclCommAbort(comm_);
   comm_ = nullptr;
 }
@@ -169,13 +182,17 @@ std::shared_ptr<NcclCompletion> NcclCommunicator::begin_call() {
   check_async_error();
   ZT_CUDA_CHECK(cudaEventRecord(input_ready_.get(), compute_));
   ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_.get(), 0));
-  return group_depth_ > 0 ? group_done_ : std::make_shared<NcclCompletion>();
+  if (group_depth_ > 0) return group_done_;
+  auto done = std::make_shared<NcclCompletion>();
+  ZT_CUDA_CHECK(cudaEventRecord(done->begun.get(), stream_));
+  done->begun_recorded.store(true);
+  return done;
 }
 
 CommRequest NcclCommunicator::end_call(std::shared_ptr<NcclCompletion> done) {
   if (group_depth_ == 0) {
     ZT_CUDA_CHECK(cudaEventRecord(done->event.get(), stream_));
-    done->recorded = true;
+    done->recorded.store(true);
   }
   return std::make_unique<NcclHandle>(std::move(done), compute_, this);
 }
@@ -183,7 +200,11 @@ CommRequest NcclCommunicator::end_call(std::shared_ptr<NcclCompletion> done) {
 void NcclCommunicator::group_start() {
   check_async_error();
   ZT_NCCL_CHECK(ncclGroupStart());
-  if (group_depth_++ == 0) group_done_ = std::make_shared<NcclCompletion>();
+  if (group_depth_++ == 0) {
+    group_done_ = std::make_shared<NcclCompletion>();
+    ZT_CUDA_CHECK(cudaEventRecord(group_done_->begun.get(), stream_));
+    group_done_->begun_recorded.store(true);
+  }
 }
 
 void NcclCommunicator::group_end() {
@@ -192,7 +213,7 @@ void NcclCommunicator::group_end() {
   ZT_NCCL_CHECK(ncclGroupEnd());
   if (group_depth_ == 0) {
     ZT_CUDA_CHECK(cudaEventRecord(group_done_->event.get(), stream_));
-    group_done_->recorded = true;
+    group_done_->recorded.store(true);
     group_done_.reset();
   }
 }
@@ -201,6 +222,7 @@ CommRequest NcclCommunicator::all_reduce(Tensor buf, ReduceOp op) {
   count(CommOp::all_reduce, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.all_reduce(buf, op);
   auto done = begin_call();
+  recorder_->record(CommOp::all_reduce, -1, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype),
                               nccl_op(op), comm_, stream_));
   return end_call(std::move(done));
@@ -212,6 +234,7 @@ CommRequest NcclCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op)
   count(CommOp::reduce_scatter, in.bytes());
   if (on_host(in, out)) return group_.reduce_scatter(in, out, op);
   auto done = begin_call();
+  recorder_->record(CommOp::reduce_scatter, -1, in.numel(), in.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype),
                                   nccl_op(op), comm_, stream_));
   return end_call(std::move(done));
@@ -223,6 +246,7 @@ CommRequest NcclCommunicator::all_gather(Tensor in, Tensor out) {
   count(CommOp::all_gather, out.bytes());
   if (on_host(in, out)) return group_.all_gather(in, out);
   auto done = begin_call();
+  recorder_->record(CommOp::all_gather, -1, out.numel(), out.dtype, OpState::queued, done);
   // Bytes: gathering moves data without arithmetic, so any dtype (u16 too) works.
   ZT_NCCL_CHECK(ncclAllGather(in.data, out.data, in.bytes(), ncclUint8, comm_, stream_));
   return end_call(std::move(done));
@@ -233,6 +257,7 @@ CommRequest NcclCommunicator::broadcast(Tensor buf, int root) {
   count(CommOp::broadcast, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.broadcast(buf, root);
   auto done = begin_call();
+  recorder_->record(CommOp::broadcast, root, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.bytes(), ncclUint8, root, comm_, stream_));
   return end_call(std::move(done));
 }
@@ -242,6 +267,7 @@ CommRequest NcclCommunicator::send(Tensor buf, int peer, int tag) {
   count(CommOp::send, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.send(buf, peer, tag);
   auto done = begin_call();
+  recorder_->record(CommOp::send, peer, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclSend(buf.data, buf.bytes(), ncclUint8, peer, comm_, stream_));
   return end_call(std::move(done));
 }
@@ -251,13 +277,14 @@ CommRequest NcclCommunicator::recv(Tensor buf, int peer, int tag) {
   count(CommOp::recv, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.recv(buf, peer, tag);
   auto done = begin_call();
+  recorder_->record(CommOp::recv, peer, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclRecv(buf.data, buf.bytes(), ncclUint8, peer, comm_, stream_));
   return end_call(std::move(done));
 }
 
 void NcclCommunicator::barrier() {
   count(CommOp::barrier, 0);
-  ZT_MPI_CHECK(MPI_Barrier(group_.comm()));
+  group_.barrier();
 }
 
 }  // namespace zt

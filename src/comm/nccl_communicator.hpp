@@ -18,6 +18,7 @@
 #include <string>
 
 #include "comm/device_comm.hpp"
+#include "comm/flight_recorder.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
 
 namespace zt {
@@ -93,6 +94,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   int group_depth_ = 0;
   std::shared_ptr<NcclCompletion> group_done_;
   double teardown_timeout_s_ = 300.0;
+  std::unique_ptr<FlightRecorder> recorder_;
 };
 
 }  // namespace zt

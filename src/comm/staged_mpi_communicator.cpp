@@ -283,7 +283,7 @@ CommRequest StagedMpiCommunicator::recv(Tensor buf, int peer, int tag) {
 
 void StagedMpiCommunicator::barrier() {
   count(CommOp::barrier, 0);
-  ZT_MPI_CHECK(MPI_Barrier(group_.comm()));
+  group_.barrier();
 }
 
 }  // namespace zt

@@ -97,6 +97,14 @@ struct LogConfig {
   std::string dir = "runs/latest";
 };
 
+// "comm": hangs become failures ([Note: watchdog] in comm/watchdog.hpp,
+// docs/reliability.md). The environment variable ZTRAIN_COMM_TIMEOUT
+// (seconds) overrides `timeout`, for job scripts.
+struct CommConfig {
+  double timeout = 600;                  // seconds an operation may be in flight, or a peer silent
+  int64_t flight_recorder_size = 2048;   // operations kept per communicator (0: none)
+};
+
 // DeepSpeed's "csv_monitor": on rank 0, one CSV file per event under
 // output_path/job_name (Train_Samples_train_loss.csv, ..._lr.csv,
 // ..._loss_scale.csv with fp16), each row "samples,value" at the printed
@@ -297,6 +305,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   LogConfig log;
+  CommConfig comm;
   CsvMonitorConfig csv_monitor;
   PrometheusConfig prometheus;
   OptimizerConfig optimizer;

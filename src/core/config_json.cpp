@@ -164,6 +164,7 @@ json resolved_json(const Config& cfg) {
                      {"async", c.async},
                      {"tag_validation", c.tag_validation}};
   j["log"] = {{"dir", cfg.log.dir}};
+  j["comm"] = {{"timeout", cfg.comm.timeout}, {"flight_recorder_size", cfg.comm.flight_recorder_size}};
   j["csv_monitor"] = {{"enabled", cfg.csv_monitor.enabled},
                       {"output_path", cfg.csv_monitor.output_path},
                       {"job_name", cfg.csv_monitor.job_name}};

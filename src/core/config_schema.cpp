@@ -21,7 +21,7 @@ std::vector<SectionSchema> build_schemas() {
                 "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "fp16", "bf16", "bfloat16",
                 "optimizer", "scheduler", "zero_optimization", "aio", "activation_checkpointing", "pipeline",
                 "model", "data", "train", "offload", "checkpoint", "log", "csv_monitor",
-                "prometheus"},
+                "prometheus", "comm"},
                {{"prescale_gradients", false, ""},
                 {"gradient_predivide_factor", 1.0, ""},
                 {"communication_data_type", json(), "ztrain reduces gradients in fp32"},
@@ -165,6 +165,7 @@ std::vector<SectionSchema> build_schemas() {
   s.push_back({"log", "log", {"dir"}, {}});
   s.push_back({"csv_monitor", "csv_monitor", {"enabled", "output_path", "job_name"}, {}});
   s.push_back({"prometheus", "prometheus", {"enabled", "port", "textfile_dir"}, {}});
+  s.push_back({"comm", "comm", {"timeout", "flight_recorder_size"}, {}});
   return s;
 }
 

@@ -1,10 +1,13 @@
 // ztrain's own sections: model (architecture, presets), data (files must exist), train,
 // offload, checkpoint and log.
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 
 #include "core/config_reader.hpp"
+#include "core/error.hpp"
 
 namespace zt::config_detail {
 
@@ -311,6 +314,28 @@ void parse_prometheus(const SectionReader& top, Config& cfg) {
     r.fail("port", "0 (no HTTP server) needs prometheus.textfile_dir, or there is nowhere to export to");
 }
 
+// "comm". ZTRAIN_COMM_TIMEOUT overrides comm.timeout (job scripts set it
+// without editing the config). NCCL_TIMEOUT is no NCCL variable and bounds
+// nothing: a warning says so rather than letting it look like a setting.
+void parse_comm(const SectionReader& top, Config& cfg) {
+  const SectionReader r = top.section("comm", "comm");
+  const CommConfig d;
+  CommConfig& c = cfg.comm;
+  c.timeout = r.number("timeout", d.timeout, above(0));
+  c.flight_recorder_size = r.integer("flight_recorder_size", d.flight_recorder_size, 0, 1 << 24);
+  if (const char* env = std::getenv("ZTRAIN_COMM_TIMEOUT"); env != nullptr) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end == env || *end != '\0' || !(v > 0) || !std::isfinite(v))
+      ZT_USER_ERROR("ZTRAIN_COMM_TIMEOUT='", env, "': expected a number of seconds > 0");
+    c.timeout = v;
+  }
+  if (std::getenv("NCCL_TIMEOUT") != nullptr)
+    cfg.warnings.push_back(std::string("NCCL_TIMEOUT is set (") + std::getenv("NCCL_TIMEOUT") +
+                           ") but has no effect: NCCL reads no such variable. ztrain's collective timeout is "
+                           "\"comm\": {\"timeout\": seconds} or ZTRAIN_COMM_TIMEOUT (docs/reliability.md)");
+}
+
 }  // namespace
 
 void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
@@ -322,6 +347,7 @@ void parse_ztrain_sections(const SectionReader& top, Config& cfg) {
   parse_log(top, cfg);
   parse_csv_monitor(top, cfg);
   parse_prometheus(top, cfg);
+  parse_comm(top, cfg);
 }
 
 }  // namespace zt::config_detail

@@ -66,8 +66,11 @@ std::string concat(const Args&... args) {
 
 namespace zt {
 // Exit codes of ztrain's programs: 0 success, 2 bad input (config, data,
-// command line, checkpoint), 1 anything else.
+// command line, checkpoint), 3 a hang ended by the watchdog (a collective past
+// comm.timeout, a peer whose heartbeat stopped; comm/watchdog.hpp), 1 anything
+// else.
 constexpr int kExitBadInput = 2;
+constexpr int kExitHang = 3;
 }  // namespace zt
 
 // An error that every rank raises identically at the same point, after the

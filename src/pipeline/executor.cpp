@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "comm/flight_recorder.hpp"
+
 namespace zt {
 namespace {
 double now_s() {
@@ -82,6 +84,24 @@ PipelineExecutor::InFlight& PipelineExecutor::flight(int mb) {
   return *flights_.emplace(mb, std::move(f)).first->second;
 }
 
+// The flight recorder's context ([Note: op context] in comm/flight_recorder.hpp):
+// the instruction being walked and its phase.
+static void note_instr(const PipeInstr& ins, bool train) {
+  RunPhase phase = RunPhase::forward;
+  switch (ins.op) {
+    case PipeOp::forward:
+    case PipeOp::send_act:
+    case PipeOp::recv_act: phase = train ? RunPhase::forward : RunPhase::validate; break;
+    case PipeOp::backward:
+    case PipeOp::send_grad:
+    case PipeOp::recv_grad: phase = RunPhase::backward; break;
+    case PipeOp::reduce_grads: phase = RunPhase::reduce; break;
+    case PipeOp::optimizer_step: phase = RunPhase::optimizer; break;
+  }
+  set_op_phase(phase);
+  set_op_instr(pipe_op_name(ins.op), ins.mb, ins.chunk);
+}
+
 void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs& args, PipelineTiming* timing) {
   validate_program(program, P_, V_, stage_, args.train);
   ZT_CHECK(args.params != nullptr && args.hooks != nullptr && (!args.train || args.grads != nullptr),
@@ -93,6 +113,7 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
   for (size_t i = 0; i < program.size(); ++i) {
     const PipeInstr& ins = program[i];
     if (!w.executed(ins)) continue;
+    note_instr(ins, args.train);
     switch (ins.op) {
       case PipeOp::forward:
         forward(w, ins);
@@ -121,6 +142,7 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
       drain(w);
     }
   }
+  set_op_instr(nullptr, -1, -1);
   ZT_CHECK(next_group == groups.size(), "pipeline: ", groups.size() - next_group, " p2p groups not run");
   ZT_CHECK(flights_.empty(), "pipeline: ", flights_.size(), " micro-batches did not finish");
   if (!args.train) w.t.total_s = now_s() - start;
@@ -211,6 +233,7 @@ void PipelineExecutor::p2p_group(Walk& w, const P2pGroup& group) {
     const PipeInstr& ins = w.program[i];
     const int peer = p2p_peer(ins, P_, stage_);
     const int tag = p2p_tag(p2p_message(ins, P_, stage_), P_, V_);
+    note_instr(ins, w.args.train);
     switch (ins.op) {
       case PipeOp::recv_act: recv_act(w, ins, peer, tag); break;
       case PipeOp::send_act: send_act(ins, peer, tag); break;

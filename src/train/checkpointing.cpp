@@ -70,6 +70,7 @@ struct Checkpointer::Pending {
   size_t bytes = 0;
   // Fault tests (train/fault_injection.hpp).
   bool kill_midway = false;
+  bool hang_midway = false;
   bool fail_write = false;
   void write() {
     if (!error.empty()) return;  // refused before writing (non-finite state)
@@ -79,6 +80,11 @@ struct Checkpointer::Pending {
         std::vector<ShardData> half(shards.begin(), shards.begin() + static_cast<std::ptrdiff_t>(shards.size() / 2));
         write_shard_file(path, half);
         std::raise(SIGKILL);
+      }
+      if (hang_midway) {  // the watchdog's test: a rank stuck inside its write
+        std::vector<ShardData> half(shards.begin(), shards.begin() + static_cast<std::ptrdiff_t>(shards.size() / 2));
+        write_shard_file(path, half);
+        hang_forever();
       }
       sha = write_shard_file(path, shards);
     } catch (const std::exception& e) {
@@ -122,6 +128,7 @@ void Checkpointer::save(int64_t step, const nlohmann::json& state) {
   const InjectedFault fault = injected_fault();
   p->kill_midway = fault.at(InjectedFault::Kind::kill_in_save, topo_.world_rank(), step);
   p->fail_write = fault.at(InjectedFault::Kind::write_error, topo_.world_rank(), step);
+  p->hang_midway = fault.at(InjectedFault::Kind::hang_in_save, topo_.world_rank(), step);
   // Copy the owned shards to host memory at the step boundary; training may
   // go on while they are written.
   for (const OwnedShard& sh : zero_.owned_shards()) {

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "comm/flight_recorder.hpp"
+
 namespace zt {
 namespace {
 double now_s() {
@@ -99,7 +101,10 @@ void StepWalk::optimizer_step() {
     zero_.apply_optimizer(s);
     ++state_->applied;
   }
-  zero_.publish_params();
+  {
+    PhaseScope phase(RunPhase::gather);  // [Note: op context]
+    zero_.publish_params();
+  }
   timing_.optimizer_s = now_s() - t0;
 }
 

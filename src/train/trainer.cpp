@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "comm/flight_recorder.hpp"
 #include "core/log.hpp"
 #include "modules/model.hpp"
 #include "modules/runner.hpp"
@@ -20,6 +21,11 @@
 #include "train/step_walk.hpp"
 #include "train/train_state.hpp"
 #include "zero/zero_engine.hpp"
+#if ZT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/cuda/cuda_device.hpp"
+#endif
 
 namespace zt {
 namespace {
@@ -177,6 +183,7 @@ nlohmann::json Trainer::state_json() const {
 }
 
 bool Trainer::start(const std::string& resume) {
+  PhaseScope phase(RunPhase::init);
   Impl& s = *impl_;
   // checkpoint.dir is checked before the first step (a fresh run: after
   // model.init_from, whose errors come first).
@@ -228,10 +235,40 @@ bool Trainer::start(const std::string& resume) {
   return true;
 }
 
+// The watchdog's fault tests (train/fault_injection.hpp): a rank that stops,
+// one whose collectives stop matching the others', a stream that stalls.
+void Trainer::inject_hang(int64_t step) {
+  Impl& s = *impl_;
+  const int rank = s.topo.world_rank();
+  if (s.fault.at(InjectedFault::Kind::hang, rank, step)) {
+    log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, " stops at step ", step);
+    hang_forever();
+  }
+  if (s.fault.at(InjectedFault::Kind::desync, rank, step)) {
+    log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, " issues an extra all-reduce at step ", step);
+    double x = 1;
+    CommRequest r = s.comms.data().host->all_reduce(Tensor(&x, DType::f64, Shape{1}), ReduceOp::sum);
+    wait(r);
+  }
+  if (s.fault.at(InjectedFault::Kind::stall_stream, rank, step)) {
+#if ZT_HAVE_CUDA
+    auto* cuda = dynamic_cast<CudaDevice*>(&s.dev);
+    if (cuda == nullptr) ZT_USER_ERROR("ZT_INJECT_FAULT=stall-stream needs --device cuda");
+    log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, "'s compute stream stalls at step ", step);
+    ZT_CUDA_CHECK(cudaLaunchHostFunc(cuda->stream(), [](void*) { hang_forever(); }, nullptr));
+#else
+    ZT_USER_ERROR("ZT_INJECT_FAULT=stall-stream needs a CUDA build and --device cuda");
+#endif
+  }
+}
+
 StepStats Trainer::train_step(bool read_loss) {
   Impl& s = *impl_;
   if (s.fault.at(InjectedFault::Kind::throw_at_step, s.topo.world_rank(), s.state.step + 1))
     ZT_THROW("injected fault (ZT_INJECT_FAULT) at step ", s.fault.step);
+  set_op_step(s.state.step + 1);  // [Note: op context]
+  set_op_phase(RunPhase::forward);
+  inject_hang(s.state.step + 1);
   StepStats st;
   const double t0 = now_s();
   s.zero->take_param_swap_stats();  // drops the reads of the validation since the last step
@@ -299,19 +336,26 @@ void Trainer::run() {
     if (after.save && after.save_at_end_only && s.ckpt->exists(st.step))
       log_warn("checkpoint.dir ", cfg.checkpoint.dir, " already holds step_", st.step,
                " (an earlier run's; --resume auto continues one): kept, the end of this run is not saved");
-    else if (after.save)
+    else if (after.save) {
+      PhaseScope phase(RunPhase::checkpoint);
       s.ckpt->save(st.step, state_json());
+    }
     if (s.stopped)
       log_info("stop signal received: ",
                s.ckpt ? "checkpoint saved at step " + std::to_string(st.step) + ", "
                       : std::string("no checkpoint.dir, nothing saved; "),
                "exiting");
+    set_op_phase(RunPhase::validate);
     const double val = after.validate ? evaluate() : std::nan("");
+    set_op_phase(RunPhase::report);
     if (!after.print) continue;
     st.loss = s.walk->read_loss();
     s.reporter->report(st, val, now_s() - start, st.step - first_step);
   }
-  if (s.ckpt) s.ckpt->finish();
+  if (s.ckpt) {
+    PhaseScope phase(RunPhase::checkpoint);
+    s.ckpt->finish();
+  }
   const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get());
   s.reporter->report_end(s.dev, s.state.step, now_s() - start,
                          (off ? off->nvme_bytes() : 0) + s.zero->param_nvme_bytes());

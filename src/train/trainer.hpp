@@ -52,6 +52,7 @@ class Trainer {
   void set_peak_flops(double peak);
 
  private:
+  void inject_hang(int64_t step);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

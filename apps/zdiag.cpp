@@ -1,0 +1,327 @@
+// zdiag: diagnostics of a run.
+//   zdiag flight DIR   reads the flight recorder dumps of every rank
+//                      (DIR/rank_R.json, written by the watchdog on a hang,
+//                      on a fatal signal or on SIGUSR2; comm/watchdog.hpp)
+//                      and says who stopped the job:
+//   - ranks with no dump (stopped or killed before they could write one) and
+//     ranks whose heartbeat stopped, as their neighbours saw it;
+//   - per communicator, the first collective some rank waits in, and the
+//     members that never entered it;
+//   - the first sequence number whose operation, element count, dtype or root
+//     differs between members (a desync), with both sides' sequences;
+//   - where each rank was in the step (step, phase, pipeline instruction).
+// Exit code: 0 a culprit was found, 1 nothing points at one, 2 bad input.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kFound = 0, kNothing = 1, kBadInput = 2;
+
+// "0,2-4,7"
+std::string ranks_text(const std::set<int>& ranks) {
+  std::string out;
+  for (auto it = ranks.begin(); it != ranks.end();) {
+    int lo = *it, hi = lo;
+    while (++it != ranks.end() && *it == hi + 1) hi = *it;
+    if (!out.empty()) out += ",";
+    out += lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
+  }
+  return out;
+}
+std::string ranks_word(const std::set<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + ranks_text(ranks);
+}
+
+// What must agree between the members for the same sequence number.
+std::string signature(const json& e) {
+  std::string s = e.value("op", "?") + " " + std::to_string(e.value("count", int64_t{-1})) + " x " +
+                  e.value("dtype", "?");
+  if (e.contains("root")) s += " root " + std::to_string(e["root"].get<int>());
+  return s;
+}
+
+std::string where(const json& e) {
+  std::string s = "step " + std::to_string(e.value("step", int64_t{0})) + ", " + e.value("phase", "?");
+  const std::string instr = e.value("instr", "");
+  if (!instr.empty()) s += ", " + instr;
+  return s;
+}
+
+struct RankDump {
+  int rank = -1;
+  json j;
+};
+
+// One communicator as the members' dumps show it.
+struct Comm {
+  std::string name, backend;
+  std::vector<int> members;                        // world ranks
+  std::map<int, std::map<int64_t, json>> by_rank;  // world rank -> seq -> entry (collectives)
+  std::map<int, int64_t> next_seq;                 // world rank -> collectives issued
+  std::map<int, std::vector<json>> p2p_pending;    // world rank -> sends/recvs not completed
+  // world rank -> (op, peer's group rank) -> transfers posted (the highest p2p_seq seen + 1)
+  std::map<int, std::map<std::pair<std::string, int>, int64_t>> p2p_posted;
+};
+
+int flight(const std::string& dir) {
+  std::vector<RankDump> dumps;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    std::fprintf(stderr, "zdiag flight: '%s' is not a directory\n", dir.c_str());
+    return kBadInput;
+  }
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind("rank_", 0) != 0 || f.path().extension() != ".json") continue;
+    std::ifstream in(f.path());
+    RankDump d;
+    try {
+      in >> d.j;
+      d.rank = d.j.at("rank").get<int>();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "zdiag flight: %s: not a flight recorder dump (%s)\n", f.path().c_str(), e.what());
+      return kBadInput;
+    }
+    dumps.push_back(std::move(d));
+  }
+  if (dumps.empty()) {
+    std::fprintf(stderr, "zdiag flight: no rank_R.json under '%s'\n", dir.c_str());
+    return kBadInput;
+  }
+  std::sort(dumps.begin(), dumps.end(), [](const RankDump& a, const RankDump& b) { return a.rank < b.rank; });
+  int world = 0;
+  for (const RankDump& d : dumps) world = std::max({world, d.j.value("world_size", 0), d.rank + 1});
+
+  std::set<int> culprits, present, suspects;
+  for (const RankDump& d : dumps) present.insert(d.rank);
+  std::set<int> missing;
+  for (int r = 0; r < world; ++r)
+    if (!present.count(r)) missing.insert(r);
+
+  // Dumps on request (SIGUSR2) of a run that goes on were written at slightly
+  // different moments: a rank not yet in the collective another waits in is
+  // only behind, and the missing dumps may still come. Only a desync names a
+  // culprit then.
+  bool on_request = true;
+  for (const RankDump& d : dumps)
+    if (d.j.value("reason", "").rfind("SIGUSR2", 0) != 0) on_request = false;
+  if (on_request)
+    std::cout << "dumps on request (SIGUSR2): the ranks were not stopped together, so a rank behind the others "
+                 "is no culprit\n";
+
+  // Why the job ended: the dumps that are not answers to another rank's end.
+  for (const RankDump& d : dumps) {
+    const std::string reason = d.j.value("reason", "");
+    if (reason.rfind("ended by ", 0) == 0) continue;
+    std::cout << "rank " << d.rank << ": " << reason << "\n";
+    for (const json& s : d.j.value("suspects", json::array())) suspects.insert(s.get<int>());
+  }
+  if (!missing.empty()) {
+    std::cout << ranks_word(missing) << " left no dump (stopped or killed before it could write one)\n";
+    if (!on_request) culprits.insert(missing.begin(), missing.end());
+  }
+  if (!suspects.empty()) {
+    std::cout << "heartbeat stopped: " << ranks_word(suspects) << " (as its ring neighbours saw it)\n";
+    culprits.insert(suspects.begin(), suspects.end());
+  }
+
+  // The communicators, keyed by name and members; `busy`: the ranks waiting
+  // in some operation (on any communicator), which are victims rather than
+  // culprits when they never reach another one.
+  std::map<std::string, Comm> comms;
+  std::set<int> busy;
+  for (const RankDump& d : dumps) {
+    for (const json& c : d.j.value("communicators", json::array())) {
+      std::vector<int> members = c.value("ranks", std::vector<int>{});
+      std::string key = c.value("name", "?") + "/" + c.value("backend", "?") + "[";
+      for (int m : members) key += std::to_string(m) + ",";
+      Comm& cm = comms[key + "]"];
+      cm.name = c.value("name", "?");
+      cm.backend = c.value("backend", "?");
+      cm.members = members;
+      cm.next_seq[d.rank] = c.value("next_seq", int64_t{0});
+      auto& seqs = cm.by_rank[d.rank];
+      if (!c.value("in_flight", json::array()).empty()) busy.insert(d.rank);
+      for (const char* part : {"entries", "in_flight"})
+        for (const json& e : c.value(part, json::array())) {
+          if (e.contains("seq")) {
+            seqs[e["seq"].get<int64_t>()] = e;
+            continue;
+          }
+          int64_t& posted = cm.p2p_posted[d.rank][{e.value("op", ""), e.value("peer", -1)}];
+          posted = std::max(posted, e.value("p2p_seq", int64_t{-1}) + 1);
+          if (e.value("state", "") != "completed" && std::string(part) == "in_flight") {
+            cm.p2p_pending[d.rank].push_back(e);
+          }
+        }
+    }
+  }
+
+  for (auto& [key, cm] : comms) {
+    if (cm.members.size() < 2) continue;
+    std::set<int> member_set(cm.members.begin(), cm.members.end());
+    const std::string label = "'" + cm.name + "' (" + cm.backend + ", " + ranks_word(member_set) + ")";
+    // Desync: the first sequence number two members disagree on.
+    std::set<int64_t> all_seqs;
+    for (const auto& [r, seqs] : cm.by_rank)
+      for (const auto& [s, e] : seqs) all_seqs.insert(s);
+    for (int64_t s : all_seqs) {
+      std::map<std::string, std::set<int>> sides;
+      std::map<std::string, json> example;
+      for (const auto& [r, seqs] : cm.by_rank) {
+        auto it = seqs.find(s);
+        if (it == seqs.end()) continue;
+        const std::string sig = signature(it->second);
+        sides[sig].insert(r);
+        example.emplace(sig, it->second);
+      }
+      if (sides.size() < 2) continue;
+      std::cout << "desync on " << label << " at collective #" << s << ":\n";
+      // The minority is the culprit (ties: every side is named).
+      size_t smallest = SIZE_MAX;
+      for (const auto& [sig, rs] : sides) smallest = std::min(smallest, rs.size());
+      for (const auto& [sig, rs] : sides) {
+        std::cout << "  " << ranks_word(rs) << ": " << sig << " (" << where(example[sig]) << ")\n";
+        if (rs.size() == smallest) culprits.insert(rs.begin(), rs.end());
+      }
+      // The two (or more) sequences around it, one rank of each side.
+      for (const auto& [sig, rs] : sides) {
+        const int r = *rs.begin();
+        std::cout << "  rank " << r << " from #" << std::max<int64_t>(0, s - 2) << ":";
+        const auto& seqs = cm.by_rank[r];
+        for (auto it = seqs.lower_bound(s - 2); it != seqs.end() && it->first <= s + 2; ++it)
+          std::cout << "  #" << it->first << " " << signature(it->second);
+        std::cout << "\n";
+      }
+      break;
+    }
+    // Stuck: the latest collective some member waits in (a member waits in
+    // its first collective not completed); the members that never entered it
+    // are what it waits for. A rank stopped inside an earlier collective
+    // still shows that one as not completed, though its peers finished it.
+    int64_t stuck = -1;
+    for (const auto& [r, seqs] : cm.by_rank)
+      for (const auto& [s, e] : seqs)
+        if (e.value("state", "") != "completed") {
+          stuck = std::max(stuck, s);
+          break;
+        }
+    if (stuck >= 0) {
+      std::set<int> waiting, never;
+      json example;
+      for (const auto& [r, seqs] : cm.by_rank) {
+        auto it = seqs.find(stuck);
+        if (it != seqs.end()) {
+          if (it->second.value("state", "") != "completed") waiting.insert(r);
+          if (example.is_null()) example = it->second;
+        } else if (cm.next_seq[r] <= stuck) {
+          never.insert(r);
+        }
+      }
+      std::cout << "on " << label << ": collective #" << stuck << " " << signature(example) << " waited in by "
+                << ranks_word(waiting) << " (" << where(example) << ")\n";
+      // A member that never entered it is the culprit unless it is itself
+      // waiting in an earlier collective or any other operation (then it
+      // waits on someone else, often the stopped rank).
+      for (int r : never) {
+        const auto& seqs = cm.by_rank[r];
+        std::cout << "  rank " << r << " never entered it";
+        bool waits = false;
+        if (!seqs.empty()) {
+          const json& last = seqs.rbegin()->second;
+          waits = last.value("state", "") != "completed";
+          std::cout << (waits ? "; it still waits in #" : "; its last was #") << seqs.rbegin()->first << " "
+                    << signature(last) << (waits ? "" : ", completed") << " (" << where(last) << ")";
+        }
+        std::cout << "\n";
+        if (!waits && !busy.count(r) && !on_request) culprits.insert(r);
+      }
+      std::set<int> absent;
+      for (int m : cm.members)
+        if (!cm.by_rank.count(m)) absent.insert(m);
+      if (!absent.empty()) std::cout << "  " << ranks_word(absent) << ": no dump\n";
+    }
+    // Point-to-point transfers in flight: the k-th receive from a peer
+    // matches the peer's k-th send to this rank. A peer whose dump shows
+    // fewer sends (receives) never posted the match.
+    for (const auto& [r, ops] : cm.p2p_pending)
+      for (const json& e : ops) {
+        const bool is_send = e.value("op", "") == "send";
+        const int peer_group = e.value("peer", 0);
+        const int peer = cm.members.at(static_cast<size_t>(peer_group));
+        const int64_t k = e.value("p2p_seq", int64_t{-1});
+        std::cout << "on " << label << ": rank " << r << " waits in " << (is_send ? "send #" : "recv #") << k
+                  << (is_send ? " to" : " from") << " rank " << peer << " (" << where(e) << ")";
+        if (cm.p2p_posted.count(peer)) {
+          const auto& posted = cm.p2p_posted[peer];
+          const int me_group = static_cast<int>(
+              std::find(cm.members.begin(), cm.members.end(), r) - cm.members.begin());
+          auto it = posted.find({is_send ? "recv" : "send", me_group});
+          const int64_t n = it == posted.end() ? 0 : it->second;
+          if (n <= k) {
+            std::cout << "; rank " << peer << " never posted the matching " << (is_send ? "recv" : "send");
+            if (!busy.count(peer) && !on_request) culprits.insert(peer);
+          }
+        }
+        std::cout << "\n";
+      }
+  }
+
+  // Where each rank was, ranks grouped by place.
+  std::map<std::string, std::set<int>> places;
+  for (const RankDump& d : dumps) {
+    const json c = d.j.value("context", json::object());
+    std::string place = "step " + std::to_string(c.value("step", int64_t{0})) + ", " + c.value("phase", "?");
+    if (!c.value("instr", "").empty()) place += ", " + c.value("instr", "");
+    places[place].insert(d.rank);
+  }
+  for (const auto& [place, rs] : places)
+    std::cout << ranks_word(rs) << (rs.size() == 1 ? " was" : " were") << " at " << place << "\n";
+
+  if (culprits.empty()) {
+    std::cout << "no culprit found: every rank dumped, no heartbeat stopped, the collectives agree, and no rank "
+                 "waits for one that another rank never entered\n";
+    return kNothing;
+  }
+  std::cout << "culprit: " << ranks_word(culprits) << "\n";
+  return kFound;
+}
+
+void usage() {
+  std::cout << "usage: zdiag flight DIR\n\n"
+               "Reads the flight recorder dumps of every rank (DIR/rank_R.json; DIR is LOG_DIR/flight)\n"
+               "and prints which ranks never entered a collective, which disagree on one (a desync),\n"
+               "and where each rank was. Exit code: 0 a culprit was found, 1 none, 2 bad input.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+    usage();
+    return 0;
+  }
+  if (argc != 3 || std::string(argv[1]) != "flight") {
+    usage();
+    return kBadInput;
+  }
+  try {
+    return flight(argv[2]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zdiag flight: %s\n", e.what());
+    return kBadInput;
+  }
+}
