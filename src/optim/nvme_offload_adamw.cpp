@@ -89,12 +89,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
     if ((o.pipeline_read || o.pipeline_write) && o.buffer_count < 6)
       ZT_USER_ERROR(kOffloadKey, ".buffer_count ", o.buffer_count, " holds one sub-group in flight, but ",
                     kOffloadKey, ".pipeline_read / pipeline_write need two (buffer_count >= 6)");
-    if (o.backend == AioBackend::io_uring) {
-      std::string why;
-      if (!io_uring_available(&why))
-        ZT_USER_ERROR("offload.aio_backend \"io_uring\": io_uring cannot be used here (", why,
-                      "); use \"auto\" (io_uring where it works, else threads) or \"threads\"");
-    }
+    require_backend_usable(o.backend);
     {
       SwapDirOpening one_at_a_time(o.nvme_path);
       dir_ = std::make_unique<SwapDir>(o.nvme_path, o.key, o.run_id, o.rank);

@@ -61,13 +61,7 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
     ps.buffer_size = z.offload_param.buffer_size;
     ps.max_in_cpu = z.offload_param.max_in_cpu;
     ps.pin_memory = z.offload_param.pin_memory;
-    ps.aio.block_size = cfg.aio.block_size;
-    ps.aio.queue_depth = cfg.aio.queue_depth;
-    ps.aio.thread_count = cfg.aio.thread_count;
-    ps.aio.single_submit = cfg.aio.single_submit;
-    ps.aio.overlap_events = cfg.aio.overlap_events;
-    const std::string& b = cfg.offload.aio_backend;
-    ps.backend = b == "io_uring" ? AioBackend::io_uring : b == "threads" ? AioBackend::threads : AioBackend::automatic;
+    aio_settings(cfg, ps.aio, ps.backend);
   }
 
   const OptimizerConfig& op = cfg.optimizer;
@@ -84,6 +78,16 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   o.lr.cos_min_ratio = sc.cos_min_ratio;
   o.gradient_clipping = cfg.gradient_clipping;
   return o;
+}
+
+void aio_settings(const Config& cfg, AioOptions& aio, AioBackend& backend) {
+  aio.block_size = cfg.aio.block_size;
+  aio.queue_depth = cfg.aio.queue_depth;
+  aio.thread_count = cfg.aio.thread_count;
+  aio.single_submit = cfg.aio.single_submit;
+  aio.overlap_events = cfg.aio.overlap_events;
+  const std::string& b = cfg.offload.aio_backend;
+  backend = b == "io_uring" ? AioBackend::io_uring : b == "threads" ? AioBackend::threads : AioBackend::automatic;
 }
 
 }  // namespace zt

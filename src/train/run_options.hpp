@@ -14,6 +14,7 @@
 #include "optim/lr_schedule.hpp"
 #include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/aio/aio.hpp"
 #include "zero/zero_engine.hpp"
 
 namespace zt {
@@ -42,5 +43,8 @@ struct RunOptions {
 // `dp` data-parallel ranks. Throws UserError when the schedule cannot take
 // the micro-batch count.
 RunOptions run_options(const Config& cfg, int dp, int pp);
+// DeepSpeed's aio section and offload.aio_backend, as the NVMe swap files
+// (optimizer and parameters) take them.
+void aio_settings(const Config& cfg, AioOptions& aio, AioBackend& backend);
 
 }  // namespace zt

@@ -57,13 +57,7 @@ std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& de
     no.pipeline_read = oo.pipeline_read;
     no.pipeline_write = oo.pipeline_write;
     no.pin_memory = oo.pin_memory;
-    no.aio.block_size = cfg.aio.block_size;
-    no.aio.queue_depth = cfg.aio.queue_depth;
-    no.aio.thread_count = cfg.aio.thread_count;
-    no.aio.single_submit = cfg.aio.single_submit;
-    no.aio.overlap_events = cfg.aio.overlap_events;
-    const std::string& b = cfg.offload.aio_backend;
-    no.backend = b == "io_uring" ? AioBackend::io_uring : b == "threads" ? AioBackend::threads : AioBackend::automatic;
+    aio_settings(cfg, no.aio, no.backend);
     no.delay_after = delay_after;
     const InjectedFault fault = injected_fault();
     if (fault.kind == InjectedFault::Kind::nvme_write_error && fault.rank == rank) no.fail_write_at_step = fault.step;

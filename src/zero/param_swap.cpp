@@ -37,12 +37,7 @@ ParamSwap::ParamSwap(const ParamSwapOptions& o, Device& dev, TransferQueue& copi
     ZT_USER_ERROR(kKey, ".buffer_count ", o.buffer_count,
                   ": device \"nvme\" reads each unit's parameters into one of buffer_count pinned buffers; give at "
                   "least 1");
-  if (o.backend == AioBackend::io_uring) {
-    std::string why;
-    if (!io_uring_available(&why))
-      ZT_USER_ERROR("offload.aio_backend \"io_uring\": io_uring cannot be used here (", why,
-                    "); use \"auto\" (io_uring where it works, else threads) or \"threads\"");
-  }
+  require_backend_usable(o.backend);
   {
     SwapDirOpening one_at_a_time(o.nvme_path);
     dir_ = std::make_unique<SwapDir>(o.nvme_path, key_, o.run_id + "-param", o.rank);

@@ -218,6 +218,9 @@ const char* aio_backend_name(AioBackend backend);  // "auto", "io_uring", "threa
 // kernel.io_uring_disabled make it fail with EPERM or ENOSYS); when not,
 // `why` (if given) says why.
 bool io_uring_available(std::string* why = nullptr);
+// offload.aio_backend "io_uring" where io_uring cannot be used is a
+// UserError naming the key and the reason; the other choices pass.
+void require_backend_usable(AioBackend backend);
 
 // What an engine has done since it was made: how the keys acted
 // ([Note: aio keys]); all counts are over all lanes.

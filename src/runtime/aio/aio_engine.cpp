@@ -378,6 +378,14 @@ const char* aio_backend_name(AioBackend backend) {
   return "?";
 }
 
+void require_backend_usable(AioBackend backend) {
+  if (backend != AioBackend::io_uring) return;
+  std::string why;
+  if (!io_uring_available(&why))
+    ZT_USER_ERROR("offload.aio_backend \"io_uring\": io_uring cannot be used here (", why,
+                  "); use \"auto\" (io_uring where it works, else threads) or \"threads\"");
+}
+
 bool io_uring_available(std::string* why) {
   // Probed once: the answer does not change within a process.
   static const std::pair<bool, std::string> probe = [] {
