@@ -198,11 +198,6 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
       if (fits && numel > data_len / esize / static_cast<uint64_t>(d)) fits = false;
       if (fits) numel *= static_cast<uint64_t>(d);
     }
-    if (!fits) {
-      ::close(fd);
-      ZT_USER_ERROR(where, ": shape ", shape_str(e.shape), " of ", e.dtype, " needs more bytes than the file's ",
-                    data_len, " data bytes (truncated or corrupt)");
-    }
     e.numel = static_cast<int64_t>(numel);
     const auto& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
@@ -215,6 +210,11 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
       ::close(fd);
       ZT_USER_ERROR(where, ": data_offsets [", b, ", ", en, "] out of range: the file has ", data_len,
                     " data bytes (truncated or corrupt)");
+    }
+    if (!fits) {
+      ::close(fd);
+      ZT_USER_ERROR(where, ": shape ", shape_str(e.shape), " of ", e.dtype, " needs more bytes than the file's ",
+                    data_len, " data bytes (truncated or corrupt)");
     }
     if (en - b != need) {
       ::close(fd);
