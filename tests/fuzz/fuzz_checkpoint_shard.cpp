@@ -119,7 +119,7 @@ void write_file(const std::string& path, Reader& in) {
                     H5Dclose);
     std::vector<float> values(static_cast<size_t>(len) * 2, 1.5f);
     if (rank % 8 != 6) H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
-    const uint8_t present = in.byte();  // bit per attribute: 0 = absent
+    const uint8_t present = in.byte();  // a set bit leaves that attribute out
     const uint8_t types = in.byte();
     const char* ints[] = {"unit", "unit_numel", "global_offset", "length"};
     for (int a = 0; a < 4; ++a) {

@@ -1,4 +1,4 @@
-// Shared pieces of the libFuzzer targets (tests/fuzz/README.md; docs/reliability.md,
+// Shared pieces of the libFuzzer targets (docs/reliability.md,
 // "Fuzzing"). Every target feeds one parser of outside input and accepts only
 // two outcomes: the input is read, or a zt::UserError explains what is wrong
 // with it. Anything else (a crash, a sanitizer report, another exception
