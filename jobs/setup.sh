@@ -13,7 +13,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
           libboost-program-options-dev nlohmann-json3-dev libopenblas-dev
           libgtest-dev googletest libssl-dev liburing-dev
           libpcre2-dev libsentencepiece-dev
-          prometheus-cpp-dev prometheus python3 python3-matplotlib slurm-wlm munge)
+          prometheus-cpp-dev prometheus python3 python3-matplotlib slurm-wlm munge
+          clang libclang-rt-14-dev libomp-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

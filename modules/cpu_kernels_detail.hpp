@@ -83,7 +83,8 @@ T* typed(const Tensor& t) {
 inline float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + magic) - magic;
+  const float t = x * 1.44269504088896341f + magic;
+  const float n = t - magic;
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -93,7 +94,14 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // 2^n from t's bits, whose low mantissa bits hold n (t is in [2^23, 2^24),
+  // where the float spacing is 1), in unsigned arithmetic: a NaN input (a
+  // diverged run) passes the clamp, and casting it to int, then shifting a
+  // negative value, was undefined (UBSan, ztrain_nonfinite under the asan
+  // preset); now the result is NaN through p.
+  uint32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t_bits);
+  const uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;

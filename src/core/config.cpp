@@ -180,6 +180,14 @@ void apply_override(json& root, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos)
     throw UserError(where + "expected KEY=VALUE, e.g. zero_optimization.stage=0 or data.train=tokens.bin");
+  // A VALUE that is not JSON is kept as a string, and the key's names become
+  // object keys: either would make the config unprintable (--dry-run, the
+  // checkpoint manifest) if it were not UTF-8, which JSON text must be.
+  try {
+    (void)json(assignment).dump();
+  } catch (const json::type_error&) {
+    throw UserError(where + "not valid UTF-8 text (a config is JSON, whose strings are UTF-8)");
+  }
   const std::string key = override_key(assignment);
   const std::string text = assignment.substr(eq + 1);
 

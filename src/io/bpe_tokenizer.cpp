@@ -285,6 +285,7 @@ class BpeTokenizerImpl final : public BpeTokenizer {
   void bpe_piece(std::string_view piece, std::vector<uint32_t>& out) const;
 
   std::string path_;
+  std::string parsing_ = "top level";  // the field being read, for [Note: tokenizer.json types]
   bool split_special_ = false;
   std::unordered_map<std::string, uint32_t> vocab_;  // byte-level strings
   std::vector<std::string> id_to_token_;             // "" for unused ids
@@ -303,6 +304,10 @@ class BpeTokenizerImpl final : public BpeTokenizer {
   int64_t vocab_size_ = 0;
   uint64_t serial_;  // for the per-thread piece cache
 };
+
+// Ids at or above this are refused: 2^24, the largest model.vocab_size of the
+// run config; the reader sizes its id tables by the largest id.
+constexpr uint64_t kMaxTokenizerVocab = uint64_t{1} << 24;
 
 const json* member(const json& obj, const char* key) {
   auto it = obj.find(key);
@@ -329,27 +334,37 @@ BpeTokenizerImpl::BpeTokenizerImpl(const std::string& path, bool split_special)
 
   // Anything that changes the ids and is not implemented is refused by name,
   // and so is any field this reader does not know.
-  check_keys(j, "", {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "model",
-                      "post_processor", "decoder"});
-  if (member(j, "truncation")) fail("truncation", "truncation is not supported (expected null)");
-  if (member(j, "padding")) fail("padding", "padding is not supported (expected null)");
-  if (const json* n = member(j, "normalizer"))
-    fail("normalizer.type", "normalizer '" + n->value("type", std::string("?")) +
-                                "' is not supported (byte-level BPE files of GPT-2 and Llama 3 have none)");
-  const json* model = member(j, "model");
-  if (!model || !model->is_object()) fail("model", "missing");
-  parse_model(*model);
-  if (const json* a = member(j, "added_tokens")) parse_added(*a);
-  const json* pre = member(j, "pre_tokenizer");
-  if (!pre) fail("pre_tokenizer", "missing: a byte-level BPE needs a ByteLevel pre-tokenizer");
-  parse_pre_tokenizer(*pre, "pre_tokenizer");
-  if (pre_.empty() || pre_.back().kind != PreStep::kByteLevel)
-    fail("pre_tokenizer", "the last step must be ByteLevel (only byte-level BPE is supported)");
-  if (const json* p = member(j, "post_processor")) parse_post_processor(*p, "post_processor");
-  if (const json* d = member(j, "decoder")) {
-    const std::string type = d->value("type", std::string("?"));
-    if (type != "ByteLevel")
-      fail("decoder.type", "decoder '" + type + "' is not supported (expected ByteLevel)");
+  // [Note: tokenizer.json types] The readers below check the types of what
+  // they use; a value of another type that slips past them (nlohmann's
+  // value() and get() throw json::type_error) is still a UserError naming
+  // the file and the innermost field being read (parsing_).
+  try {
+    check_keys(j, "", {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "model",
+                        "post_processor", "decoder"});
+    if (member(j, "truncation")) fail("truncation", "truncation is not supported (expected null)");
+    if (member(j, "padding")) fail("padding", "padding is not supported (expected null)");
+    parsing_ = "normalizer";
+    if (const json* n = member(j, "normalizer"))
+      fail("normalizer.type", "normalizer '" + n->value("type", std::string("?")) +
+                                  "' is not supported (byte-level BPE files of GPT-2 and Llama 3 have none)");
+    const json* model = member(j, "model");
+    if (!model || !model->is_object()) fail("model", "missing");
+    parse_model(*model);
+    if (const json* a = member(j, "added_tokens")) parse_added(*a);
+    const json* pre = member(j, "pre_tokenizer");
+    if (!pre) fail("pre_tokenizer", "missing: a byte-level BPE needs a ByteLevel pre-tokenizer");
+    parse_pre_tokenizer(*pre, "pre_tokenizer");
+    if (pre_.empty() || pre_.back().kind != PreStep::kByteLevel)
+      fail("pre_tokenizer", "the last step must be ByteLevel (only byte-level BPE is supported)");
+    if (const json* p = member(j, "post_processor")) parse_post_processor(*p, "post_processor");
+    parsing_ = "decoder";
+    if (const json* d = member(j, "decoder")) {
+      const std::string type = d->value("type", std::string("?"));
+      if (type != "ByteLevel")
+        fail("decoder.type", "decoder '" + type + "' is not supported (expected ByteLevel)");
+    }
+  } catch (const json::exception& e) {
+    fail(parsing_, std::string("a value of an unexpected JSON type: ") + e.what());
   }
 
   // vocab_size: one more than the largest id of the vocabulary and added tokens.
@@ -385,6 +400,7 @@ BpeTokenizerImpl::BpeTokenizerImpl(const std::string& path, bool split_special)
 }
 
 void BpeTokenizerImpl::parse_model(const json& m) {
+  parsing_ = "model";
   const std::string type = m.value("type", std::string());
   if (type != "BPE")
     fail("model.type", "model type '" + type + "' is not supported (only BPE; WordPiece, Unigram and WordLevel are not)");
@@ -411,8 +427,9 @@ void BpeTokenizerImpl::parse_model(const json& m) {
   const json* v = member(m, "vocab");
   if (!v || !v->is_object()) fail("model.vocab", "missing or not an object");
   for (auto it = v->begin(); it != v->end(); ++it) {
-    if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() > std::numeric_limits<uint32_t>::max() / 2)
-      fail("model.vocab", "id of '" + it.key() + "' is not an id in 0..2^31");
+    if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() >= kMaxTokenizerVocab)
+      fail("model.vocab", "id of '" + it.key() + "' is not an id in 0.." + std::to_string(kMaxTokenizerVocab - 1) +
+                              " (the largest vocabulary a model may have)");
     vocab_[it.key()] = it.value().get<uint32_t>();
   }
   const json* mg = member(m, "merges");
@@ -447,11 +464,15 @@ void BpeTokenizerImpl::parse_added(const json& a) {
   for (size_t i = 0; i < a.size(); ++i) {
     const json& t = a[i];
     const std::string field = "added_tokens[" + std::to_string(i) + "]";
+    parsing_ = field;
     if (t.is_object())
       check_keys(t, field, {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
     if (!t.is_object() || !t.contains("id") || !t.contains("content") || !t["content"].is_string() ||
         !t["id"].is_number_unsigned())
       fail(field, "expected an object with an unsigned id and a string content");
+    if (t["id"].get<uint64_t>() >= kMaxTokenizerVocab)
+      fail(field + ".id", std::to_string(t["id"].get<uint64_t>()) + " is not an id in 0.." +
+                              std::to_string(kMaxTokenizerVocab - 1) + " (the largest vocabulary a model may have)");
     for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
       if (t.value(flag, false))
         fail(field + "." + flag, std::string(flag) + " = true is not supported (token '" +
@@ -473,6 +494,7 @@ void BpeTokenizerImpl::parse_added(const json& a) {
 }
 
 void BpeTokenizerImpl::parse_pre_tokenizer(const json& p, const std::string& field) {
+  parsing_ = field;
   const std::string type = p.value("type", std::string());
   if (type == "Sequence") {
     check_keys(p, field, {"type", "pretokenizers"});
@@ -516,6 +538,7 @@ void BpeTokenizerImpl::parse_pre_tokenizer(const json& p, const std::string& fie
 }
 
 void BpeTokenizerImpl::parse_post_processor(const json& p, const std::string& field) {
+  parsing_ = field;
   const std::string type = p.value("type", std::string());
   if (type == "Sequence") {
     check_keys(p, field, {"type", "processors"});
@@ -536,6 +559,7 @@ void BpeTokenizerImpl::parse_post_processor(const json& p, const std::string& fi
     for (size_t i = 0; i < single->size(); ++i) {
       const json& item = (*single)[i];
       const std::string f = field + ".single[" + std::to_string(i) + "]";
+      parsing_ = f;
       if (item.contains("Sequence")) {
         if (item["Sequence"].value("id", std::string()) != "A" || seen_a) fail(f, "expected one Sequence A");
         seen_a = true;
@@ -543,7 +567,12 @@ void BpeTokenizerImpl::parse_post_processor(const json& p, const std::string& fi
         const std::string name = item["SpecialToken"].value("id", std::string());
         if (!specials || !specials->contains(name) || !(*specials)[name].contains("ids"))
           fail(f, "special token '" + name + "' is not in " + field + ".special_tokens");
-        for (const json& id : (*specials)[name]["ids"]) (seen_a ? suffix_ : prefix_).push_back(id.get<uint32_t>());
+        for (const json& id : (*specials)[name]["ids"]) {
+          if (!id.is_number_unsigned() || id.get<uint64_t>() >= kMaxTokenizerVocab)
+            fail(f, "special token '" + name + "': ids must be ids in 0.." + std::to_string(kMaxTokenizerVocab - 1) +
+                        ", found " + id.dump());
+          (seen_a ? suffix_ : prefix_).push_back(id.get<uint32_t>());
+        }
       } else {
         fail(f, "expected Sequence or SpecialToken");
       }

@@ -75,6 +75,12 @@ inline bool is_shard_file_name(const std::string& name) {
   return name.size() > 8 && name.compare(0, 5, "rank_") == 0 && name.compare(name.size() - 3, 3, ".h5") == 0;
 }                                     // "rank_00003.h5"
 
+// The problem with a parsed manifest's "files" names ("" if none), naming
+// `path`: each must be a file of the step directory itself (no '/', not "."
+// or ".."), so that a damaged or edited manifest cannot send readers to
+// files elsewhere.
+std::string manifest_files_problem(const nlohmann::json& files, const std::string& path);
+
 // Rank 0, after every rank wrote its file into the tmp dir and a barrier:
 // writes manifest.json (`manifest` plus "version", "step", "files":
 // {name: sha256} and "manifest_sha256") into the tmp dir, fsyncs it and the dir, renames tmp ->

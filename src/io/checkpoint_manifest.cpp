@@ -110,6 +110,13 @@ std::string manifest_checksum_problem(const nlohmann::json& manifest, const std:
   return "";
 }
 
+std::string manifest_files_problem(const nlohmann::json& files, const std::string& path) {
+  for (const auto& [name, sha] : files.items())
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      return path + ": files: '" + name + "' is not a file name of the checkpoint directory";
+  return "";
+}
+
 std::string checkpoint_tmp_dir(const std::string& dir, int64_t step) {
   return dir + "/step_" + std::to_string(step) + ".tmp";
 }
@@ -196,6 +203,7 @@ std::vector<std::string> verify_checkpoint(const std::string& step_dir, bool rea
   std::string warning;
   if (std::string p = manifest_checksum_problem(manifest, manifest_path, &warning); !p.empty())
     return {p};  // its list of files cannot be trusted either
+  if (std::string p = manifest_files_problem(manifest["files"], manifest_path); !p.empty()) return {p};
   if (!warning.empty()) log_warn(warning);
   for (const auto& [name, expected] : manifest["files"].items()) {
     const std::string path = step_dir + "/" + name;

@@ -2,6 +2,7 @@
 // the full-read check that verify_checkpoint uses (checkpoint.hpp).
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -70,16 +71,21 @@ bool read_shard_ref(hid_t dset, ShardRef* ref, std::string* why) {
     *why = "missing or unreadable coordinate attributes";
     return false;
   }
+  // Units are ints, and a shard's end (global_offset + length) is computed
+  // by every reader: values that do not fit are damage, not a layout.
+  if (unit < 0 || unit > std::numeric_limits<int>::max() || ref->unit_numel < 0 || ref->global_offset < 0 ||
+      ref->length < 0 || ref->global_offset > std::numeric_limits<int64_t>::max() - ref->length) {
+    *why = "coordinates out of range (unit " + std::to_string(unit) + ", unit_numel " +
+           std::to_string(ref->unit_numel) + ", global_offset " + std::to_string(ref->global_offset) + ", length " +
+           std::to_string(ref->length) + ")";
+    return false;
+  }
   ref->unit = static_cast<int>(unit);
   Id space(H5Dget_space(dset), H5Sclose);
   hsize_t dims[1] = {0};
   if (!space.valid() || H5Sget_simple_extent_ndims(space.get()) != 1 ||
       H5Sget_simple_extent_dims(space.get(), dims, nullptr) < 0 || static_cast<int64_t>(dims[0]) != ref->length) {
     *why = "dataset shape does not match its length attribute";
-    return false;
-  }
-  if (ref->unit < 0 || ref->global_offset < 0 || ref->length < 0) {
-    *why = "negative coordinates";
     return false;
   }
   return true;
@@ -149,6 +155,8 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : impl_(std::mak
   if (!m.manifest.is_object() || !m.manifest.contains("files") || !m.manifest["files"].is_object())
     ZT_USER_ERROR("checkpoint manifest '", manifest_path, "' has no \"files\" object");
   if (const std::string p = manifest_checksum_problem(m.manifest, manifest_path); !p.empty())
+    ZT_USER_ERROR("checkpoint manifest ", p);
+  if (const std::string p = manifest_files_problem(m.manifest["files"], manifest_path); !p.empty())
     ZT_USER_ERROR("checkpoint manifest ", p);
   const h5::Quiet quiet;
   for (const auto& [name, sha] : m.manifest["files"].items()) {

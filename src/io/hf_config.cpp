@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -11,6 +12,7 @@ namespace {
 // Reads the fields of one config.json object, each error naming the file and
 // the field.
 struct Fields {
+  static constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
   const nlohmann::json& j;
   std::string path;
 
@@ -20,7 +22,10 @@ struct Fields {
   bool has(const std::string& k) const { return j.contains(k) && !j[k].is_null(); }
   int64_t integer(const std::string& k) const {
     if (!has(k)) fail(k, "missing (needed to describe the model)");
-    if (!j[k].is_number_integer() || j[k].get<int64_t>() <= 0) fail(k, "expected a positive integer, found " + j[k].dump());
+    // ztrain's model sizes are ints; the bound also keeps the products
+    // checked below (4 * n_embd, head_dim * heads) inside int64.
+    if (!j[k].is_number_integer() || j[k].get<int64_t>() <= 0 || j[k].get<int64_t>() > kMaxSize)
+      fail(k, "expected a positive integer up to " + std::to_string(kMaxSize) + ", found " + j[k].dump());
     return j[k].get<int64_t>();
   }
   int64_t integer(const std::string& k, int64_t dflt) const { return has(k) ? integer(k) : dflt; }

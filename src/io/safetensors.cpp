@@ -176,26 +176,45 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
       ::close(fd);
       ZT_USER_ERROR(where, ": unsupported dtype '", e.dtype, "' (ztrain reads F32, BF16 and F16)");
     }
-    e.numel = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
         ::close(fd);
         ZT_USER_ERROR(where, ": bad shape ", v["shape"].dump());
       }
       e.shape.push_back(d.get<int64_t>());
-      e.numel *= e.shape.back();
     }
+    // The element count, refused once its bytes exceed the data section:
+    // the product of the dims could otherwise overflow and wrap to a size
+    // that matches the bytes present.
+    const uint64_t esize = static_cast<uint64_t>(safetensors_dtype_size(e.dtype));
+    uint64_t numel = 1;
+    bool fits = true;
+    for (const int64_t d : e.shape) {
+      if (d == 0) {
+        numel = 0;
+        fits = true;
+        break;
+      }
+      if (fits && numel > data_len / esize / static_cast<uint64_t>(d)) fits = false;
+      if (fits) numel *= static_cast<uint64_t>(d);
+    }
+    e.numel = static_cast<int64_t>(numel);
     const auto& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
       ::close(fd);
       ZT_USER_ERROR(where, ": bad data_offsets ", off.dump());
     }
     const uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
-    const uint64_t need = static_cast<uint64_t>(e.numel) * static_cast<uint64_t>(safetensors_dtype_size(e.dtype));
+    const uint64_t need = numel * esize;
     if (b > en || en > data_len) {
       ::close(fd);
       ZT_USER_ERROR(where, ": data_offsets [", b, ", ", en, "] out of range: the file has ", data_len,
                     " data bytes (truncated or corrupt)");
+    }
+    if (!fits) {
+      ::close(fd);
+      ZT_USER_ERROR(where, ": shape ", shape_str(e.shape), " of ", e.dtype, " needs more bytes than the file's ",
+                    data_len, " data bytes (truncated or corrupt)");
     }
     if (en - b != need) {
       ::close(fd);

@@ -187,6 +187,10 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
     pending_.push_back({&sh, s, sh.grad});
   }
 
+  void detach() noexcept override {
+    if (worker_.joinable()) worker_.join();  // its error, if any, stays unreported: the run is ending
+  }
+
   void finish() override {
     guarded([&] {
       const double t0 = now_s();

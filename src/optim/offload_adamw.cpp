@@ -91,6 +91,10 @@ class HostOffloadAdamW final : public OffloadAdamW {
 
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override { pending_.push_back({&sh, s, sh.grad}); }
 
+  void detach() noexcept override {
+    if (worker_.joinable()) worker_.join();  // its error, if any, stays unreported: the run is ending
+  }
+
   void finish() override {
     const double t0 = now_s();
     times_ = OffloadStepTimes{};

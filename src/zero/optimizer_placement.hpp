@@ -48,6 +48,11 @@ class OptimizerPlacement {
   // Called once by ZeroEngine with every owned shard, before any other call:
   // an offloading placement allocates its states here (moments zero).
   virtual void attach(const std::vector<OwnedShard>& shards) { (void)shards; }
+  // Called by ZeroEngine's destructor, before the shards go: waits for work
+  // still in flight that reads them (a delayed update's worker thread, which
+  // read freed shards when the engine went first: ASan, ztrain_offload_nvme).
+  // Errors of that work are dropped: the run is ending. Must not throw.
+  virtual void detach() noexcept {}
   // Updates the shard's master weights and moments from shard.grad (weight
   // decay per shard.spans). May return before the update is done (a GPU
   // stream, host threads): finish() completes it.

@@ -191,6 +191,7 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
 ZeroEngine::~ZeroEngine() {
   // Never leave a collective reading freed memory; errors here cannot be
   // reported (a destructor must not throw), the job is ending anyway.
+  placement_.detach();  // nor an optimizer worker reading owned_
   try {
     progress_reductions(true);
     for (int u = 0; u < layout_.num_units(); ++u) finish_all(state_[u].gather);

@@ -437,6 +437,11 @@ TEST(ConfigErrors, OverrideErrorsNameTheOverride) {
   nlohmann::json root = {{"model", "tiny"}};
   EXPECT_CONTAINS(user_error([&] { apply_override(root, "model.n_layer=2"); }),
                   "--set model.n_layer=2: 'model' is a string (\"tiny\"), not an object");
+  // A VALUE that is not JSON becomes a string: one that is not UTF-8 would
+  // have made printing the config throw nlohmann's type_error (found by
+  // tests/fuzz/fuzz_config; the same for a key).
+  EXPECT_CONTAINS(parse_error("{}", {"model.rope_scaling=\xc2x"}), "not valid UTF-8");
+  EXPECT_CONTAINS(parse_error("{}", {"data.tr\xffin=a.bin"}), "not valid UTF-8");
 }
 
 TEST(ConfigErrors, PrometheusSection) {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -315,6 +316,53 @@ TEST(Checkpoint, ManifestChecksumCatchesEditedFields) {
   EXPECT_EQ(zt::manifest_checksum_problem(v1, mpath, &warning), "");
   EXPECT_TRUE(contains(warning, "version 1") && contains(warning, mpath)) << warning;
   EXPECT_NO_THROW(zt::CheckpointReader reader(dir / "step_10"));
+}
+
+// Shard coordinates that do not fit (an end past int64, a unit past int) are
+// reported as damage naming the file and dataset: the reader's
+// global_offset + length overflowed before (found by
+// tests/fuzz/fuzz_checkpoint_shard). A manifest may list only names inside
+// its step directory (found by tests/fuzz/fuzz_checkpoint_manifest).
+TEST(Checkpoint, OutOfRangeCoordinatesAndForeignPathsAreDamage) {
+  TempDir dir;
+  write_checkpoint(dir.path(), 3, 1);
+  const std::string path = dir / "step_3/rank_00000.h5";
+  const std::string mpath = dir / "step_3/manifest.json";
+  {
+    zt::h5::Id file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    ASSERT_TRUE(file.valid());
+    zt::h5::Id dset(H5Dopen2(file.get(), "master/u1_0", H5P_DEFAULT), H5Dclose);
+    ASSERT_TRUE(dset.valid());
+    zt::h5::Id attr(H5Aopen(dset.get(), "global_offset", H5P_DEFAULT), H5Aclose);
+    const int64_t huge = std::numeric_limits<int64_t>::max() - 2;
+    ASSERT_GE(H5Awrite(attr.get(), H5T_NATIVE_INT64, &huge), 0);
+  }
+  nlohmann::json m = nlohmann::json::parse(zt::test::read_bytes(mpath));
+  m["files"]["rank_00000.h5"] = zt::sha256_file(path);
+  m["manifest_sha256"] = zt::manifest_checksum(m);
+  zt::test::write_bytes(mpath, m.dump());
+  const std::vector<std::string> problems = zt::verify_checkpoint(dir / "step_3");
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(contains(problems[0], "rank_00000.h5: dataset /master/u1_0: coordinates out of range")) << problems[0];
+  try {
+    zt::CheckpointReader reader(dir / "step_3");
+    ADD_FAILURE() << "no error";
+  } catch (const zt::UserError& e) {
+    EXPECT_TRUE(contains(e.what(), "dataset /master/u1_0: coordinates out of range (unit 1, unit_numel 37, "
+                                   "global_offset 9223372036854775805, length 37)"))
+        << e.what();
+  }
+
+  for (const char* name : {"../step_3/rank_00000.h5", "/etc/hostname", "..", "."}) {
+    nlohmann::json bad = m;
+    bad["files"][name] = "0";
+    bad["manifest_sha256"] = zt::manifest_checksum(bad);
+    zt::test::write_bytes(mpath, bad.dump());
+    const std::vector<std::string> p = zt::verify_checkpoint(dir / "step_3", /*read_data=*/false);
+    ASSERT_FALSE(p.empty()) << name;
+    EXPECT_TRUE(contains(p[0], std::string("manifest.json: files: '") + name + "' is not a file name")) << p[0];
+    EXPECT_THROW(zt::CheckpointReader reader(dir / "step_3"), zt::UserError) << name;
+  }
 }
 
 TEST(Checkpoint, WriteErrorsNameThePathAndLeaveNoFile) {

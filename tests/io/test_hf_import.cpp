@@ -111,6 +111,17 @@ TEST(SafeTensorsReader, BadFilesAreNamed) {
   write_raw(p, R"({"w": {"dtype": "F32", "shape": [3]}})", 0);
   EXPECT_NE(error_of([&] { zt::SafeTensorsFile f(p); }).find("tensor 'w': bad safetensors header entry"),
             std::string::npos);
+  // A shape whose element count overflows: the product wrapped (int64, and
+  // the byte count in uint64) and could match the few bytes present, and
+  // reads then ran past the mapping (found by tests/fuzz/fuzz_safetensors).
+  write_raw(p, R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0);
+  e = error_of([&] { zt::SafeTensorsFile f(p); });
+  EXPECT_NE(e.find("tensor 'w': shape [4611686018427387904, 4] of F32 needs more bytes than the file's 0 data bytes"),
+            std::string::npos)
+      << e;
+  write_raw(p, R"({"w": {"dtype": "BF16", "shape": [9223372036854775807, 2], "data_offsets": [0, 4]}})", 4);
+  e = error_of([&] { zt::SafeTensorsFile f(p); });
+  EXPECT_NE(e.find("needs more bytes than the file's 4 data bytes"), std::string::npos) << e;
   write_raw(p, R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
   zt::SafeTensorsFile ok(p);
   EXPECT_NE(error_of([&] { ok.entry("v"); }).find("bad.safetensors: no tensor 'v'"), std::string::npos);
@@ -217,6 +228,14 @@ TEST(HfConfig, UnsupportedFieldsAreNamed) {
   cases.push_back({gpt2_with("activation_function", "relu"), "activation_function: 'relu' is not supported"});
   cases.push_back({gpt2_with("layer_norm_epsilon", 1e-6), "layer_norm_epsilon: ztrain's LayerNorm uses 1e-5"});
   cases.push_back({gpt2_with("tie_word_embeddings", false), "tie_word_embeddings: false is not supported for gpt2"});
+  // Sizes past int32 are refused before any arithmetic on them: 4 * n_embd
+  // and head_dim * heads overflowed int64 (found by tests/fuzz/fuzz_hf_config).
+  json huge_gpt2 = gpt2_with("n_embd", int64_t{1} << 62);
+  huge_gpt2["n_inner"] = 5;
+  cases.push_back({huge_gpt2, "n_embd: expected a positive integer up to 2147483647, found 4611686018427387904"});
+  json huge_heads = llama_with("num_attention_heads", int64_t{1} << 62);
+  huge_heads["head_dim"] = 16;
+  cases.push_back({huge_heads, "num_attention_heads: expected a positive integer up to 2147483647"});
   for (const Case& c : cases) {
     const std::string e = error_of([&] { zt::hf_model_section(c.config, "dir/config.json"); });
     EXPECT_NE(e.find("dir/config.json: " + c.expect), std::string::npos) << e;

@@ -197,6 +197,26 @@ TEST(Tokenizers, UnsupportedFieldsAreNamed) {
                        "post_processor.type"));
   EXPECT_TRUE(contains(refused([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }), "decoder.type"));
   EXPECT_TRUE(contains(refused([](json& j) { j["model"]["merges"][3] = "zzzq qqqz"; }), "model.merges[3]"));
+  // Values of another JSON type than the reader expects, and ids past the
+  // largest vocabulary (whose id table took 64 GiB): the file and the field,
+  // no escaping json::type_error or bad_alloc (found by
+  // tests/fuzz/fuzz_bpe_tokenizer).
+  EXPECT_TRUE(contains(refused([](json& j) { j["added_tokens"][0]["lstrip"] = "yes"; }),
+                       "added_tokens[0]: a value of an unexpected JSON type"));
+  EXPECT_TRUE(contains(refused([](json& j) {
+                         j["post_processor"]["processors"][1]["single"][0]["SpecialToken"]["id"] = 5;
+                       }),
+                       "post_processor.processors[1].single[0]: a value of an unexpected JSON type"));
+  EXPECT_TRUE(contains(refused([](json& j) { j["pre_tokenizer"]["pretokenizers"][0] = 3; }),
+                       "pre_tokenizer.pretokenizers[0]: a value of an unexpected JSON type"));
+  EXPECT_TRUE(contains(refused([](json& j) { j["model"]["vocab"]["!"] = 2000000000; }),
+                       "model.vocab: id of '!' is not an id in 0..16777215"));
+  EXPECT_TRUE(contains(refused([](json& j) { j["added_tokens"][0]["id"] = 1u << 24; }),
+                       "added_tokens[0].id: 16777216 is not an id in 0..16777215"));
+  EXPECT_TRUE(contains(refused([](json& j) {
+                         j["post_processor"]["processors"][1]["special_tokens"]["<|begin_of_text|>"]["ids"] = {-1};
+                       }),
+                       "special token '<|begin_of_text|>': ids must be ids in 0..16777215, found -1"));
   EXPECT_TRUE(contains(user_error([&] { zt::load_tokenizer(kData + "/tokenizer_sample.txt"); }), "unknown kind"));
   EXPECT_TRUE(contains(user_error([&] { zt::load_tokenizer(kData + "/tok_sp.model", true); }), "split_special"));
 }

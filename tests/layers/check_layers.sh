@@ -11,7 +11,7 @@ for p in $BAD; do
   if out=$(build "$probe"); then
     echo "FAIL: $target compiled an include of $header"
     fails=$((fails + 1))
-  elif grep -q "$header: No such file or directory" <<<"$out"; then
+  elif grep -q -e "$header: No such file or directory" -e "'$header' file not found" <<<"$out"; then  # gcc, clang
     echo "ok: $target cannot include $header"
   else
     echo "FAIL: $target including $header failed for another reason:"

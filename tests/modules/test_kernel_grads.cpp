@@ -1,6 +1,7 @@
 // Finite-difference checks of every CpuKernels backward in f64, and forward
 // checks against naive formulas.
 #include <cmath>
+#include <limits>
 
 #include "module_test_support.hpp"
 #include "modules/cpu_kernels_detail.hpp"
@@ -303,6 +304,9 @@ TEST(FastExp, WithinFewUlpOfExpf) {
   EXPECT_EQ(cpu::fast_exp(0.0f), 1.0f);
   EXPECT_LT(cpu::fast_exp(-1000.0f), 1e-37f);
   EXPECT_TRUE(std::isfinite(cpu::fast_exp(1000.0f)));
+  // NaN in, NaN out, without undefined behaviour (the asan preset's UBSan
+  // reported a shift of a negative value here).
+  EXPECT_TRUE(std::isnan(cpu::fast_exp(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST_F(KernelFixture, OptimizerReductionsAndCasts) {
