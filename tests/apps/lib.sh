@@ -50,6 +50,37 @@ bits() {
   done
 }
 
+# peak DIR TAG: the bytes of TAG in the end record of DIR/metrics.jsonl.
+peak() { tail -1 "$1/metrics.jsonl" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
+
+# memory_vs_estimate NAME CONFIG "TAG:LABEL;..." SETTINGS...: CONFIG on 2
+# ranks with SETTINGS (--set values), --dry-run's estimate against the run
+# (log dir mem-NAME): each TAG of the end record within 10% of the
+# estimator's line starting with LABEL (both 0 passes).
+memory_vs_estimate() {
+  local name=$1 cfg=$2 pairs=$3 x pair tag m e
+  shift 3
+  local sets=()
+  for x in "$@"; do sets+=(--set "$x"); done
+  run_np 2 "$cfg" --dry-run "${sets[@]}"
+  cp "$WORK/out" "dry-$name.txt"
+  run_np 2 "$cfg" --log-dir "mem-$name" "${sets[@]}"
+  [ "$RC" = 0 ] || { fail "memory $name: exit $RC"; return; }
+  IFS=';' read -ra x <<< "$pairs"
+  for pair in "${x[@]}"; do
+    tag=${pair%%:*}
+    m=$(peak "mem-$name" "$tag")
+    e=$(grep "^  ${pair#*:}" "dry-$name.txt" | head -1 | awk '{ print $(NF-1) * 1048576 }')
+    [ -n "$m" ] || m=0
+    [ -n "$e" ] || e=0
+    if awk -v m="$m" -v e="$e" 'BEGIN { exit !((m == 0 && e == 0) || (e > 0 && m / e >= 0.9 && m / e <= 1.1)) }'; then
+      echo "ok: memory $name $tag: measured $m, estimate $e"
+    else
+      fail "memory $name $tag: measured $m, estimate $e"
+    fi
+  done
+}
+
 finish() {
   if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS check(s) failed"

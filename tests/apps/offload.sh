@@ -150,8 +150,6 @@ cat > m.json <<'JSON'
  "model": {"n_layer": 8, "n_head": 4, "d_model": 64, "seq_len": 32},
  "train": {"steps": 4, "eval_interval": 0}}
 JSON
-est() { grep "^  $2" "$1" | head -1 | awk '{ print $(NF-1) * 1048576 }'; }
-peak() { tail -1 "$1/metrics.jsonl" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
 MODES=("stage2-cpu zero_optimization.stage=2"
        "stage1-cpu-pinned zero_optimization.stage=1 zero_optimization.offload_optimizer.pin_memory=true"
        "stage2-cpu-delayed zero_optimization.stage=2 offload.delayed_update=true offload.delayed_update_warmup=1"
@@ -159,6 +157,7 @@ MODES=("stage2-cpu zero_optimization.stage=2"
        "stage3-cpu-ratio zero_optimization.stage=3 zero_optimization.offload_optimizer.ratio=0.5"
        "stage2-cpu-accum-device zero_optimization.stage=2 gradient_accumulation_steps=2 offload.grad_accumulation=\"device\""
        "stage2-nvme zero_optimization.stage=2 zero_optimization.offload_optimizer.device=\"nvme\" zero_optimization.offload_optimizer.nvme_path=\"$WORK/swap-mem\" zero_optimization.sub_group_size=20000 zero_optimization.offload_optimizer.buffer_count=6")
+TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory"
 for mode in "${MODES[@]}"; do
   set -f
   # shellcheck disable=SC2086
@@ -166,24 +165,7 @@ for mode in "${MODES[@]}"; do
   set +f
   name=$1
   shift
-  sets=()
-  for x in "$@"; do sets+=(--set "$x"); done
-  run_np 2 m.json --dry-run "${sets[@]}"
-  cp "$WORK/out" dry.txt
-  run_np 2 m.json --log-dir "mem-$name" "${sets[@]}"
-  [ "$RC" = 0 ] || { fail "memory $name: exit $RC"; continue; }
-  for pair in "params:parameters (working" "grads:gradients (fp32)" "optim:optimizer (master" \
-              "pinned:pinned host memory" "pageable:pageable host memory"; do
-    tag=${pair%%:*}
-    m=$(peak "mem-$name" "$tag"); e=$(est dry.txt "${pair#*:}")
-    [ -n "$m" ] || m=0
-    [ -n "$e" ] || e=0
-    if awk -v m="$m" -v e="$e" 'BEGIN { exit !((m == 0 && e == 0) || (e > 0 && m / e >= 0.9 && m / e <= 1.1)) }'; then
-      echo "ok: memory $name $tag: measured $m, estimate $e"
-    else
-      fail "memory $name $tag: measured $m, estimate $e"
-    fi
-  done
+  memory_vs_estimate "$name" m.json "$TAGS" "$@"
 done
 
 expect_error "parameter offload with the optimizer on the device" 2 \

@@ -253,10 +253,9 @@ cat > m.json <<'JSON'
  "train": {"steps": 4, "eval_interval": 0}}
 JSON
 mkdir -p "$WORK/swap-mem"  # there already, so that the estimate uses its alignment
-est() { grep "^  $2" "$1" | head -1 | awk '{ print $(NF-1) * 1048576 }'; }
-peak() { tail -1 "$1/metrics.jsonl" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
 MODES=("cpu-nvme $OO.device=\"cpu\" $OP.max_in_cpu=0 $OP.buffer_count=3"
        "nvme-nvme $OO.device=\"nvme\" $OO.nvme_path=\"$WORK/swap-mem\" zero_optimization.sub_group_size=20000 $OO.buffer_count=6 $OO.pin_memory=true $OP.max_in_cpu=30000 $OP.pin_memory=true")
+TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory;nvme_bytes:NVMe (offload)"
 for mode in "${MODES[@]}"; do
   set -f
   # shellcheck disable=SC2086
@@ -264,24 +263,7 @@ for mode in "${MODES[@]}"; do
   set +f
   name=$1
   shift
-  sets=(--set "$OP.device=\"nvme\"" --set "$OP.nvme_path=\"$WORK/swap-mem\"")
-  for x in "$@"; do sets+=(--set "$x"); done
-  run_np 2 m.json --dry-run "${sets[@]}"
-  cp "$WORK/out" dry.txt
-  run_np 2 m.json --log-dir "mem-$name" "${sets[@]}"
-  [ "$RC" = 0 ] || { fail "memory $name: exit $RC"; continue; }
-  for pair in "params:parameters (working" "grads:gradients (fp32)" "optim:optimizer (master" \
-              "pinned:pinned host memory" "pageable:pageable host memory" "nvme_bytes:NVMe (offload)"; do
-    tag=${pair%%:*}
-    m=$(peak "mem-$name" "$tag"); e=$(est dry.txt "${pair#*:}")
-    [ -n "$m" ] || m=0
-    [ -n "$e" ] || e=0
-    if awk -v m="$m" -v e="$e" 'BEGIN { exit !((m == 0 && e == 0) || (e > 0 && m / e >= 0.9 && m / e <= 1.1)) }'; then
-      echo "ok: memory $name $tag: measured $m, estimate $e"
-    else
-      fail "memory $name $tag: measured $m, estimate $e"
-    fi
-  done
+  memory_vs_estimate "$name" m.json "$TAGS" "$OP.device=\"nvme\"" "$OP.nvme_path=\"$WORK/swap-mem\"" "$@"
 done
 [ "$(peak mem-cpu-nvme nvme_bytes)" -gt 0 ] || fail "memory: no NVMe bytes measured"
 
