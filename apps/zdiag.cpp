@@ -9,6 +9,8 @@
 //     members that never entered it;
 //   - the first sequence number whose operation, element count, dtype or root
 //     differs between members (a desync), with both sides' sequences;
+//   - ranks that wait for their own device (a stuck GPU or stream: the
+//     'device' recorder has a device_wait in flight), which are culprits;
 //   - where each rank was in the step (step, phase, pipeline instruction).
 // Exit code: 0 a culprit was found, 1 nothing points at one, 2 bad input.
 #include <nlohmann/json.hpp>
@@ -143,8 +145,20 @@ int flight(const std::string& dir) {
   // culprits when they never reach another one.
   std::map<std::string, Comm> comms;
   std::set<int> busy;
+  std::set<int> stuck_devices;
   for (const RankDump& d : dumps) {
     for (const json& c : d.j.value("communicators", json::array())) {
+      if (c.value("backend", "") == "device") {
+        // The rank's waits for its own device ([Note: watched host waits]).
+        for (const json& e : c.value("in_flight", json::array())) {
+          if (e.value("state", "") == "completed") continue;
+          const double age = d.j.value("time", 0.0) - e.value("t_queued", 0.0);
+          std::cout << "rank " << d.rank << " waits for its device (" << e.value("what", "?") << ") since "
+                    << static_cast<int64_t>(age + 0.5) << " s before its dump (" << where(e) << ")\n";
+          stuck_devices.insert(d.rank);
+        }
+        continue;
+      }
       std::vector<int> members = c.value("ranks", std::vector<int>{});
       std::string key = c.value("name", "?") + "/" + c.value("backend", "?") + "[";
       for (int m : members) key += std::to_string(m) + ",";
@@ -171,9 +185,23 @@ int flight(const std::string& dir) {
   }
 
   for (auto& [key, cm] : comms) {
-    if (cm.members.size() < 2) continue;
     std::set<int> member_set(cm.members.begin(), cm.members.end());
     const std::string label = "'" + cm.name + "' (" + cm.backend + ", " + ranks_word(member_set) + ")";
+    if (cm.members.size() < 2) {
+      // A communicator of one rank waits for nobody: a collective on it that
+      // never completes waits for that rank's own device (NCCL runs it on
+      // the GPU, behind the rank's earlier work).
+      if (cm.members.size() == 1 && !on_request)
+        for (const auto& [s, e] : cm.by_rank[cm.members[0]])
+          if (e.value("state", "") != "completed") {
+            std::cout << "on " << label << ": collective #" << s << " " << signature(e) << " is "
+                      << e.value("state", "?") << " and never completed (" << where(e) << "); rank "
+                      << cm.members[0] << " is its only member, so its own device never ran it\n";
+            culprits.insert(cm.members[0]);
+            break;
+          }
+      continue;
+    }
     // Desync: the first sequence number two members disagree on.
     std::set<int64_t> all_seqs;
     for (const auto& [r, seqs] : cm.by_rank)
@@ -233,6 +261,20 @@ int flight(const std::string& dir) {
       }
       std::cout << "on " << label << ": collective #" << stuck << " " << signature(example) << " waited in by "
                 << ranks_word(waiting) << " (" << where(example) << ")\n";
+      // On a device communicator (NCCL) an operation is 'started' when the
+      // rank's GPU reached it and 'queued' before: a member still queued
+      // while others started has a device stuck on earlier work.
+      std::set<int> queued, started;
+      for (int r : waiting) {
+        const std::string st = cm.by_rank[r].at(stuck).value("state", "");
+        (st == "queued" ? queued : started).insert(r);
+      }
+      if (!queued.empty() && !started.empty()) {
+        std::cout << "  " << ranks_word(started) << (started.size() == 1 ? " is" : " are")
+                  << " inside it; the device of " << ranks_word(queued) << " never reached it (queued behind "
+                  << "earlier work on the GPU)\n";
+        if (!on_request) culprits.insert(queued.begin(), queued.end());
+      }
       // A member that never entered it is the culprit unless it is itself
       // waiting in an earlier collective or any other operation (then it
       // waits on someone else, often the stopped rank).
@@ -279,6 +321,10 @@ int flight(const std::string& dir) {
         std::cout << "\n";
       }
   }
+
+  // A rank stuck on its device is the culprit (the ranks waiting for it in
+  // collectives are victims); on request, only behind.
+  if (!on_request) culprits.insert(stuck_devices.begin(), stuck_devices.end());
 
   // Where each rank was, ranks grouped by place.
   std::map<std::string, std::set<int>> places;

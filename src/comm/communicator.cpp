@@ -11,6 +11,7 @@ const char* comm_op_name(CommOp op) {
     case CommOp::send: return "send";
     case CommOp::recv: return "recv";
     case CommOp::barrier: return "barrier";
+    case CommOp::device_wait: return "device_wait";
   }
   return "?";
 }

@@ -16,8 +16,10 @@ enum class ReduceOp : uint8_t { sum, max, min };
 
 // Bytes moved per collective kind, for the communication accounting printed
 // with wall_clock_breakdown.
-enum class CommOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier };
-constexpr int kNumCommOps = 7;
+// device_wait: not communication but the host waiting for its own device
+// ([Note: watched host waits]), followed by the watchdog like the others.
+enum class CommOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, device_wait };
+constexpr int kNumCommOps = 8;
 const char* comm_op_name(CommOp op);
 
 class CommHandle {

@@ -38,10 +38,13 @@ nlohmann::json entry_json(const FlightEntry& e) {
   if (e.seq >= 0) j["seq"] = e.seq;
   if (e.p2p_seq >= 0) j["p2p_seq"] = e.p2p_seq;
   j["op"] = comm_op_name(e.op);
+  if (e.what != nullptr) j["what"] = e.what;
   if (e.op == CommOp::send || e.op == CommOp::recv) j["peer"] = e.peer;
   if (e.op == CommOp::broadcast) j["root"] = e.peer;
-  j["count"] = e.count;
-  j["dtype"] = dtype_name(e.dtype);
+  if (e.op != CommOp::device_wait) {
+    j["count"] = e.count;
+    j["dtype"] = dtype_name(e.dtype);
+  }
   j["step"] = e.ctx.step;
   j["phase"] = run_phase_name(e.ctx.phase);
   j["instr"] = format_instr(e.ctx);
@@ -143,7 +146,9 @@ uint64_t FlightRecorder::record(CommOp op, int peer, int64_t count, DType dtype,
   e.ctx = current_op_context();
   e.t_queued = flight_clock();
   set_state(e, state, e.t_queued);
+  std::vector<std::shared_ptr<CompletionProbe>> retired;  // released after the lock, on this thread
   std::lock_guard<std::mutex> lock(mu_);
+  retired.swap(retired_);
   e.id = next_id_++;
   if (op == CommOp::send)
     e.p2p_seq = sends_[peer]++;
@@ -155,6 +160,20 @@ uint64_t FlightRecorder::record(CommOp op, int peer, int64_t count, DType dtype,
   // Without a watchdog polling (tests, zbench) nothing would reap completed
   // probed operations and their events would pile up: reap here now and then.
   if (probe && in_flight_.size() >= 256 && e.id % 64 == 0) reap(e.t_queued);
+  in_flight_.emplace(e.id, InFlight{e, std::move(probe)});
+  return e.id;
+}
+
+uint64_t FlightRecorder::record_wait(const char* what, std::shared_ptr<CompletionProbe> probe) {
+  FlightEntry e;
+  e.op = CommOp::device_wait;
+  e.what = what;
+  e.ctx = current_op_context();
+  e.t_queued = flight_clock();
+  set_state(e, OpState::started, e.t_queued);
+  std::lock_guard<std::mutex> lock(mu_);
+  e.id = next_id_++;
+  if (!ring_.empty()) ring_[e.id % ring_.size()] = e;
   in_flight_.emplace(e.id, InFlight{e, std::move(probe)});
   return e.id;
 }
@@ -184,6 +203,7 @@ void FlightRecorder::reap(double t) {
       }
       if (f.probe->completed()) {
         if (FlightEntry* e = slot(it->first)) set_state(*e, OpState::completed, t);
+        retired_.push_back(std::move(f.probe));
         it = in_flight_.erase(it);
         continue;
       }

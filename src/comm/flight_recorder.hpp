@@ -81,6 +81,7 @@ struct FlightEntry {
   int peer = -1;          // peer of a send/recv, root of a broadcast, -1 otherwise
   int64_t count = 0;      // elements
   DType dtype = DType::f32;
+  const char* what = nullptr;  // device_wait: what the host waits for (static storage)
   OpContext ctx;
   OpState state = OpState::queued;
   double t_queued = -1, t_started = -1, t_completed = -1;  // steady seconds since process start
@@ -102,6 +103,9 @@ class FlightRecorder {
   uint64_t record(CommOp op, int peer, int64_t count, DType dtype, OpState state,
                   std::shared_ptr<CompletionProbe> probe = nullptr);
   void complete(uint64_t id);
+  // A host wait for the device ([Note: watched host waits]): a device_wait
+  // entry, started at once, with no sequence number.
+  uint64_t record_wait(const char* what, std::shared_ptr<CompletionProbe> probe);
 
   // Polls the probes of operations in flight (the watchdog's tick). Returns
   // the oldest operation still in flight, if any, in `oldest`.
@@ -140,6 +144,12 @@ class FlightRecorder {
     std::shared_ptr<CompletionProbe> probe;
   };
   std::map<uint64_t, InFlight> in_flight_;
+  // Probes of completed operations, released by the next record() on the
+  // issuing thread rather than by the watchdog's reap: destroying a CUDA
+  // event waits for the driver's context lock, which a thread blocked in a
+  // synchronize holds, so the watchdog would hang behind the very wait it
+  // must time out.
+  std::vector<std::shared_ptr<CompletionProbe>> retired_;
   std::function<void()> abort_;
 };
 

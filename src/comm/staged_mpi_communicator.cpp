@@ -42,7 +42,7 @@ class StagedHandle final : public DeviceCommHandle {
   }
   void wait_host() override {
     finish();
-    ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    watched_stream_sync(stream_, "a staged collective's copy back");
   }
 
  private:
@@ -103,7 +103,7 @@ class SlotLayout {
 
 void copy_to_host_and_sync(void* host, const Tensor& dev, cudaStream_t s) {
   ZT_CUDA_CHECK(cudaMemcpyAsync(host, dev.data, dev.bytes(), cudaMemcpyDeviceToHost, s));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+  watched_stream_sync(s, "a staged collective's copy to the host");
 }
 
 bool on_host(const Tensor& a, const Tensor& b) {
@@ -167,7 +167,7 @@ void* StagedMpiCommunicator::acquire_slot(size_t bytes, size_t* slot) {
     }
     Slot& s = slots_[largest_free];
     if (s.host != nullptr) {
-      ZT_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
+      watched_event_sync(s.copied_back.get(), "a staging slot");
       free_pinned(s.host, s.bytes);
       s.host = nullptr;
       s.bytes = 0;
@@ -178,7 +178,7 @@ void* StagedMpiCommunicator::acquire_slot(size_t bytes, size_t* slot) {
   }
   Slot& s = slots_[best];
   // The slot's last result may still be on its way to the device.
-  ZT_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
+  watched_event_sync(s.copied_back.get(), "a staging slot");
   s.busy = true;
   *slot = best;
   return s.host;
@@ -191,7 +191,7 @@ void StagedMpiCommunicator::release_slot(size_t slot, cudaStream_t stream) {
 }
 
 void StagedMpiCommunicator::synchronize() {
-  for (Slot& s : slots_) ZT_CUDA_CHECK(cudaEventSynchronize(s.copied_back.get()));
+  for (Slot& s : slots_) watched_event_sync(s.copied_back.get(), "a staging slot");
 }
 
 CommRequest StagedMpiCommunicator::all_reduce(Tensor buf, ReduceOp op) {

@@ -22,6 +22,7 @@
 
 #include "comm/flight_recorder.hpp"
 #include "core/log.hpp"
+#include "runtime/host_wait.hpp"
 
 namespace zt {
 namespace {
@@ -55,6 +56,28 @@ extern "C" void on_sigusr2(int) { g_dump_requested.store(true); }
 
 class Watchdog;
 Watchdog* g_watchdog = nullptr;  // set while running
+
+// The host's waits for its own device ([Note: watched host waits]) in a
+// flight recorder of their own, named 'device', which the watchdog polls
+// with the communicators'.
+struct ProbeFn final : CompletionProbe {
+  explicit ProbeFn(std::function<bool()> f) : done(std::move(f)) {}
+  bool started() override { return true; }
+  bool completed() override { return done(); }
+  std::function<bool()> done;
+};
+
+class DeviceWaits final : public host_wait::Watcher {
+ public:
+  explicit DeviceWaits(int world_rank) : recorder_("device", "device", {world_rank}, 0) {}
+  uint64_t begin(const char* what, std::function<bool()> done) override {
+    return recorder_.record_wait(what, std::make_shared<ProbeFn>(std::move(done)));
+  }
+  void end(uint64_t id) override { recorder_.complete(id); }
+
+ private:
+  FlightRecorder recorder_;
+};
 std::atomic<bool> g_in_fatal{false};
 
 void write_file_atomically(const std::string& path, const std::string& text) {
@@ -318,15 +341,21 @@ class Watchdog {
           // Silent for half the timeout: stopped or dead; see the heartbeat case.
           if (now - t > opts_.timeout_s / 2 && local_pid_[static_cast<size_t>(n)] > 0) doomed.push_back(n);
         }
+        const std::string ctx = detail::concat(
+            " at step ", oldest.ctx.step, ", phase ", run_phase_name(oldest.ctx.phase),
+            oldest.ctx.instr ? ", instruction " + format_instr(oldest.ctx) : std::string());
+        if (oldest.op == CommOp::device_wait)
+          fail(detail::concat("this rank has waited ", static_cast<int>(age), " s for its device (",
+                              oldest.what ? oldest.what : "?", "; comm.timeout = ", opts_.timeout_s, " s)", ctx,
+                              ": a kernel or a copy on the device does not finish (a stuck GPU or stream)"),
+               {}, {});
         const std::string what =
             oldest.seq >= 0 ? detail::concat("collective #", oldest.seq, " ", comm_op_name(oldest.op))
                             : detail::concat(comm_op_name(oldest.op), " #", oldest.p2p_seq,
                                              oldest.op == CommOp::send ? " to" : " from", " rank ", peer_world);
         fail(detail::concat(what, " (", oldest.count, " x ", dtype_name(oldest.dtype), ") on communicator '", where,
                             "' has not completed after ", static_cast<int>(age), " s (comm.timeout = ",
-                            opts_.timeout_s, " s) at step ", oldest.ctx.step, ", phase ",
-                            run_phase_name(oldest.ctx.phase),
-                            oldest.ctx.instr ? ", instruction " + format_instr(oldest.ctx) : std::string()),
+                            opts_.timeout_s, " s)", ctx),
              quiet, doomed);
       }
     }
@@ -380,6 +409,9 @@ void start_watchdog(MpiCommunicator& world, const WatchdogOptions& opts) {
   if (instance()) return;
   instance() = std::make_unique<Watchdog>(world, opts);
   g_watchdog = instance().get();
+  // Never destroyed: a wait may still be in its scope when the watchdog stops.
+  static DeviceWaits* device_waits = new DeviceWaits(world.rank());
+  host_wait::install(device_waits);
   struct sigaction sa {};
   sa.sa_handler = on_sigusr2;
   sigemptyset(&sa.sa_mask);

@@ -19,10 +19,14 @@
 //                                     f64) on the data-parallel axis as step
 //                                     S starts: from there on the ranks'
 //                                     collectives no longer match
-//   stall-stream:rank=R,step=S        (CUDA) rank R's compute stream stops at
+//   stall-stream:rank=R,step=S        CUDA: rank R's compute stream stops at
 //                                     the start of step S (a host function
 //                                     enqueued on it never returns), so the
-//                                     collectives queued after it never run
+//                                     work queued after it never runs and the
+//                                     host blocks at its next wait for the
+//                                     device. CPU: rank R waits at step S,
+//                                     through the same watched wait, for a
+//                                     device that never finishes
 #pragma once
 
 #include <chrono>

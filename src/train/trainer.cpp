@@ -10,6 +10,7 @@
 #include "modules/runner.hpp"
 #include "optim/device_adamw.hpp"
 #include "optim/offload_adamw.hpp"
+#include "runtime/host_wait.hpp"
 #include "train/checkpointing.hpp"
 #include "train/data_feed.hpp"
 #include "train/fault_injection.hpp"
@@ -246,13 +247,19 @@ void Trainer::inject_hang(int64_t step) {
   }
   if (s.fault.at(InjectedFault::Kind::stall_stream, rank, step)) {
 #if ZT_HAVE_CUDA
-    auto* cuda = dynamic_cast<CudaDevice*>(&s.dev);
-    if (cuda == nullptr) ZT_USER_ERROR("ZT_INJECT_FAULT=stall-stream needs --device cuda");
-    log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, "'s compute stream stalls at step ", step);
-    ZT_CUDA_CHECK(cudaLaunchHostFunc(cuda->stream(), [](void*) { hang_forever(); }, nullptr));
-#else
-    ZT_USER_ERROR("ZT_INJECT_FAULT=stall-stream needs a CUDA build and --device cuda");
+    if (auto* cuda = dynamic_cast<CudaDevice*>(&s.dev)) {
+      log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, "'s compute stream stalls at step ", step);
+      ZT_CUDA_CHECK(cudaLaunchHostFunc(cuda->stream(), [](void*) { hang_forever(); }, nullptr));
+      return;
+    }
 #endif
+    // The CPU device runs its work on the calling thread and cannot stall
+    // behind the host's back: this rank waits, through the same watched wait
+    // as a CUDA synchronize ([Note: watched host waits]), for a device that
+    // never finishes.
+    log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, " waits for a stuck device from step ", step);
+    host_wait::Scope wait("a simulated stuck device (ZT_INJECT_FAULT=stall-stream)", [] { return false; });
+    hang_forever();
   }
 }
 

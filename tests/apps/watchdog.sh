@@ -12,6 +12,16 @@
 #                  the previous checkpoint intact and `latest`, zdiag names it
 #   hang           a rank that stops issuing collectives (alive, heartbeat on):
 #                  the others' collective times out, zdiag names it
+#   device:NP      a rank stuck waiting for its device (ZT_INJECT_FAULT=
+#                  stall-stream, the CPU device's simulation of a stalled
+#                  stream, through the same watched wait as a CUDA
+#                  synchronize): np 1 ends with exit 3 within the bound
+#                  (nothing else would), np 2 too, and zdiag names the rank
+#   zdiag          zdiag flight on written dumps of NCCL runs (which CPU runs
+#                  cannot produce): a one-rank communicator whose collective
+#                  never completes names that rank; on two ranks, the one
+#                  whose GPU never reached the collective (queued) while the
+#                  other is inside it (started) is named
 #   sigusr2        SIGUSR2 writes every rank's dump and the run goes on;
 #                  the comm keys and environment variables
 set -e
@@ -180,6 +190,61 @@ hang)
   else
     fail "hang: exit $RC after $SECS s, zdiag exit $DRC"; show hang
   fi
+  ;;
+device:*)
+  np=${WD_CASE#device:}
+  victim=$((np - 1))
+  export ZT_INJECT_FAULT=stall-stream:rank=$victim,step=3
+  t0=$(date +%s%N)  # step 3 comes within a second or two; the bound is from the start
+  start_bg "$np" dev
+  wait_gone dev "$t0"
+  diag dev
+  if [ "$RC" = 3 ] && [ "$SECS" -le "$BOUND" ] && [ "$GONE" = 1 ] && dumps_of dev $(seq 0 $((np - 1))) \
+    && grep -q "^rank $victim waits for its device (a simulated stuck device (ZT_INJECT_FAULT=stall-stream)) since [0-9]* s before its dump (step 3, forward)" dev.diag \
+    && [ "$DRC" = 0 ] && grep -qx "culprit: rank $victim" dev.diag; then
+    echo "ok: np $np, rank $victim stuck on its device: exit 3 after $SECS s (bound $BOUND), zdiag names it"
+  else
+    fail "device np $np: exit $RC after $SECS s, gone $GONE, zdiag exit $DRC"; show dev
+  fi
+  if [ "$np" = 1 ]; then
+    grep -q "error on rank 0: this rank has waited [0-9]* s for its device (a simulated stuck device (ZT_INJECT_FAULT=stall-stream); comm.timeout = 4 s) at step 3, phase forward" dev.out \
+      && echo "ok: np 1: the error names the wait, the step and the phase" || { fail "device np 1: message"; show dev; }
+  fi
+  ;;
+zdiag)
+  # dump DIR RANK WORLD MEMBERS STATE: rank RANK's dump with collective #5
+  # on an NCCL communicator 'dp' of MEMBERS (comma-separated) in STATE.
+  dump() {
+    mkdir -p "$1"
+    python3 - "$@" <<'PY'
+import json, sys
+d, rank, world, members, state = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+e = lambda seq, st: {"id": seq, "seq": seq, "op": "reduce_scatter", "count": 256, "dtype": "f32", "step": 3,
+                     "phase": "backward", "instr": "", "state": st, "t_queued": 100.0, "t_started": -1, "t_completed": -1}
+c = {"name": "dp", "backend": "nccl", "ranks": [int(m) for m in members.split(",")], "next_seq": 6,
+     "entries": [e(4, "completed")], "in_flight": [e(5, state)]}
+j = {"rank": rank, "world_size": world, "reason": "ended by rank 0: timeout", "time": 112.0, "suspects": [],
+     "communicators": [c], "context": {"step": 3, "phase": "reduce"}}
+json.dump(j, open(f"{d}/rank_{rank}.json", "w"))
+PY
+  }
+  dump one 0 1 0 queued
+  diag_dir() { set +e; "$ZDIAG" flight "$1" > "$1.diag" 2>&1; DRC=$?; set -e; }
+  diag_dir one
+  [ "$DRC" = 0 ] && grep -q "^on 'dp' (nccl, rank 0): collective #5 reduce_scatter 256 x f32 is queued and never completed (step 3, backward); rank 0 is its only member, so its own device never ran it" one.diag \
+    && grep -qx "culprit: rank 0" one.diag && echo "ok: zdiag: a one-rank NCCL collective never completed names that rank" \
+    || { fail "zdiag one-rank: exit $DRC"; cat one.diag; }
+  dump two 0 2 0,1 started
+  dump two 1 2 0,1 queued
+  diag_dir two
+  [ "$DRC" = 0 ] && grep -q "^  rank 0 is inside it; the device of rank 1 never reached it (queued behind earlier work on the GPU)" two.diag \
+    && grep -qx "culprit: rank 1" two.diag && echo "ok: zdiag: the rank whose GPU never reached the collective is named" \
+    || { fail "zdiag two ranks: exit $DRC"; cat two.diag; }
+  dump both 0 2 0,1 started
+  dump both 1 2 0,1 started
+  diag_dir both
+  [ "$DRC" = 1 ] && grep -q "^no culprit found" both.diag \
+    && echo "ok: zdiag: both ranks inside the collective: no culprit" || { fail "zdiag both started: exit $DRC"; cat both.diag; }
   ;;
 sigusr2)
   start_bg 2 usr

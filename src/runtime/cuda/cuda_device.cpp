@@ -166,13 +166,13 @@ void CudaDevice::memset_zero(void* p, size_t bytes) {
 void CudaDevice::copy_to_host(void* host_dst, const void* dev_src, size_t bytes) {
   if (bytes == 0) return;
   ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDefault, stream_.get()));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  stream_.synchronize("a copy to the host");
 }
 
 void CudaDevice::copy_from_host(void* dev_dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
   ZT_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyDefault, stream_.get()));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  stream_.synchronize("a copy from the host");
 }
 
 std::string CudaDevice::pci_bus_id() const {
@@ -181,7 +181,7 @@ std::string CudaDevice::pci_bus_id() const {
   return id;
 }
 
-void CudaDevice::synchronize() { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+void CudaDevice::synchronize() { stream_.synchronize("the compute stream"); }
 
 namespace {
 
@@ -199,7 +199,7 @@ class PinnedStaging final : public UploadStaging {
   }
   void* next() override {
     cur_ = (cur_ + 1) % buffers_.size();
-    if (used_[cur_]) events_[cur_].synchronize();  // the copy that last read it has run
+    if (used_[cur_]) events_[cur_].synchronize("an upload slot");  // the copy that last read it has run
     used_[cur_] = false;
     return buffers_[cur_].data();
   }

@@ -1,6 +1,7 @@
 #include "runtime/cuda/cuda_handles.hpp"
 
 #include "core/error.hpp"
+#include "runtime/host_wait.hpp"
 
 namespace zt {
 
@@ -10,7 +11,18 @@ CudaStream CudaStream::create(bool non_blocking, int priority) {
                                              priority));
   return s;
 }
-void CudaStream::synchronize() const { ZT_CUDA_CHECK(cudaStreamSynchronize(s_)); }
+void watched_stream_sync(cudaStream_t s, const char* what) {
+  if (cudaStreamQuery(s) == cudaSuccess) return;  // nothing to wait for (errors surface below)
+  host_wait::Scope watched(what, [s] { return cudaStreamQuery(s) != cudaErrorNotReady; });
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void watched_event_sync(cudaEvent_t e, const char* what) {
+  host_wait::Scope watched(what, [e] { return cudaEventQuery(e) != cudaErrorNotReady; });
+  ZT_CUDA_CHECK(cudaEventSynchronize(e));
+}
+
+void CudaStream::synchronize(const char* what) const { watched_stream_sync(s_, what); }
 void CudaStream::wait(cudaEvent_t event) const { ZT_CUDA_CHECK(cudaStreamWaitEvent(s_, event, 0)); }
 void CudaStream::reset() noexcept {
   if (s_ != nullptr) {
@@ -27,9 +39,9 @@ CudaEvent CudaEvent::create(bool timing) {
 void CudaEvent::record(cudaStream_t stream) const { ZT_CUDA_CHECK(cudaEventRecord(e_, stream)); }
 // A query first: waiting on work that is done is no wait, and the host-call
 // probe ([Note: host round trips]) counts only the calls that block.
-void CudaEvent::synchronize() const {
+void CudaEvent::synchronize(const char* what) const {
   if (ready()) return;
-  ZT_CUDA_CHECK(cudaEventSynchronize(e_));
+  watched_event_sync(e_, what);
 }
 bool CudaEvent::ready() const {
   const cudaError_t st = cudaEventQuery(e_);

@@ -11,6 +11,11 @@
 
 namespace zt {
 
+// The blocking waits of the CUDA code outside these classes, watched the same
+// way ([Note: watched host waits]).
+void watched_stream_sync(cudaStream_t s, const char* what);
+void watched_event_sync(cudaEvent_t e, const char* what);
+
 class CudaStream {
  public:
   CudaStream() = default;  // empty: owns nothing
@@ -31,7 +36,9 @@ class CudaStream {
 
   cudaStream_t get() const { return s_; }
   explicit operator bool() const { return s_ != nullptr; }
-  void synchronize() const;
+  // Blocks until the stream's work is done; a watched wait ([Note: watched
+  // host waits]) named `what` (a string with static storage).
+  void synchronize(const char* what = "a stream synchronize") const;
   // Work later queued on this stream waits for `event`.
   void wait(cudaEvent_t event) const;
   void reset() noexcept;
@@ -60,7 +67,9 @@ class CudaEvent {
   cudaEvent_t get() const { return e_; }
   explicit operator bool() const { return e_ != nullptr; }
   void record(cudaStream_t stream) const;
-  void synchronize() const;
+  // Blocks until the recorded work is done; a watched wait ([Note: watched
+  // host waits]) named `what` (a string with static storage).
+  void synchronize(const char* what = "an event") const;
   bool ready() const;  // cudaEventQuery: true when the recorded work is done
   // Milliseconds between two recorded timing events.
   static float elapsed_ms(const CudaEvent& start, const CudaEvent& stop);
