@@ -15,6 +15,8 @@
 // found it (mark/release), so a step allocates nothing once the arena has grown.
 #pragma once
 
+#include <initializer_list>
+
 #include "core/tensor.hpp"
 #include "modules/rope.hpp"
 #include "runtime/device.hpp"
@@ -34,6 +36,16 @@ class Kernels {
   // dW += matmul(dy, x, trans_a) with accumulate.
   virtual void matmul(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b,
                       bool trans_b, bool accumulate, const Tensor& bias = Tensor()) = 0;
+  // `t` as this backend's matmul reads it beside an operand of dtype
+  // `partner`: the CUDA products multiply 16-bit inputs on tensor cores and
+  // round an f32 operand to the 16-bit partner's dtype, the CPU reads it as
+  // it is (the default). A caller that passes one f32 gradient to two
+  // products converts it once with this (into ws) instead of once per
+  // product; the products' results are the same bits.
+  virtual Tensor matmul_operand(Arena& ws, const Tensor& t, DType partner) {
+    (void)ws, (void)partner;
+    return t;
+  }
   // dbias (N) += column sums of dout (M, N).
   virtual void bias_grad(const Tensor& dbias, const Tensor& dout) = 0;
 
@@ -170,5 +182,15 @@ class Kernels {
   // flag (1) i32 is set to 1 when x holds an inf or NaN (left as is otherwise).
   virtual void check_overflow(const Tensor& x, const Tensor& flag) = 0;
 };
+
+// `t` for several products whose other operands have the dtypes `partners`:
+// converted once by the backend's matmul_operand when they all share one
+// dtype, else `t` itself (each product then converts as it needs).
+inline Tensor shared_matmul_operand(Kernels& k, Arena& ws, const Tensor& t, std::initializer_list<DType> partners) {
+  const DType first = *partners.begin();
+  for (DType d : partners)
+    if (d != first) return t;
+  return k.matmul_operand(ws, t, first);
+}
 
 }  // namespace zt

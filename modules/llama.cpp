@@ -160,14 +160,20 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   // MLP branch: out = res + h Wd^T, h = silu(gate) * up.
   const Tensor h = ws.alloc(act, Shape{B, T, F_});
   k.swiglu_fwd(h, s[kGate], s[kUp]);
-  k.matmul(ws, g[kDownW], dout, true, h, false, true);  // (C, F) += dout^T h
   // With 16-bit activations dgate and dup are rounded to the storage dtype
   // once, by swiglu_bwd: the four products below read them in that dtype
   // anyway, and would each round an fp32 copy ([Note: matmul precision] in
   // modules/cuda/matmul.cuh) — at F 8192 that was 1.6 GB of traffic a layer.
   const DType gd = act == md ? md : act;
   const Tensor dh = ws.alloc(md, Shape{B, T, F_});
-  k.matmul(ws, dh, dout, false, p[kDownW], false, false);  // dh = dout Wd
+  {
+    // dout, like din and dq, dk, dv below, feeds two products, which read it
+    // converted once (shared_matmul_operand, in a scope of ws).
+    ArenaScope scope(ws);
+    const Tensor dout_m = shared_matmul_operand(k, ws, dout, {h.dtype, p[kDownW].dtype});
+    k.matmul(ws, g[kDownW], dout_m, true, h, false, true);    // (C, F) += dout^T h
+    k.matmul(ws, dh, dout_m, false, p[kDownW], false, false);  // dh = dout Wd
+  }
   const Tensor dgate = act == md ? dh : ws.alloc(gd, Shape{B, T, F_});
   const Tensor dup = ws.alloc(gd, Shape{B, T, F_});
   k.swiglu_bwd(dgate, dup, dh, s[kGate], s[kUp]);  // in place of dh in the math dtype
@@ -179,21 +185,31 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   k.rmsnorm_bwd(din, false, g[kLn2W], dln, s[kRes], p[kLn2W], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wo^T.
-  k.matmul(ws, g[kOW], din, true, s[kAtty], false, true);
   const Tensor& datty = dln;
-  k.matmul(ws, datty, din, false, p[kOW], false, false);
+  {
+    ArenaScope scope(ws);
+    const Tensor dres_m = shared_matmul_operand(k, ws, din, {s[kAtty].dtype, p[kOW].dtype});
+    k.matmul(ws, g[kOW], dres_m, true, s[kAtty], false, true);
+    k.matmul(ws, datty, dres_m, false, p[kOW], false, false);
+  }
   const Tensor dq = ws.alloc(md, Shape{B, T, C});
   const Tensor dk = ws.alloc(md, Shape{B, T, KV_});
   const Tensor dv = ws.alloc(md, Shape{B, T, KV_});
   k.gqa_attention_bwd(ws, dq, dk, dv, datty, s[kQ], s[kK], s[kV], s[kAtty], s[kLse], n_head_, n_kv_head_, ctx.doc_start);
   k.rope_bwd(dq, dk, rope_, ctx.doc_start);  // gradients of the unrotated projections
-  k.matmul(ws, g[kQW], dq, true, s[kLn1], false, true);
-  k.matmul(ws, g[kKW], dk, true, s[kLn1], false, true);
-  k.matmul(ws, g[kVW], dv, true, s[kLn1], false, true);
   const Tensor& dln1 = dln;
-  k.matmul(ws, dln1, dq, false, p[kQW], false, false);
-  k.matmul(ws, dln1, dk, false, p[kKW], false, true);
-  k.matmul(ws, dln1, dv, false, p[kVW], false, true);
+  {
+    ArenaScope scope(ws);
+    const Tensor dq_m = shared_matmul_operand(k, ws, dq, {s[kLn1].dtype, p[kQW].dtype});
+    const Tensor dk_m = shared_matmul_operand(k, ws, dk, {s[kLn1].dtype, p[kKW].dtype});
+    const Tensor dv_m = shared_matmul_operand(k, ws, dv, {s[kLn1].dtype, p[kVW].dtype});
+    k.matmul(ws, g[kQW], dq_m, true, s[kLn1], false, true);
+    k.matmul(ws, g[kKW], dk_m, true, s[kLn1], false, true);
+    k.matmul(ws, g[kVW], dv_m, true, s[kLn1], false, true);
+    k.matmul(ws, dln1, dq_m, false, p[kQW], false, false);
+    k.matmul(ws, dln1, dk_m, false, p[kKW], false, true);
+    k.matmul(ws, dln1, dv_m, false, p[kVW], false, true);
+  }
   k.rmsnorm_bwd(din, true, g[kLn1W], dln1, in, p[kLn1W], s[kRstd1]);
 }
 

@@ -52,7 +52,6 @@ int padded_head(int hs) { return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 :
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-using cuda::ArenaScope;
 
 void check_cuda(const Tensor& t, const char* what) {
   ZT_CHECK(t.device == DeviceKind::cuda && t.data != nullptr, "attention: ", what,

@@ -103,7 +103,6 @@ void launch_widen(const void* src, int64_t w, int64_t rows, float* dst, int64_t 
   ZT_CUDA_CHECK_LAUNCH();
 }
 
-using cuda::ArenaScope;
 
 // `bytes` of workspace from the arena (64-byte aligned), or null for none.
 void* alloc_bytes(Arena& ws, int64_t bytes) {

@@ -300,7 +300,6 @@ const float* f32_ptr(const Tensor& t, int64_t n, const char* what) {
   return static_cast<const float*>(t.data);
 }
 
-using cuda::ArenaScope;
 
 dim3 row_grid(const ClsDims& d, int rr) {
   return dim3(static_cast<unsigned>((rr + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(d.S));

@@ -125,21 +125,6 @@ inline void check_dtype(const Tensor& t, DType dt, const char* what) {
   ZT_CHECK(t.dtype == dt, what, " must be ", dtype_name(dt), ", got ", dtype_name(t.dtype));
 }
 
-// Releases what a call took from an arena, however the call leaves. Memory
-// released while kernels still use it is reused only by work queued later on
-// the same stream.
-class ArenaScope {
- public:
-  explicit ArenaScope(Arena& ws) : ws_(ws), mark_(ws.mark()) {}
-  ~ArenaScope() { ws_.release_to(mark_); }
-  ArenaScope(const ArenaScope&) = delete;
-  ArenaScope& operator=(const ArenaScope&) = delete;
-
- private:
-  Arena& ws_;
-  Arena::Mark mark_;
-};
-
 inline int64_t cols(const Tensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[-1]; }
 inline int64_t rows(const Tensor& t) { return cols(t) == 0 ? 0 : t.numel() / cols(t); }
 

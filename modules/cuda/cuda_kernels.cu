@@ -282,6 +282,16 @@ void CudaKernels::cast(const Tensor& dst, const Tensor& src) {
   cuda::cast(dst.data, dst.dtype, src.data, src.dtype, src.numel(), stream_);
 }
 
+Tensor CudaKernels::matmul_operand(Arena& ws, const Tensor& t, DType partner) {
+  // As the product would (matmul.cu: input_type, as_type): an f32 operand
+  // beside a 16-bit one is rounded to that dtype by the same cast.
+  if (t.dtype != DType::f32 || (partner != DType::bf16 && partner != DType::f16)) return t;
+  check_on_device(t, "matmul operand");
+  Tensor out = ws.alloc(partner, t.shape);
+  cuda::cast(out.data, partner, t.data, t.dtype, t.numel(), stream_);
+  return out;
+}
+
 void CudaKernels::zero(const Tensor& t) {
   if (!t.defined() || t.numel() == 0) return;
   check_on_device(t, "zero");

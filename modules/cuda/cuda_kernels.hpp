@@ -102,6 +102,7 @@ class CudaKernels final : public Kernels {
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void cast(const Tensor& dst, const Tensor& src) override;
+  Tensor matmul_operand(Arena& ws, const Tensor& t, DType partner) override;
   void zero(const Tensor& t) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;

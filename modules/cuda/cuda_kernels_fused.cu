@@ -48,14 +48,14 @@ void CudaKernels::gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& d
 
 void CudaKernels::classifier_fwd(Arena& ws, const Tensor& losses, const Tensor& lse, const Tensor& x,
                                  const Tensor& w, const Tensor& targets) {
-  cuda::ArenaScope scope(ws);
+  ArenaScope scope(ws);
   const Tensor wx = classifier_weight(ws, x, w, stream_);
   classifier_fwd_cuda(ws, losses, lse, x, wx, targets, blas(), stream_, classifier_chunk_bytes_);
 }
 
 void CudaKernels::classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
                                  const Tensor& x, const Tensor& w, const Tensor& targets, const Tensor& lse) {
-  cuda::ArenaScope scope(ws);
+  ArenaScope scope(ws);
   const Tensor wx = classifier_weight(ws, x, w, stream_);
   classifier_bwd_cuda(ws, dx, dw, dloss, x, wx, targets, lse, blas(), stream_, classifier_chunk_bytes_);
 }

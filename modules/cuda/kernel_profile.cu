@@ -2,6 +2,7 @@
 #include "modules/cuda/kernel_profile.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -63,9 +64,11 @@ cudaEvent_t ProfiledKernels::event() {
 template <typename Fn>
 void ProfiledKernels::timed(std::string key, double flops, double bytes, Fn&& fn) {
   if (pending_.size() >= kDrainAt) drain();
-  Pending p{std::move(key), flops, bytes, event(), event()};
+  Pending p{std::move(key), flops, bytes, event(), event(), 0.0};
   ZT_CUDA_CHECK(cudaEventRecord(p.start, stream_));
+  const auto t0 = std::chrono::steady_clock::now();
   fn();
+  p.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ZT_CUDA_CHECK(cudaEventRecord(p.stop, stream_));
   pending_.push_back(std::move(p));
 }
@@ -80,6 +83,7 @@ void ProfiledKernels::drain() {
     c.ms += ms;
     c.flops += p.flops;
     c.bytes += p.bytes;
+    c.host_ms += p.host_ms;
     ++c.calls;
     free_.push_back(p.start);
     free_.push_back(p.stop);
@@ -100,7 +104,8 @@ std::string ProfiledKernels::report(int64_t steps, double wall_seconds) {
   std::snprintf(line, sizeof line, "kernel profile: %lld steps, %.2f ms wall per step, %.2f ms of it in kernels\n",
                 static_cast<long long>(steps), wall_ms, total / n);
   os << line;
-  std::snprintf(line, sizeof line, "  %-58s %9s %7s %7s %12s\n", "class", "ms/step", "share", "calls", "rate");
+  std::snprintf(line, sizeof line, "  %-58s %9s %7s %7s %12s %13s\n", "class", "ms/step", "share", "calls", "rate",
+                "host us/call");
   os << line;
   for (const auto& [k, c] : v) {
     char rate[64] = "";
@@ -108,8 +113,9 @@ std::string ProfiledKernels::report(int64_t steps, double wall_seconds) {
       std::snprintf(rate, sizeof rate, "%.1f TFLOP/s", c.flops / (c.ms * 1e-3) / 1e12);
     else if (c.bytes > 0)
       std::snprintf(rate, sizeof rate, "%.0f GB/s", c.bytes / (c.ms * 1e-3) / 1e9);
-    std::snprintf(line, sizeof line, "  %-58s %9.3f %6.1f%% %7.1f %12s\n", k.c_str(), c.ms / n,
-                  wall_ms > 0 ? 100.0 * c.ms / n / wall_ms : 0.0, static_cast<double>(c.calls) / n, rate);
+    std::snprintf(line, sizeof line, "  %-58s %9.3f %6.1f%% %7.1f %12s %13.1f\n", k.c_str(), c.ms / n,
+                  wall_ms > 0 ? 100.0 * c.ms / n / wall_ms : 0.0, static_cast<double>(c.calls) / n, rate,
+                  c.calls > 0 ? 1e3 * c.host_ms / static_cast<double>(c.calls) : 0.0);
     os << line;
   }
   std::snprintf(line, sizeof line, "  %-58s %9.3f %6.1f%%\n",
@@ -230,6 +236,13 @@ void ProfiledKernels::add(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 void ProfiledKernels::cast(const Tensor& dst, const Tensor& src) {
   timed("cast " + dt(src) + "->" + dt(dst), 0, bytes_of({&dst, &src}), [&] { inner_->cast(dst, src); });
+}
+Tensor ProfiledKernels::matmul_operand(Arena& ws, const Tensor& t, DType partner) {
+  Tensor out;
+  timed("matmul operand " + dt(t) + "->" + dtype_name(partner), 0,
+        t.dtype == partner ? 0.0 : static_cast<double>(t.numel()) * (dtype_size(t.dtype) + dtype_size(partner)),
+        [&] { out = inner_->matmul_operand(ws, t, partner); });
+  return out;
 }
 void ProfiledKernels::zero(const Tensor& t) {
   timed("zero", 0, static_cast<double>(t.bytes()), [&] { inner_->zero(t); });

@@ -14,7 +14,9 @@
 // read or written once each). A call's host work between its two events
 // (building a cuBLASLt plan or a cuDNN graph the first time) is charged to it
 // when the device waits for it: `cuda_kernel_profile` saw its first product
-// take 36 ms that way, so a slow class is worth a second look at the host. What a step spends outside these calls (the
+// take 36 ms that way, so a slow class is worth a second look at the host:
+// the table's last column is the host's own time inside each call (steady
+// clock around it), which tells such a class apart. What a step spends outside these calls (the
 // optimizer, communication, host-to-device copies, gaps) is the step's wall
 // time minus their sum, printed as such.
 #pragma once
@@ -80,6 +82,7 @@ class ProfiledKernels final : public Kernels {
                      const Tensor& doc_start) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void cast(const Tensor& dst, const Tensor& src) override;
+  Tensor matmul_operand(Arena& ws, const Tensor& t, DType partner) override;
   void zero(const Tensor& t) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;
@@ -89,12 +92,14 @@ class ProfiledKernels final : public Kernels {
  private:
   struct Class {
     double ms = 0, flops = 0, bytes = 0;
+    double host_ms = 0;  // the host's time inside the calls (launch work, plan lookups, casts queued)
     int64_t calls = 0;
   };
   struct Pending {
     std::string key;
     double flops, bytes;
     cudaEvent_t start, stop;
+    double host_ms;
   };
   // Runs fn between two events, charged to `key`.
   template <typename Fn>

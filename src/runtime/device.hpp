@@ -181,6 +181,21 @@ class Arena {
   size_t used_ = 0;  // bytes used in chunks_[cur_]
 };
 
+// Releases what a scope took from an arena, however the scope is left. On a
+// device, memory released while kernels still use it is reused only by work
+// queued later on the same stream.
+class ArenaScope {
+ public:
+  explicit ArenaScope(Arena& ws) : ws_(ws), mark_(ws.mark()) {}
+  ~ArenaScope() { ws_.release_to(mark_); }
+  ArenaScope(const ArenaScope&) = delete;
+  ArenaScope& operator=(const ArenaScope&) = delete;
+
+ private:
+  Arena& ws_;
+  Arena::Mark mark_;
+};
+
 // [Note: upload staging] A micro-batch's tokens go to the device without the
 // host waiting for the device: the host writes them into a staging slot and
 // queues the copy; a slot is written again only once the device has run the
