@@ -365,17 +365,31 @@ int main(int argc, char** argv) {
   // checkpointer), then the run.
   int64_t first_step = 0;
   double seconds = 0;
+  auto t0 = std::chrono::steady_clock::now();
+#if ZT_HAVE_CUDA
+  // The profile leaves out the run's first step (cuBLASLt plans and cuDNN
+  // graphs are built there) when the run has more than one.
+  auto* prof = dynamic_cast<ProfiledKernels*>(kernels.get());
+  bool prof_started = false;
+  if (prof)
+    trainer->set_step_hook([&](int64_t step) {
+      if (prof_started || step >= cfg.train.steps) return;
+      prof_started = true;
+      prof->reset();
+      first_step = step;
+      t0 = std::chrono::steady_clock::now();
+    });
+#endif
   if (auto code = collective_phase(mpi.world_rank(), [&] {
         trainer->start(args.resume);
         first_step = trainer->step();
-        const auto t0 = std::chrono::steady_clock::now();
+        t0 = std::chrono::steady_clock::now();
         trainer->run();
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }))
     return *code;
 #if ZT_HAVE_CUDA
-  if (auto* prof = dynamic_cast<ProfiledKernels*>(kernels.get()); prof && mpi.world_rank() == 0)
-    std::cout << prof->report(trainer->step() - first_step, seconds) << std::flush;
+  if (prof && mpi.world_rank() == 0) std::cout << prof->report(trainer->step() - first_step, seconds) << std::flush;
 #endif
   return 0;
 }

@@ -91,6 +91,11 @@ void ProfiledKernels::drain() {
   pending_.clear();
 }
 
+void ProfiledKernels::reset() {
+  drain();
+  classes_.clear();
+}
+
 std::string ProfiledKernels::report(int64_t steps, double wall_seconds) {
   drain();
   const double n = static_cast<double>(std::max<int64_t>(steps, 1));

@@ -42,6 +42,9 @@ class ProfiledKernels final : public Kernels {
   // The table: per step (steps > 0) time, share, calls and rate of each class,
   // and wall_seconds / steps against their sum. Waits for the stream.
   std::string report(int64_t steps, double wall_seconds);
+  // Forgets what was measured so far (the first step's plan and graph
+  // builds); waits for the stream.
+  void reset();
 
   DeviceKind device() const override { return inner_->device(); }
   void matmul(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,

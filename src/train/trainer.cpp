@@ -70,6 +70,7 @@ std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& de
 }  // namespace
 
 struct Trainer::Impl {
+  std::function<void(int64_t)> step_hook;  // set_step_hook
   const Config& cfg;
   CommBundle& comms;
   Topology& topo;
@@ -169,6 +170,7 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::step() const { return impl_->state.step; }
 void Trainer::set_peak_flops(double peak) { impl_->reporter->set_peak_flops(peak); }
+void Trainer::set_step_hook(std::function<void(int64_t)> hook) { impl_->step_hook = std::move(hook); }
 
 int64_t Trainer::num_params() const { return impl_->zero->layout().total_numel(); }
 
@@ -330,6 +332,7 @@ void Trainer::run() {
     StepStats st = train_step(false);
     s.count_nonfinite(st);
     s.reporter->add(st);
+    if (s.step_hook) s.step_hook(st.step);
     const AfterStep after = after_step(cfg, st.step, s.stopped, st.skipped, s.ckpt != nullptr, s.data->has_val());
     last = after.last;
     // The save at the end never replaces a checkpoint of an earlier run

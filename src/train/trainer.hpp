@@ -5,6 +5,7 @@
 // docs/architecture.md follows one step from batch to optimizer.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,9 @@ class Trainer {
   // The device's measured dense bf16 peak in FLOP/s (0: unknown), for the
   // MFU of the step line and metrics.
   void set_peak_flops(double peak);
+  // Called after each step of run() with the step just taken (the kernel
+  // profile starts after the first: `ztrain --profile`).
+  void set_step_hook(std::function<void(int64_t)> hook);
 
  private:
   void inject_hang(int64_t step);
