@@ -156,8 +156,7 @@ inline int64_t doc_start_of(const int32_t* doc_start, int64_t bt) { return doc_s
 // dtype are used in place. Releases the workspace on destruction.
 class Staging {
  public:
-  explicit Staging(Arena& ws) : ws_(ws), mark_(ws.mark()) {}
-  ~Staging() { ws_.release_to(mark_); }
+  explicit Staging(Arena& ws) : ws_(ws), scope_(ws) {}
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
@@ -193,7 +192,7 @@ class Staging {
     Tensor dst, tmp;
   };
   Arena& ws_;
-  Arena::Mark mark_;
+  ArenaScope scope_;  // releases the workspace
   std::array<Pending, 4> pending_{};
   int n_pending_ = 0;
 };
