@@ -111,11 +111,13 @@ set -e
 if [ "$RC" = 1 ] && grep -q "no layout fits" "$WORK/out"; then echo "ok: nothing fits is said"; else fail "70B on one 4090: exit $RC"; fi
 
 # A GPU given by its numbers: less memory leaves out what the estimator puts
-# over it; half the peak slows the compute-bound layouts.
+# over it; half the peak slows the layouts by the share of their step that
+# is products, attention and the classifier (about three quarters of the
+# 1.3B step; memory-bound work and the optimizer do not scale with it).
 tok() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['layouts'][0]['tokens_per_s'])" "$1"; }
 "$ZPLAN" --model gpt2-1.3b --gpu h100 --gpus 1 --global-batch 16 --json --figures "$FIG" >full.json
 "$ZPLAN" --model gpt2-1.3b --gpu h100 --gpus 1 --global-batch 16 --json --figures "$FIG" --bf16-tflops 494.5 >half.json
-if awk -v a="$(tok full.json)" -v b="$(tok half.json)" 'BEGIN { r = b / a; exit !(r > 0.5 && r < 0.6) }'; then
+if awk -v a="$(tok full.json)" -v b="$(tok half.json)" 'BEGIN { r = b / a; exit !(r > 0.5 && r < 0.7) }'; then
   echo "ok: half the bf16 peak: $(tok half.json) against $(tok full.json) tokens/s"
 else
   fail "--bf16-tflops: $(tok half.json) against $(tok full.json) tokens/s"
