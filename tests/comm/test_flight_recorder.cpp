@@ -3,6 +3,8 @@
 // MpiCommunicator makes of its own operations.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "comm/topology.hpp"
@@ -15,6 +17,15 @@ struct FakeProbe final : CompletionProbe {
   bool s = false, c = false;
   bool started() override { return s; }
   bool completed() override { return c; }
+};
+
+// Says which thread destroyed it (an NCCL probe destroys CUDA events).
+struct ThreadProbe final : CompletionProbe {
+  explicit ThreadProbe(std::atomic<std::thread::id>* died_on) : died_on_(died_on) {}
+  ~ThreadProbe() override { died_on_->store(std::this_thread::get_id()); }
+  bool started() override { return true; }
+  bool completed() override { return true; }
+  std::atomic<std::thread::id>* died_on_;
 };
 
 }  // namespace
@@ -116,6 +127,24 @@ TEST(FlightRecorder, ReapsCompletedProbesWithoutAWatchdog) {
   auto pending = std::make_shared<FakeProbe>();
   for (int i = 0; i < 1000; ++i) rec.record(CommOp::all_reduce, -1, 1, DType::f32, OpState::queued, pending);
   EXPECT_GE(rec.to_json()["in_flight"].size(), 1000u);  // not completed: all still followed
+}
+
+TEST(FlightRecorder, TheWatchdogsPollNeverDestroysAProbe) {
+  // Destroying a CUDA event waits for the driver's lock, which a thread
+  // blocked in a synchronize holds: the watchdog thread, which polls, must
+  // not be the one to drop a completed operation's probe (found on the
+  // H200: the watchdog hung behind the very wait it had to time out). The
+  // next record on the issuing thread releases it.
+  FlightRecorder rec("dp", "nccl", {0}, 0);
+  std::atomic<std::thread::id> died_on{};
+  rec.record(CommOp::all_reduce, -1, 1, DType::f32, OpState::queued, std::make_shared<ThreadProbe>(&died_on));
+  std::thread watchdog([&] { EXPECT_FALSE(rec.poll(nullptr)); });  // completed: reaped
+  const std::thread::id watchdog_id = watchdog.get_id();
+  watchdog.join();
+  EXPECT_NE(died_on.load(), watchdog_id);
+  EXPECT_EQ(died_on.load(), std::thread::id{});  // still held
+  rec.record(CommOp::all_reduce, -1, 1, DType::f32, OpState::started);
+  EXPECT_EQ(died_on.load(), std::this_thread::get_id());
 }
 
 TEST(FlightRecorder, MpiCommunicatorRecordsEveryOperation) {
