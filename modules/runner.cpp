@@ -88,11 +88,17 @@ Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvid
 }
 
 Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvider& params,
-                            GradSink& grads, const Tensor& dout) {
+                            GradSink& grads, const Tensor& dout, const Tensor& din_out) {
   check_range(first, last);
   ZT_CHECK(mb.inputs.size() == units_.size() && mb.inputs[static_cast<size_t>(first)].defined(),
            "backward of units [", first, ", ", last, ") before their forward");
   const DType gdt = math_dtype(act_dtype_);
+  if (din_out.defined()) {
+    const Unit& u = *units_[static_cast<size_t>(first)];
+    ZT_CHECK(first > 0 && din_out.shape == u.input_shape(mb.B, mb.T) && din_out.dtype == gdt, u.name(),
+             ": din_out ", din_out.shape.str(), " ", dtype_name(din_out.dtype), ", expected ",
+             u.input_shape(mb.B, mb.T).str(), " ", dtype_name(gdt));
+  }
   {
     const Unit& u = *units_[static_cast<size_t>(last - 1)];
     ZT_CHECK(dout.shape == u.output_shape(mb.B, mb.T) && dout.dtype == gdt, u.name(), ": dout ",
@@ -128,7 +134,10 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
       params.release(i, Phase::recompute);
     }
     Tensor din;
-    if (i > 0) din = Tensor(ping[parity].data, gdt, u.input_shape(mb.B, mb.T), ping[parity].device);
+    if (i == first && din_out.defined())
+      din = din_out;
+    else if (i > 0)
+      din = Tensor(ping[parity].data, gdt, u.input_shape(mb.B, mb.T), ping[parity].device);
     const UnitContext ctx = context(mb, mb.saved);
     const std::vector<Tensor> views = params.acquire(i, Phase::backward);
     const std::vector<Tensor> g = grads.grads(i);
@@ -143,8 +152,8 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
     d = din;
     parity ^= 1;
   }
-  Tensor result;
-  if (first > 0) {
+  Tensor result = din_out;
+  if (first > 0 && !din_out.defined()) {
     // Hand the input gradient over in `saved`, at the top of what is left, so
     // that scratch returns to where it was.
     result = mb.saved.alloc(gdt, d.shape);

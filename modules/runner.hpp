@@ -83,10 +83,12 @@ class UnitRunner {
   // of unit last-1's output (for the head: the weight of each token's loss,
   // (B, T) in math_dtype(act)). Ranges of one micro-batch go back in the
   // reverse order they went forward. Returns unit first's input gradient in
-  // math_dtype(act), living in mb.saved until the next call with this mb;
-  // undefined when first == 0.
+  // math_dtype(act): written into `din_out` when it is given (first > 0; its
+  // shape and dtype those of the input gradient), so a pipeline stage sends
+  // it without a copy; else living in mb.saved until the next call with this
+  // mb. Undefined when first == 0.
   Tensor backward(int first, int last, MicroBatchState& mb, ParamProvider& params, GradSink& grads,
-                  const Tensor& dout);
+                  const Tensor& dout, const Tensor& din_out = Tensor());
 
   int num_units() const { return static_cast<int>(units_.size()); }
   const Unit& unit(int i) const { return *units_.at(static_cast<size_t>(i)); }

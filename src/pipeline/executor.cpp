@@ -27,7 +27,7 @@ struct PipelineExecutor::InFlight {
   Buffer doc_start;                   // (B, T) i32, allocated for packed rows only
   std::vector<Tensor> in, out;        // per local chunk: its input and output
   std::vector<CommRequest> act_send;  // per local chunk: the send of its output
-  std::vector<std::pair<Buffer, CommRequest>> grad_sends;  // input-gradient copies and their sends
+  std::vector<std::pair<Buffer, CommRequest>> grad_sends;  // input gradients and their sends
   Buffer grad_in;  // the received gradient of the chunk about to go backward
 };
 
@@ -179,18 +179,30 @@ void PipelineExecutor::backward(Walk& w, const PipeInstr& ins) {
   // The output's send must be done before backward releases its memory.
   wait(f.act_send[static_cast<size_t>(c)]);
   const Tensor dout = g == P_ * V_ - 1 ? w.args.dloss : f.grad_in.tensor();
+  // The input gradient is written straight into the buffer it is sent from.
+  Buffer din;
+  if (g != 0)
+    din = take_comm_buffer(math_dtype(runner_.act_dtype()), runner_.unit(r.first).input_shape(B_, T_));
   const double t0 = now_s();
-  const Tensor din = runner_.backward(r.first, r.last, f.state, *w.args.params, *w.args.grads, dout);
+  runner_.backward(r.first, r.last, f.state, *w.args.params, *w.args.grads, dout, din.tensor());
   w.t.backward_s += now_s() - t0;
-  if (g != 0) {
-    // din lives in the saved arena until the next call for this micro-batch:
-    // send a copy.
-    Buffer copy(dev_, din.dtype, din.shape, MemTag::comm);
-    kernels_.cast(copy.tensor(), din);
-    f.grad_sends.emplace_back(std::move(copy), CommRequest());
-  }
-  f.grad_in.reset();
+  if (g != 0) f.grad_sends.emplace_back(std::move(din), CommRequest());
+  if (!f.grad_in.empty()) give_back(std::move(f.grad_in));
 }
+
+Buffer PipelineExecutor::take_comm_buffer(DType dtype, const Shape& shape) {
+  for (auto it = comm_pool_.begin(); it != comm_pool_.end(); ++it) {
+    const Tensor t = it->tensor();
+    if (t.dtype == dtype && t.shape == shape) {
+      Buffer b = std::move(*it);
+      comm_pool_.erase(it);
+      return b;
+    }
+  }
+  return Buffer(dev_, dtype, shape, MemTag::comm);
+}
+
+void PipelineExecutor::give_back(Buffer b) { comm_pool_.push_back(std::move(b)); }
 
 void PipelineExecutor::recv_act(Walk& w, const PipeInstr& ins, int peer, int tag) {
   InFlight& f = flight(ins.mb);
@@ -210,7 +222,7 @@ void PipelineExecutor::send_act(const PipeInstr& ins, int peer, int tag) {
 void PipelineExecutor::recv_grad(Walk& w, const PipeInstr& ins, int peer, int tag) {
   InFlight& f = flight(ins.mb);
   const Unit& last = runner_.unit(range(ins.chunk).last - 1);
-  f.grad_in = Buffer(dev_, math_dtype(runner_.act_dtype()), last.output_shape(B_, T_), MemTag::comm);
+  f.grad_in = take_comm_buffer(math_dtype(runner_.act_dtype()), last.output_shape(B_, T_));
   w.recvs.push_back(pp_.recv(f.grad_in.tensor(), peer, tag));
 }
 
@@ -264,7 +276,12 @@ void PipelineExecutor::retire(Walk& w, int mb) {
 }
 
 void PipelineExecutor::drain(Walk& w) {
-  for (auto& [buf, req] : w.sends) wait(req);
+  // On a GPU wait() orders the compute stream after the send, so the
+  // buffer's next use (a receive or a backward, queued later) comes after it.
+  for (auto& [buf, req] : w.sends) {
+    wait(req);
+    give_back(std::move(buf));
+  }
   w.sends.clear();
   for (auto& f : w.leavers) {
     for (CommRequest& a : f->act_send) wait(a);

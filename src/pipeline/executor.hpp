@@ -109,6 +109,11 @@ class PipelineExecutor {
   // go to the walk's deferred lists (waited by drain) or straight back.
   void retire(Walk& w, int mb);
   void drain(Walk& w);
+  // Message buffers (received gradients, sent input gradients) are taken
+  // from a pool and given back once their transfer and their use are done,
+  // so a step after the first allocates none.
+  Buffer take_comm_buffer(DType dtype, const Shape& shape);
+  void give_back(Buffer b);
 
   std::vector<UnitRange> chunks_;
   int P_, V_, stage_;
@@ -121,6 +126,7 @@ class PipelineExecutor {
   Arena scratch_;  // the workspace every micro-batch in flight shares
   std::map<int, std::unique_ptr<InFlight>> flights_;  // by micro-batch
   std::vector<std::unique_ptr<InFlight>> pool_;       // finished, kept for reuse
+  std::vector<Buffer> comm_pool_;                     // message buffers not in use
 };
 
 }  // namespace zt

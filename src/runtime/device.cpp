@@ -107,6 +107,7 @@ void* Device::allocate(size_t bytes, MemTag tag) {
              "' with ", stats_.current_total, " bytes in use");
   }
   const int t = static_cast<int>(tag);
+  ++stats_.allocations[t];
   stats_.current[t] += bytes;
   stats_.current_total += bytes;
   if (stats_.current[t] > stats_.peak[t]) stats_.peak[t] = stats_.current[t];

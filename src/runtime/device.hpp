@@ -26,6 +26,7 @@ struct MemoryStats {
   std::array<size_t, kNumMemTags> peak{};
   size_t current_total = 0;
   size_t peak_total = 0;
+  std::array<uint64_t, kNumMemTags> allocations{};  // allocate() calls, for tests of steady-state steps
 };
 
 class UploadStaging;

@@ -347,5 +347,24 @@ TEST_F(Executor, InterleavedStagesMatchTheClosedForm) {
   EXPECT_EQ(std::count(trace().begin(), trace().end(), "B0"), 0);
 }
 
+// The message buffers (received gradients, sent input gradients) come from
+// a pool: a walk after the first allocates none, and the input gradient is
+// written straight into the buffer it is sent from (no copy).
+TEST_F(Executor, ASecondWalkAllocatesNoMessageBuffers) {
+  if (!world_of(2)) GTEST_SKIP() << "two processes";
+  Topology topo(2);
+  const int s = topo.pp_rank();
+  Harness h({{0, 2}, {2, 3}, {3, 4}, {4, kUnits}}, 2, 2, s, topo.pp());
+  const std::vector<PipeInstr> list = make_schedule(ScheduleKind::interleaved, 2, 2, 4, s);
+  h.run(list);
+  const uint64_t after_first = h.dev.stats().allocations[static_cast<int>(MemTag::comm)];
+  EXPECT_GT(after_first, 0u);  // the first walk takes what it needs
+  h.run(list);
+  h.run(list);
+  EXPECT_EQ(h.dev.stats().allocations[static_cast<int>(MemTag::comm)], after_first);
+  const Expected e = expected(4, Harness::kWeight);
+  EXPECT_DOUBLE_EQ(h.loss_sum(), s == 1 ? 3 * e.loss : 0.0);
+}
+
 }  // namespace
 }  // namespace zt
