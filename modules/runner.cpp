@@ -93,11 +93,13 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
   ZT_CHECK(mb.inputs.size() == units_.size() && mb.inputs[static_cast<size_t>(first)].defined(),
            "backward of units [", first, ", ", last, ") before their forward");
   const DType gdt = math_dtype(act_dtype_);
-  if (din_out.defined()) {
+  if (first > 0) {
     const Unit& u = *units_[static_cast<size_t>(first)];
-    ZT_CHECK(first > 0 && din_out.shape == u.input_shape(mb.B, mb.T) && din_out.dtype == gdt, u.name(),
-             ": din_out ", din_out.shape.str(), " ", dtype_name(din_out.dtype), ", expected ",
-             u.input_shape(mb.B, mb.T).str(), " ", dtype_name(gdt));
+    ZT_CHECK(din_out.defined() && din_out.shape == u.input_shape(mb.B, mb.T) && din_out.dtype == gdt, u.name(),
+             ": din_out ", din_out.defined() ? din_out.shape.str() + " " + dtype_name(din_out.dtype) : "not given",
+             ", expected ", u.input_shape(mb.B, mb.T).str(), " ", dtype_name(gdt));
+  } else {
+    ZT_CHECK(!din_out.defined(), "backward from unit 0 has no input gradient: din_out must not be given");
   }
   {
     const Unit& u = *units_[static_cast<size_t>(last - 1)];
@@ -106,10 +108,11 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
              " ", dtype_name(gdt));
   }
   // Two ping-pong buffers for the activation gradients between units (unit
-  // i's din is unit i-1's dout), sized for the largest input in the range.
+  // i's din is unit i-1's dout), sized for the largest input in the range
+  // after unit first (whose din is din_out).
   const Arena::Mark base = mb.scratch.mark();
   int64_t max_elems = 0;
-  for (int i = std::max(first, 1); i < last; ++i) {
+  for (int i = first + 1; i < last; ++i) {
     max_elems = std::max(max_elems, units_[static_cast<size_t>(i)]->input_shape(mb.B, mb.T).numel());
   }
   Tensor ping[2];
@@ -134,9 +137,9 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
       params.release(i, Phase::recompute);
     }
     Tensor din;
-    if (i == first && din_out.defined())
-      din = din_out;
-    else if (i > 0)
+    if (i == first)
+      din = din_out;  // undefined for unit 0
+    else
       din = Tensor(ping[parity].data, gdt, u.input_shape(mb.B, mb.T), ping[parity].device);
     const UnitContext ctx = context(mb, mb.saved);
     const std::vector<Tensor> views = params.acquire(i, Phase::backward);
@@ -152,15 +155,8 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
     d = din;
     parity ^= 1;
   }
-  Tensor result = din_out;
-  if (first > 0 && !din_out.defined()) {
-    // Hand the input gradient over in `saved`, at the top of what is left, so
-    // that scratch returns to where it was.
-    result = mb.saved.alloc(gdt, d.shape);
-    kernels_.cast(result, d);
-  }
   mb.scratch.release_to(base);
-  return result;
+  return din_out;
 }
 
 }  // namespace zt

@@ -82,11 +82,11 @@ class UnitRunner {
   // Backward of units [first, last) in reverse order; dout is the gradient
   // of unit last-1's output (for the head: the weight of each token's loss,
   // (B, T) in math_dtype(act)). Ranges of one micro-batch go back in the
-  // reverse order they went forward. Returns unit first's input gradient in
-  // math_dtype(act): written into `din_out` when it is given (first > 0; its
-  // shape and dtype those of the input gradient), so a pipeline stage sends
-  // it without a copy; else living in mb.saved until the next call with this
-  // mb. Undefined when first == 0.
+  // reverse order they went forward. Unit first's input gradient, in
+  // math_dtype(act), is written into the caller's `din_out` (required when
+  // first > 0, with the shape of unit first's input; not given when first is
+  // 0, which has none), so a pipeline stage sends it from there without a
+  // copy. Returns din_out.
   Tensor backward(int first, int last, MicroBatchState& mb, ParamProvider& params, GradSink& grads,
                   const Tensor& dout, const Tensor& din_out = Tensor());
 

@@ -99,7 +99,8 @@ TEST(UnitRunner, SplitRangesMatchOneRange) {
   double s = 0;
   for (int64_t i = 0; i < loss.numel(); ++i) s += loss.as<float>()[i];
   EXPECT_EQ(l1, s / static_cast<double>(loss.numel()));
-  const Tensor dmid = two.runner.backward(2, H + 1, two.mb, two.store, two.store, two.w.tensor());
+  Buffer dmid_buf(*two.dev, DType::f32, mid.shape, MemTag::comm);
+  const Tensor dmid = two.runner.backward(2, H + 1, two.mb, two.store, two.store, two.w.tensor(), dmid_buf.tensor());
   ASSERT_TRUE(dmid.defined());
   EXPECT_EQ(dmid.shape, (Shape{2, kSmall.seq_len, kSmall.d_model}));
   EXPECT_FALSE(two.runner.backward(0, 2, two.mb, two.store, two.store, dmid).defined());
