@@ -143,6 +143,17 @@ uint64_t FlightRecorder::record(CommOp op, int peer, int64_t count, DType dtype,
   e.peer = peer;
   e.count = count;
   e.dtype = dtype;
+  return admit(e, state, std::move(probe));
+}
+
+uint64_t FlightRecorder::record_wait(const char* what, std::shared_ptr<CompletionProbe> probe) {
+  FlightEntry e;
+  e.op = CommOp::device_wait;
+  e.what = what;
+  return admit(e, OpState::started, std::move(probe));
+}
+
+uint64_t FlightRecorder::admit(FlightEntry e, OpState state, std::shared_ptr<CompletionProbe> probe) {
   e.ctx = current_op_context();
   e.t_queued = flight_clock();
   set_state(e, state, e.t_queued);
@@ -150,30 +161,16 @@ uint64_t FlightRecorder::record(CommOp op, int peer, int64_t count, DType dtype,
   std::lock_guard<std::mutex> lock(mu_);
   retired.swap(retired_);
   e.id = next_id_++;
-  if (op == CommOp::send)
-    e.p2p_seq = sends_[peer]++;
-  else if (op == CommOp::recv)
-    e.p2p_seq = recvs_[peer]++;
-  else
+  if (e.op == CommOp::send)
+    e.p2p_seq = sends_[e.peer]++;
+  else if (e.op == CommOp::recv)
+    e.p2p_seq = recvs_[e.peer]++;
+  else if (e.op != CommOp::device_wait)
     e.seq = next_seq_++;
   if (!ring_.empty()) ring_[e.id % ring_.size()] = e;
   // Without a watchdog polling (tests, zbench) nothing would reap completed
   // probed operations and their events would pile up: reap here now and then.
   if (probe && in_flight_.size() >= 256 && e.id % 64 == 0) reap(e.t_queued);
-  in_flight_.emplace(e.id, InFlight{e, std::move(probe)});
-  return e.id;
-}
-
-uint64_t FlightRecorder::record_wait(const char* what, std::shared_ptr<CompletionProbe> probe) {
-  FlightEntry e;
-  e.op = CommOp::device_wait;
-  e.what = what;
-  e.ctx = current_op_context();
-  e.t_queued = flight_clock();
-  set_state(e, OpState::started, e.t_queued);
-  std::lock_guard<std::mutex> lock(mu_);
-  e.id = next_id_++;
-  if (!ring_.empty()) ring_[e.id % ring_.size()] = e;
   in_flight_.emplace(e.id, InFlight{e, std::move(probe)});
   return e.id;
 }

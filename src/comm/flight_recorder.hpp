@@ -127,6 +127,9 @@ class FlightRecorder {
   static void set_default_capacity(size_t n);
 
  private:
+  // Stamps `e` (context, time, id, sequence number) and follows it; releases
+  // the probes retired since the last call, on this (the issuing) thread.
+  uint64_t admit(FlightEntry e, OpState state, std::shared_ptr<CompletionProbe> probe);
   FlightEntry* slot(uint64_t id);  // the ring slot holding `id`, or null when overwritten
   void set_state(FlightEntry& e, OpState s, double t);
   void reap(double t);  // polls the probes of the operations in flight (mu_ held)

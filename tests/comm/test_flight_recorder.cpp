@@ -147,6 +147,22 @@ TEST(FlightRecorder, TheWatchdogsPollNeverDestroysAProbe) {
   EXPECT_EQ(died_on.load(), std::this_thread::get_id());
 }
 
+TEST(FlightRecorder, HostWaitsReleaseRetiredProbesToo) {
+  // The 'device' recorder holds only host waits ([Note: watched host waits]):
+  // their probes, reaped by the watchdog, are released by the next wait, so
+  // they do not pile up over a run.
+  FlightRecorder rec("device", "device", {0}, 0);
+  std::atomic<std::thread::id> died_on{};
+  const uint64_t id = rec.record_wait("an event", std::make_shared<ThreadProbe>(&died_on));
+  std::thread watchdog([&] { EXPECT_FALSE(rec.poll(nullptr)); });
+  watchdog.join();
+  rec.complete(id);
+  EXPECT_EQ(died_on.load(), std::thread::id{});
+  rec.complete(rec.record_wait("an event", std::make_shared<FakeProbe>()));
+  EXPECT_EQ(died_on.load(), std::this_thread::get_id());
+  EXPECT_FALSE(rec.to_json()["entries"][1].contains("seq"));  // waits are not collectives
+}
+
 TEST(FlightRecorder, MpiCommunicatorRecordsEveryOperation) {
   Topology topo(1);
   MpiCommunicator& w = topo.world_mpi();
