@@ -228,23 +228,26 @@ j = {"rank": rank, "world_size": world, "reason": "ended by rank 0: timeout", "t
 json.dump(j, open(f"{d}/rank_{rank}.json", "w"))
 PY
   }
+  # expect_diag DIR EXIT LINE LAST WHAT: zdiag flight DIR exits EXIT, prints
+  # a line matching LINE, and its last line matches LAST.
+  expect_diag() {
+    set +e; "$ZDIAG" flight "$1" > "$1.diag" 2>&1; local rc=$?; set -e
+    if [ "$rc" = "$2" ] && grep -q "$3" "$1.diag" && tail -1 "$1.diag" | grep -q "$4"; then
+      echo "ok: zdiag: $5"
+    else
+      fail "zdiag $1: exit $rc"; cat "$1.diag"
+    fi
+  }
   dump one 0 1 0 queued
-  diag_dir() { set +e; "$ZDIAG" flight "$1" > "$1.diag" 2>&1; DRC=$?; set -e; }
-  diag_dir one
-  [ "$DRC" = 0 ] && grep -q "^on 'dp' (nccl, rank 0): collective #5 reduce_scatter 256 x f32 is queued and never completed (step 3, backward); rank 0 is its only member, so its own device never ran it" one.diag \
-    && grep -qx "culprit: rank 0" one.diag && echo "ok: zdiag: a one-rank NCCL collective never completed names that rank" \
-    || { fail "zdiag one-rank: exit $DRC"; cat one.diag; }
+  expect_diag one 0 "^on 'dp' (nccl, rank 0): collective #5 reduce_scatter 256 x f32 is queued and never completed (step 3, backward); rank 0 is its only member, so its own device never ran it" \
+    "^culprit: rank 0$" "a one-rank NCCL collective never completed names that rank"
   dump two 0 2 0,1 started
   dump two 1 2 0,1 queued
-  diag_dir two
-  [ "$DRC" = 0 ] && grep -q "^  rank 0 is inside it; the device of rank 1 never reached it (queued behind earlier work on the GPU)" two.diag \
-    && grep -qx "culprit: rank 1" two.diag && echo "ok: zdiag: the rank whose GPU never reached the collective is named" \
-    || { fail "zdiag two ranks: exit $DRC"; cat two.diag; }
+  expect_diag two 0 "^  rank 0 is inside it; the device of rank 1 never reached it (queued behind earlier work on the GPU)" \
+    "^culprit: rank 1$" "the rank whose GPU never reached the collective is named"
   dump both 0 2 0,1 started
   dump both 1 2 0,1 started
-  diag_dir both
-  [ "$DRC" = 1 ] && grep -q "^no culprit found" both.diag \
-    && echo "ok: zdiag: both ranks inside the collective: no culprit" || { fail "zdiag both started: exit $DRC"; cat both.diag; }
+  expect_diag both 1 "^no culprit found" "^no culprit found" "both ranks inside the collective: no culprit"
   ;;
 sigusr2)
   start_bg 2 usr
