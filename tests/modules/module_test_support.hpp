@@ -219,9 +219,12 @@ struct RunnerFd {
     store.zero_grads();
     mb.reset();
     runner.forward(first, last, mb, store, in, targets);
-    Tensor din = runner.backward(first, last, mb, store, store, R);
-    if (!din.defined()) return din;
-    return pool.copy(din);  // din lives in mb, which the FD runs reuse
+    // Unit first's input gradient goes into a buffer of the pool (the
+    // runner requires one when first > 0; unit 0 has no input gradient).
+    const Tensor din_out = first > 0 ? pool.make(runner.unit(first).input_shape(mb.B, mb.T),
+                                                 math_dtype(runner.act_dtype()))
+                                     : Tensor();
+    return runner.backward(first, last, mb, store, store, R, din_out);
   }
   void check_unit_params(int unit, const std::function<double()>& f, int64_t per_param, uint64_t key) {
     for (int p = 0; p < store.num_params(unit); ++p) {
