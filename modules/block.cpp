@@ -152,47 +152,47 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   // MLP branch: out = res + fcg Wp^T + bp, fcg = gelu(fch), fch = ln2 Wfc^T + bfc.
   const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
   k.gelu_fwd(fcg, s[kFch]);
-  // Each f32 gradient below feeds two products, which read it converted
-  // once (shared_matmul_operand, in a scope of ws that ends after them);
-  // the bias gradients read it in f32.
+  // Each f32 gradient below feeds its bias gradient and two products, which
+  // read it converted once: one pass over it (bias_grad_and_operand, the
+  // operand in a scope of ws that ends after the products).
   const Tensor dfc = ws.alloc(md, Shape{B, T, 4 * C});
   {
     ArenaScope scope(ws);
-    const Tensor dout_m = shared_matmul_operand(k, ws, dout, {fcg.dtype, p[kFcProjW].dtype});
+    const Tensor dout_m =
+        k.bias_grad_and_operand(ws, g[kFcProjB], dout, shared_partner(dout, {fcg.dtype, p[kFcProjW].dtype}));
     k.matmul(ws, g[kFcProjW], dout_m, true, fcg, false, true);  // (C, 4C) += dout^T fcg
     k.matmul(ws, dfc, dout_m, false, p[kFcProjW], false, false);  // (B, T, 4C) = dout Wp
   }
-  k.bias_grad(g[kFcProjB], dout);
-  k.gelu_bwd(dfc, dfc, s[kFch]);  // now d fch
   const Tensor dln = ws.alloc(md, Shape{B, T, C});
   {
     ArenaScope scope(ws);
-    const Tensor dfc_m = shared_matmul_operand(k, ws, dfc, {s[kLn2].dtype, p[kFcW].dtype});
+    // d fch = d fcg * gelu'(fch), its bias gradient and its operand in one pass.
+    const Tensor dfc_m = k.gelu_bwd_bias_grad_and_operand(ws, g[kFcB], dfc, s[kFch],
+                                                          shared_partner(dfc, {s[kLn2].dtype, p[kFcW].dtype}));
     k.matmul(ws, g[kFcW], dfc_m, true, s[kLn2], false, true);  // (4C, C) += dfch^T ln2
     k.matmul(ws, dln, dfc_m, false, p[kFcW], false, false);    // (B, T, C) = dfch Wfc
   }
-  k.bias_grad(g[kFcB], dfc);
   k.layernorm_bwd(din, false, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wp^T + bp.
   const Tensor& datty = dln;  // (B, T, C), reused
   {
     ArenaScope scope(ws);
-    const Tensor dres_m = shared_matmul_operand(k, ws, din, {s[kAtty].dtype, p[kAttnProjW].dtype});
+    const Tensor dres_m =
+        k.bias_grad_and_operand(ws, g[kAttnProjB], din, shared_partner(din, {s[kAtty].dtype, p[kAttnProjW].dtype}));
     k.matmul(ws, g[kAttnProjW], dres_m, true, s[kAtty], false, true);  // (C, C) += dres^T atty
     k.matmul(ws, datty, dres_m, false, p[kAttnProjW], false, false);
   }
-  k.bias_grad(g[kAttnProjB], din);
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
   k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_, ctx.doc_start);
   const Tensor& dln1 = dln;
   {
     ArenaScope scope(ws);
-    const Tensor dqkv_m = shared_matmul_operand(k, ws, dqkv, {s[kLn1].dtype, p[kAttnW].dtype});
+    const Tensor dqkv_m =
+        k.bias_grad_and_operand(ws, g[kAttnB], dqkv, shared_partner(dqkv, {s[kLn1].dtype, p[kAttnW].dtype}));
     k.matmul(ws, g[kAttnW], dqkv_m, true, s[kLn1], false, true);  // (3C, C) += dqkv^T ln1
     k.matmul(ws, dln1, dqkv_m, false, p[kAttnW], false, false);   // (B, T, C) = dqkv Wattn
   }
-  k.bias_grad(g[kAttnB], dqkv);
   k.layernorm_bwd(din, true, g[kLn1W], g[kLn1B], dln1, in, p[kLn1W], s[kMean1], s[kRstd1]);
 }
 

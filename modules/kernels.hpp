@@ -48,6 +48,15 @@ class Kernels {
   }
   // dbias (N) += column sums of dout (M, N).
   virtual void bias_grad(const Tensor& dbias, const Tensor& dout) = 0;
+  // bias_grad(dbias, dout), then matmul_operand(ws, dout, partner): a
+  // product's output gradient read once for its bias and for the two
+  // products that take it, where the backend fuses them (CUDA: one kernel
+  // that sums the columns and writes the 16-bit operand). The results are
+  // the bits of the two calls.
+  virtual Tensor bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, DType partner) {
+    bias_grad(dbias, dout);
+    return matmul_operand(ws, dout, partner);
+  }
 
   // ---- layer norm over the last dimension, eps = 1e-5 ---------------------
   // out (N, C) = (x - mean) * rstd * w + b; mean, rstd (N) in math dtype.
@@ -136,6 +145,15 @@ class Kernels {
   virtual void gelu_fwd(const Tensor& out, const Tensor& x) = 0;
   // din = dout * gelu'(x); din may alias dout.
   virtual void gelu_bwd(const Tensor& din, const Tensor& dout, const Tensor& x) = 0;
+  // gelu_bwd(dout, dout, x), then bias_grad_and_operand(ws, dbias, dout,
+  // partner): the returned operand holds the input gradient; dout is left
+  // holding it or, where the operand is a 16-bit copy that the backend
+  // writes directly (CUDA), unspecified. Same bits as the separate calls.
+  virtual Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout,
+                                                const Tensor& x, DType partner) {
+    gelu_bwd(dout, dout, x);
+    return bias_grad_and_operand(ws, dbias, dout, partner);
+  }
 
   // ---- classifier fused with softmax cross-entropy -------------------------
   // Row n: logits = x[n] · w^T (V), lse[n] = logsumexp(logits),
@@ -186,11 +204,17 @@ class Kernels {
 // `t` for several products whose other operands have the dtypes `partners`:
 // converted once by the backend's matmul_operand when they all share one
 // dtype, else `t` itself (each product then converts as it needs).
-inline Tensor shared_matmul_operand(Kernels& k, Arena& ws, const Tensor& t, std::initializer_list<DType> partners) {
+// shared_partner is the dtype to pass as matmul_operand's partner: the
+// shared dtype, or t's own (no conversion) when the partners differ.
+inline DType shared_partner(const Tensor& t, std::initializer_list<DType> partners) {
   const DType first = *partners.begin();
   for (DType d : partners)
-    if (d != first) return t;
-  return k.matmul_operand(ws, t, first);
+    if (d != first) return t.dtype;
+  return first;
+}
+inline Tensor shared_matmul_operand(Kernels& k, Arena& ws, const Tensor& t, std::initializer_list<DType> partners) {
+  const DType partner = shared_partner(t, partners);
+  return partner == t.dtype ? t : k.matmul_operand(ws, t, partner);
 }
 
 }  // namespace zt

@@ -292,6 +292,42 @@ Tensor CudaKernels::matmul_operand(Arena& ws, const Tensor& t, DType partner) {
   return out;
 }
 
+// The fused forms of Kernels' defaults (bias_grad, gelu_bwd, matmul_operand)
+// for the case the products convert: an f32 gradient beside a 16-bit
+// partner. Otherwise the operand is the gradient itself, and the defaults
+// run.
+Tensor CudaKernels::bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, DType partner) {
+  if (dout.dtype != DType::f32 || (partner != DType::bf16 && partner != DType::f16))
+    return Kernels::bias_grad_and_operand(ws, dbias, dout, partner);
+  const int64_t N = cols(dout), R = rows(dout);
+  ZT_CHECK(dbias.numel() == N, "bias_grad_and_operand: dbias ", dbias.shape.str(), " for dout ", dout.shape.str());
+  check_on_device(dbias, "dbias");
+  check_on_device(dout, "dout");
+  check_dtype(dbias, DType::f32, "dbias");
+  Tensor out = ws.alloc(partner, dout.shape);
+  cuda::bias_grad_and_cast(static_cast<float*>(dbias.data), out.data, partner, static_cast<const float*>(dout.data), R,
+                           N, scratch(cuda::bias_grad_workspace_bytes(R, N)), stream_);
+  return out;
+}
+
+Tensor CudaKernels::gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout,
+                                                   const Tensor& x, DType partner) {
+  if (dout.dtype != DType::f32 || (partner != DType::bf16 && partner != DType::f16))
+    return Kernels::gelu_bwd_bias_grad_and_operand(ws, dbias, dout, x, partner);
+  const int64_t N = cols(dout), R = rows(dout);
+  ZT_CHECK(dbias.numel() == N && x.numel() == dout.numel(), "gelu_bwd_bias_grad_and_operand: dbias ",
+           dbias.shape.str(), ", x ", x.shape.str(), " for dout ", dout.shape.str());
+  check_on_device(dbias, "dbias");
+  check_on_device(dout, "dout");
+  check_on_device(x, "x");
+  check_dtype(dbias, DType::f32, "dbias");
+  Tensor out = ws.alloc(partner, dout.shape);
+  cuda::gelu_bwd_bias_grad_and_cast(static_cast<float*>(dbias.data), out.data, partner,
+                                    static_cast<const float*>(dout.data), x.data, x.dtype, R, N,
+                                    scratch(cuda::bias_grad_workspace_bytes(R, N)), stream_);
+  return out;
+}
+
 void CudaKernels::zero(const Tensor& t) {
   if (!t.defined() || t.numel() == 0) return;
   check_on_device(t, "zero");

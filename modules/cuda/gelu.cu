@@ -3,8 +3,11 @@
 // 1 - 2 / (1 + e^{2u}) with cpu::fast_exp's range reduction and polynomial,
 // cpu_kernels_detail.hpp), and this file is compiled with -fmad=false, so the
 // GPU result equals the CPU's bit for bit on the same input.
+#include "modules/cuda/column_reduce.cuh"
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/gelu.cuh"
+
+#include <type_traits>
 
 namespace zt::cuda {
 namespace {
@@ -85,6 +88,22 @@ __global__ void gelu_bwd_kernel(float* din, const float* dout, const T* x, int64
   for (int64_t i = done + tid; i < n; i += stride) din[i] = gelu_grad(to_float(x[i])) * dout[i];
 }
 
+// Each element of gelu_bwd's result, for the column sums of
+// [Note: deterministic column sums] (the bias gradient, in bias_grad's
+// order), also written rounded to O into out.
+template <typename O, typename X>
+struct GeluBwdCastLoad {
+  const float* dout;
+  const X* x;
+  O* out;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
+    const int64_t i = r * cols + c;
+    v[0] = gelu_grad(to_float(x[i])) * dout[i];
+    out[i] = from_float<O>(v[0]);
+  }
+};
+
 }  // namespace
 
 void gelu_fwd(void* out, const void* x, DType t, int64_t n, cudaStream_t stream) {
@@ -106,6 +125,23 @@ void gelu_bwd(float* din, const float* dout, const void* x, DType t, int64_t n, 
     gelu_bwd_kernel<<<grid_for(vec ? n / kVec + 1 : n, kThreads, kMaxBlocks), kThreads, 0, stream>>>(
         din, dout, static_cast<const T*>(x), n, vec);
     ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void gelu_bwd_bias_grad_and_cast(float* dbias, void* out, DType out_t, const float* dout, const void* x, DType t,
+                                 int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
+  with_float_type(t, "gelu_bwd_bias_grad_and_cast x", [&](auto tx) {
+    using X = typename decltype(tx)::type;
+    auto run = [&](auto* o) {
+      using O = std::remove_pointer_t<decltype(o)>;
+      column_sums_into<1>(GeluBwdCastLoad<O, X>{dout, static_cast<const X*>(x), o, cols}, dbias, nullptr,
+                          static_cast<float*>(workspace), rows, cols, stream);
+    };
+    switch (out_t) {
+      case DType::bf16: run(static_cast<__nv_bfloat16*>(out)); return;
+      case DType::f16: run(static_cast<__half*>(out)); return;
+      default: ZT_THROW("gelu_bwd_bias_grad_and_cast: the operand must be bf16 or f16, got ", dtype_name(out_t));
+    }
   });
 }
 

@@ -249,6 +249,21 @@ Tensor ProfiledKernels::matmul_operand(Arena& ws, const Tensor& t, DType partner
         [&] { out = inner_->matmul_operand(ws, t, partner); });
   return out;
 }
+Tensor ProfiledKernels::bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, DType partner) {
+  Tensor out;
+  timed("bias_grad+operand " + dt(dout) + "->" + dtype_name(partner), 0,
+        bytes_of({&dbias, &dout}) + (dout.dtype == partner ? 0.0 : static_cast<double>(dout.numel() * dtype_size(partner))),
+        [&] { out = inner_->bias_grad_and_operand(ws, dbias, dout, partner); });
+  return out;
+}
+Tensor ProfiledKernels::gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout,
+                                                       const Tensor& x, DType partner) {
+  Tensor out;
+  timed("gelu_bwd+bias_grad+operand " + dt(x) + "->" + dtype_name(partner), 0,
+        bytes_of({&dbias, &dout, &x}) + (dout.dtype == partner ? 0.0 : static_cast<double>(dout.numel() * dtype_size(partner))),
+        [&] { out = inner_->gelu_bwd_bias_grad_and_operand(ws, dbias, dout, x, partner); });
+  return out;
+}
 void ProfiledKernels::zero(const Tensor& t) {
   timed("zero", 0, static_cast<double>(t.bytes()), [&] { inner_->zero(t); });
 }

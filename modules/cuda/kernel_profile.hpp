@@ -86,6 +86,9 @@ class ProfiledKernels final : public Kernels {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void cast(const Tensor& dst, const Tensor& src) override;
   Tensor matmul_operand(Arena& ws, const Tensor& t, DType partner) override;
+  Tensor bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, DType partner) override;
+  Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, const Tensor& x,
+                                        DType partner) override;
   void zero(const Tensor& t) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;

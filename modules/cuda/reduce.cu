@@ -2,6 +2,8 @@
 #include "modules/cuda/column_reduce.cuh"
 #include "modules/cuda/reduce.cuh"
 
+#include <type_traits>
+
 namespace zt::cuda {
 namespace {
 
@@ -9,6 +11,20 @@ struct DoutLoad {
   const float* dout;
   int64_t cols;
   __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const { v[0] = dout[r * cols + c]; }
+};
+
+// DoutLoad that also writes each element it reads, rounded to O, into out:
+// the column sums visit every element exactly once.
+template <typename O>
+struct DoutCastLoad {
+  const float* dout;
+  O* out;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
+    const int64_t i = r * cols + c;
+    v[0] = dout[i];
+    out[i] = from_float<O>(v[0]);
+  }
 };
 
 // [Note: deterministic sum of squares] A grid whose size depends on n alone
@@ -83,6 +99,20 @@ size_t bias_grad_workspace_bytes(int64_t rows, int64_t cols) {
 
 void bias_grad(float* dbias, const float* dout, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
   column_sums_into<1>(DoutLoad{dout, cols}, dbias, nullptr, static_cast<float*>(workspace), rows, cols, stream);
+}
+
+void bias_grad_and_cast(float* dbias, void* out, DType out_t, const float* dout, int64_t rows, int64_t cols,
+                        void* workspace, cudaStream_t stream) {
+  auto run = [&](auto* o) {
+    using O = std::remove_pointer_t<decltype(o)>;
+    column_sums_into<1>(DoutCastLoad<O>{dout, o, cols}, dbias, nullptr, static_cast<float*>(workspace), rows, cols,
+                        stream);
+  };
+  switch (out_t) {
+    case DType::bf16: run(static_cast<__nv_bfloat16*>(out)); return;
+    case DType::f16: run(static_cast<__half*>(out)); return;
+    default: ZT_THROW("bias_grad_and_cast: the operand must be bf16 or f16, got ", dtype_name(out_t));
+  }
 }
 
 size_t sum_workspace_bytes(int64_t n) { return static_cast<size_t>(sum_blocks(n)) * sizeof(double); }

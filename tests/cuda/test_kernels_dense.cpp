@@ -98,6 +98,52 @@ TEST_F(CudaDense, BiasGradIsExactSumAndDeterministic) {
   }
 }
 
+// The fused backward passes (one read of a gradient for its bias, its
+// 16-bit operand and, for the MLP, GELU's backward) give the bits of the
+// separate calls on the same device; an f32 partner leaves the gradient as
+// the operand.
+TEST_F(CudaDense, FusedBiasGradAndOperandAreTheSeparateCallsBits) {
+  for (DType partner : {DType::bf16, DType::f16, DType::f32}) {
+    for (int64_t R : {1, 1000, 4099}) {
+      for (int64_t N : {77, 768}) {
+        const std::string what = std::string(dtype_name(partner)) + " " + std::to_string(R) + "x" + std::to_string(N);
+        const Tensor dout = host_random(DType::f32, Shape{R, N}), db = host_random(DType::f32, Shape{N});
+        const Tensor x = host_random(DType::bf16, Shape{R, N}, 6.0);
+        const Tensor x_d = to_gpu(x);
+        {  // bias_grad_and_operand
+          const Tensor dout_d = to_gpu(dout), db_sep = to_gpu(db), db_fused = to_gpu(db);
+          gpu_k->bias_grad(db_sep, dout_d);
+          const Tensor op_sep = gpu_k->matmul_operand(*gpu_ws, dout_d, partner);
+          const Tensor op_fused = gpu_k->bias_grad_and_operand(*gpu_ws, db_fused, dout_d, partner);
+          EXPECT_EQ(max_abs_diff(values(db_fused), values(db_sep)), 0.0) << what;
+          EXPECT_EQ(max_abs_diff(values(op_fused), values(op_sep)), 0.0) << what;
+          EXPECT_EQ(op_fused.dtype, partner == DType::f32 ? DType::f32 : partner) << what;
+          if (partner == DType::f32) {
+            EXPECT_EQ(op_fused.data, dout_d.data) << what;
+          }
+          gpu_ws->reset();
+        }
+        {  // gelu_bwd_bias_grad_and_operand
+          const Tensor sep_d = to_gpu(dout), fused_d = to_gpu(dout), db_sep = to_gpu(db), db_fused = to_gpu(db);
+          gpu_k->gelu_bwd(sep_d, sep_d, x_d);
+          gpu_k->bias_grad(db_sep, sep_d);
+          const Tensor op_sep = gpu_k->matmul_operand(*gpu_ws, sep_d, partner);
+          const Tensor op_fused = gpu_k->gelu_bwd_bias_grad_and_operand(*gpu_ws, db_fused, fused_d, x_d, partner);
+          EXPECT_EQ(max_abs_diff(values(db_fused), values(db_sep)), 0.0) << "gelu " << what;
+          EXPECT_EQ(max_abs_diff(values(op_fused), values(op_sep)), 0.0) << "gelu " << what;
+          // And against the CPU reference: GELU bit for bit, the sums within rounding.
+          const Tensor din = host_tensor(DType::f32, Shape{R, N}), db_cpu = host_tensor(DType::f32, Shape{N});
+          std::memcpy(db_cpu.data, db.data, db.bytes());
+          cpu_k->gelu_bwd(din, dout, x);
+          cpu_k->bias_grad(db_cpu, din);
+          EXPECT_LT(rel_error(values(db_fused), values(db_cpu)), 1e-5) << "gelu " << what;
+          gpu_ws->reset();
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaDense, LayerNormForward) {
   for (DType xt : kStorage) {
     for (DType wt : {xt, DType::f32}) {
