@@ -41,19 +41,28 @@ namespace {
 std::atomic<uint64_t> g_cudnn_calls{0};
 
 // ZTRAIN_ATTENTION, read at every call (a test switches paths with setenv):
-// unset or empty means cudnn where this build has it, flash otherwise.
-bool cudnn_selected() {
+// unset or empty means cudnn where this build has it, flash otherwise;
+// cudnn-nondeterministic is cudnn with cuDNN's faster backward, whose
+// gradients may differ in the last bits from run to run (PyTorch's default;
+// the deterministic one keeps dP in a workspace). The flash kernels are
+// always deterministic.
+enum class Path { flash, cudnn, cudnn_nondeterministic };
+
+Path selected_path() {
   const char* env = std::getenv("ZTRAIN_ATTENTION");
-  if (env == nullptr || *env == '\0') return ZT_HAVE_CUDNN != 0;
-  if (std::strcmp(env, "flash") == 0) return false;
-  if (std::strcmp(env, "cudnn") == 0) {
+  if (env == nullptr || *env == '\0') return ZT_HAVE_CUDNN ? Path::cudnn : Path::flash;
+  if (std::strcmp(env, "flash") == 0) return Path::flash;
+  const bool nondet = std::strcmp(env, "cudnn-nondeterministic") == 0;
+  if (nondet || std::strcmp(env, "cudnn") == 0) {
     if (!ZT_HAVE_CUDNN)
-      ZT_USER_ERROR("ZTRAIN_ATTENTION=cudnn: this build has no cuDNN (CMake found no cudnn-frontend headers or "
+      ZT_USER_ERROR("ZTRAIN_ATTENTION=", env, ": this build has no cuDNN (CMake found no cudnn-frontend headers or "
                     "no libcudnn; see ZT_CUDNN_FRONTEND_INCLUDE in docs/cuda.md); use flash");
-    return true;
+    return nondet ? Path::cudnn_nondeterministic : Path::cudnn;
   }
-  ZT_USER_ERROR("ZTRAIN_ATTENTION=", env, ": unknown attention path; use flash or cudnn");
+  ZT_USER_ERROR("ZTRAIN_ATTENTION=", env, ": unknown attention path; use flash, cudnn or cudnn-nondeterministic");
 }
+
+bool cudnn_selected() { return selected_path() != Path::flash; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -128,9 +137,10 @@ struct Key {
   DType t;
   int B, T, NH, NKV, hs;
   int64_t ld_q, ld_kv;
+  bool deterministic;  // the backward's algorithm (true for every forward)
   bool operator<(const Key& o) const {
-    return std::tie(device, bwd, t, B, T, NH, NKV, hs, ld_q, ld_kv) <
-           std::tie(o.device, o.bwd, o.t, o.B, o.T, o.NH, o.NKV, o.hs, o.ld_q, o.ld_kv);
+    return std::tie(device, bwd, t, B, T, NH, NKV, hs, ld_q, ld_kv, deterministic) <
+           std::tie(o.device, o.bwd, o.t, o.B, o.T, o.NH, o.NKV, o.hs, o.ld_q, o.ld_kv, o.deterministic);
   }
 };
 
@@ -215,8 +225,9 @@ std::shared_ptr<fe::graph::Graph> fwd_graph(const attn::Dims& d, DType t) {
 }
 
 // dq (B, T, NH * hs), dk, dv (B, T, NKV * hs), all dense in the storage
-// dtype; deterministic ([Note: two attention paths]).
-std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t) {
+// dtype; deterministic ([Note: two attention paths]) unless the caller asks
+// for cuDNN's non-deterministic algorithm (ZTRAIN_ATTENTION).
+std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t, bool deterministic) {
   auto g = new_graph(t);
   const int64_t Ckv = static_cast<int64_t>(d.NKV) * d.hs;
   auto Q = g->tensor(bhsd("Q", kQ, t, d, d.NH, d.ld_q));
@@ -235,7 +246,7 @@ std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t) {
                   .set_attn_scale(attn_scale(d))
                   .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                   .set_diagonal_band_right_bound(0)
-                  .set_deterministic_algorithm(true);
+                  .set_deterministic_algorithm(deterministic);
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
   dQ->set_output(true).set_uid(kdQ).set_data_type(fe_type(t)).set_dim(bhsd_dim(d, d.NH)).set_stride(
       bhsd_stride(d, d.C));
@@ -247,7 +258,8 @@ std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t) {
 }
 
 std::string key_str(const Key& k) {
-  return detail::concat(k.bwd ? "backward" : "forward", " ", dtype_name(k.t), " B=", k.B, " T=", k.T, " heads=", k.NH,
+  return detail::concat(k.bwd ? (k.deterministic ? "backward" : "non-deterministic backward") : "forward", " ",
+                        dtype_name(k.t), " B=", k.B, " T=", k.T, " heads=", k.NH,
                         " kv_heads=", k.NKV, " hs=", k.hs, " ld_q=", k.ld_q, " ld_kv=", k.ld_kv);
 }
 
@@ -275,7 +287,7 @@ const Entry& entry_for(State& s, const Key& k, cudnnHandle_t h, const attn::Dims
   Entry e;
   std::string why;
   try {
-    auto g = k.bwd ? bwd_graph(d, k.t) : fwd_graph(d, k.t);
+    auto g = k.bwd ? bwd_graph(d, k.t, k.deterministic) : fwd_graph(d, k.t);
     fe::error_t st = g->build(h, {fe::HeurMode_t::A});
     if (st.is_good()) {
       int64_t bytes = 0;
@@ -324,7 +336,8 @@ void run(const Key& k, const Entry& e, cudnnHandle_t h, Pack& pack, Arena& ws, c
 Key key_of(const attn::Dims& d, DType t, bool bwd) {
   int device = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&device));
-  return Key{device, bwd, t, d.B, d.T, d.NH, d.NKV, d.hs, d.ld_q, d.ld_kv};
+  const bool deterministic = !bwd || selected_path() != Path::cudnn_nondeterministic;
+  return Key{device, bwd, t, d.B, d.T, d.NH, d.NKV, d.hs, d.ld_q, d.ld_kv, deterministic};
 }
 
 #endif  // ZT_HAVE_CUDNN

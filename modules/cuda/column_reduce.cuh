@@ -78,6 +78,62 @@ __global__ void column_finish_kernel(float* dst0, float* dst1, const float* part
   }
 }
 
+// The same sums, kVec (8) adjacent columns per thread: for cols a multiple
+// of 8 and loads of whole vectors. A block of 8 warps covers 256 columns of
+// one chunk; warp w takes the chunk's rows w, w+8, ... (column_partials_
+// kernel's ty), and the 8 warps' sums are added in warp order, so every
+// column's sum is the same as the scalar kernel's, bit for bit.
+// load(r, c, v) sets v[k][i] to output k's value at row r, column c + i.
+template <int kOut, typename Load>
+__global__ void __launch_bounds__(256) column_vec_partials_kernel(Load load, float* partial, int64_t rows,
+                                                                  int64_t cols, int64_t rows_per_chunk) {
+  __shared__ float sh[kOut][8][256];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 256 + lane * kVec;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = min(r0 + rows_per_chunk, rows);
+  float acc[kOut][kVec] = {};
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t r = r0 + w; r < r1; r += 8) {
+      float v[kOut][kVec];
+      load(r, c, v);
+#pragma unroll
+      for (int k = 0; k < kOut; ++k)
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[k][i] += v[k][i];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kOut; ++k)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) sh[k][w][lane * kVec + i] = acc[k][i];
+  __syncthreads();
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  if (col < cols) {
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) {
+      float s = sh[k][0][threadIdx.x];
+      for (int j = 1; j < 8; ++j) s += sh[k][j][threadIdx.x];
+      partial[(static_cast<int64_t>(k) * gridDim.y + blockIdx.y) * cols + col] = s;
+    }
+  }
+}
+
+// Runs column_vec_partials_kernel and the finish; cols must be a multiple of
+// kVec and every vector the load reads aligned (the caller checks).
+template <int kOut, typename Load>
+void column_sums_vec_into(const Load& load, float* dst0, float* dst1, float* partial, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const ColumnChunks ch = column_chunks(rows);
+  const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(ch.chunks));
+  column_vec_partials_kernel<kOut><<<grid, 256, 0, stream>>>(load, partial, rows, cols, ch.rows_per_chunk);
+  ZT_CUDA_CHECK_LAUNCH();
+  column_finish_kernel<kOut><<<grid_for(cols, 256), 256, 0, stream>>>(dst0, dst1, partial, ch.chunks, cols);
+  ZT_CUDA_CHECK_LAUNCH();
+}
+
 // Runs both kernels; partial holds column_partials_floats(kOut, rows, cols).
 template <int kOut, typename Load>
 void column_sums_into(const Load& load, float* dst0, float* dst1, float* partial, int64_t rows, int64_t cols,

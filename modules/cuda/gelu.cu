@@ -54,8 +54,24 @@ __global__ void gelu_fwd_kernel(T* out, const T* x, int64_t n, bool vec) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
   if (vec) {
+    // Two vectors per thread and step, both loads issued before the
+    // arithmetic (the polynomial exp and the division are long enough that
+    // one load in flight per thread left HBM idle).
     const int64_t nv = n / kVec;
-    for (int64_t v = tid; v < nv; v += stride) {
+    int64_t v = tid;
+    for (; v + stride < nv; v += 2 * stride) {
+      float f[kVec], g[kVec];
+      load_vec(x + v * kVec, f);
+      load_vec(x + (v + stride) * kVec, g);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        f[k] = gelu(f[k]);
+        g[k] = gelu(g[k]);
+      }
+      store_vec(out + v * kVec, f);
+      store_vec(out + (v + stride) * kVec, g);
+    }
+    for (; v < nv; v += stride) {
       float f[kVec];
       load_vec(x + v * kVec, f);
 #pragma unroll
@@ -104,6 +120,24 @@ struct GeluBwdCastLoad {
   }
 };
 
+// GeluBwdCastLoad, kVec columns at a time (column_sums_vec_into).
+template <typename O, typename X>
+struct GeluBwdCastVecLoad {
+  const float* dout;
+  const X* x;
+  O* out;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][kVec]) const {
+    const int64_t i = r * cols + c;
+    float xv[kVec];
+    load_vec(x + i, xv);
+    load_vec(dout + i, v[0]);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[0][k] = gelu_grad(xv[k]) * v[0][k];
+    store_vec(out + i, v[0]);
+  }
+};
+
 }  // namespace
 
 void gelu_fwd(void* out, const void* x, DType t, int64_t n, cudaStream_t stream) {
@@ -134,8 +168,14 @@ void gelu_bwd_bias_grad_and_cast(float* dbias, void* out, DType out_t, const flo
     using X = typename decltype(tx)::type;
     auto run = [&](auto* o) {
       using O = std::remove_pointer_t<decltype(o)>;
-      column_sums_into<1>(GeluBwdCastLoad<O, X>{dout, static_cast<const X*>(x), o, cols}, dbias, nullptr,
-                          static_cast<float*>(workspace), rows, cols, stream);
+      float* partial = static_cast<float*>(workspace);
+      const X* xp = static_cast<const X*>(x);
+      if (cols % kVec == 0 && vec_aligned<float>(dout) && vec_aligned<X>(x) && vec_aligned<O>(o)) {
+        column_sums_vec_into<1>(GeluBwdCastVecLoad<O, X>{dout, xp, o, cols}, dbias, nullptr, partial, rows, cols,
+                                stream);
+      } else {
+        column_sums_into<1>(GeluBwdCastLoad<O, X>{dout, xp, o, cols}, dbias, nullptr, partial, rows, cols, stream);
+      }
     };
     switch (out_t) {
       case DType::bf16: run(static_cast<__nv_bfloat16*>(out)); return;

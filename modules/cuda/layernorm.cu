@@ -153,6 +153,24 @@ struct LayerNormParamLoad {
   }
 };
 
+// LayerNormParamLoad, kVec columns at a time (column_sums_vec_into).
+template <typename TX>
+struct LayerNormParamVecLoad {
+  const float* dout;
+  const TX* x;
+  const float* mean;
+  const float* rstd;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[2][kVec]) const {
+    float xv[kVec];
+    load_vec(x + r * cols + c, xv);
+    load_vec(dout + r * cols + c, v[1]);
+    const float m = mean[r], rs = rstd[r];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[0][i] = v[1][i] * ((xv[i] - m) * rs);
+  }
+};
+
 // Calls f(Type<TX>, Type<TW>) for TW = TX or TW = float.
 template <typename F>
 void with_ln_types(DType xt, DType wt, F&& f) {
@@ -212,8 +230,13 @@ void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, 
     using TX = typename decltype(tx)::type;
     using TW = typename decltype(tw)::type;
     // Parameter gradients first: dx may alias dout.
-    column_sums_into<2>(LayerNormParamLoad<TX>{dout, static_cast<const TX*>(x), mean, rstd, C}, dw, db,
-                        static_cast<float*>(workspace), N, C, stream);
+    const TX* xp = static_cast<const TX*>(x);
+    float* partial = static_cast<float*>(workspace);
+    if (C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<float>(dout)) {
+      column_sums_vec_into<2>(LayerNormParamVecLoad<TX>{dout, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
+    } else {
+      column_sums_into<2>(LayerNormParamLoad<TX>{dout, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
+    }
     auto args = [&](auto kernel) {
       kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dres, dout, static_cast<const TX*>(x),
                                                        static_cast<const TW*>(w), mean, rstd, N,

@@ -15,6 +15,19 @@ struct DoutLoad {
 
 // DoutLoad that also writes each element it reads, rounded to O, into out:
 // the column sums visit every element exactly once.
+// DoutCastLoad, kVec columns at a time (column_sums_vec_into).
+template <typename O>
+struct DoutCastVecLoad {
+  const float* dout;
+  O* out;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][kVec]) const {
+    const int64_t i = r * cols + c;
+    load_vec(dout + i, v[0]);
+    store_vec(out + i, v[0]);
+  }
+};
+
 template <typename O>
 struct DoutCastLoad {
   const float* dout;
@@ -105,8 +118,12 @@ void bias_grad_and_cast(float* dbias, void* out, DType out_t, const float* dout,
                         void* workspace, cudaStream_t stream) {
   auto run = [&](auto* o) {
     using O = std::remove_pointer_t<decltype(o)>;
-    column_sums_into<1>(DoutCastLoad<O>{dout, o, cols}, dbias, nullptr, static_cast<float*>(workspace), rows, cols,
-                        stream);
+    float* partial = static_cast<float*>(workspace);
+    if (cols % kVec == 0 && vec_aligned<float>(dout) && vec_aligned<O>(o)) {
+      column_sums_vec_into<1>(DoutCastVecLoad<O>{dout, o, cols}, dbias, nullptr, partial, rows, cols, stream);
+    } else {
+      column_sums_into<1>(DoutCastLoad<O>{dout, o, cols}, dbias, nullptr, partial, rows, cols, stream);
+    }
   };
   switch (out_t) {
     case DType::bf16: run(static_cast<__nv_bfloat16*>(out)); return;
