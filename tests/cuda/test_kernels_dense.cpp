@@ -169,7 +169,7 @@ TEST_F(CudaDense, LayerNormForward) {
 TEST_F(CudaDense, LayerNormBackward) {
   for (DType xt : kStorage) {
     for (DType wt : {xt, DType::f32}) {
-      for (int64_t C : {768, 75}) {
+      for (int64_t C : {768, 1000, 2048, 75}) {  // vector path (C % 8 == 0), scalar path
         for (int mode = 0; mode < 3; ++mode) {  // write dx, accumulate into dx, dx aliasing dout
           const int64_t N = 203;
           const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(wt, Shape{C}), b = host_random(wt, Shape{C});
