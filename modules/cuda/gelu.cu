@@ -54,24 +54,8 @@ __global__ void gelu_fwd_kernel(T* out, const T* x, int64_t n, bool vec) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
   if (vec) {
-    // Two vectors per thread and step, both loads issued before the
-    // arithmetic (the polynomial exp and the division are long enough that
-    // one load in flight per thread left HBM idle).
     const int64_t nv = n / kVec;
-    int64_t v = tid;
-    for (; v + stride < nv; v += 2 * stride) {
-      float f[kVec], g[kVec];
-      load_vec(x + v * kVec, f);
-      load_vec(x + (v + stride) * kVec, g);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        f[k] = gelu(f[k]);
-        g[k] = gelu(g[k]);
-      }
-      store_vec(out + v * kVec, f);
-      store_vec(out + (v + stride) * kVec, g);
-    }
-    for (; v < nv; v += stride) {
+    for (int64_t v = tid; v < nv; v += stride) {
       float f[kVec];
       load_vec(x + v * kVec, f);
 #pragma unroll
