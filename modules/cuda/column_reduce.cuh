@@ -120,21 +120,16 @@ __global__ void __launch_bounds__(256) column_vec_partials_kernel(Load load, flo
   }
 }
 
-// Runs column_vec_partials_kernel and the finish; cols must be a multiple of
-// kVec and every vector the load reads aligned (the caller checks).
-template <int kOut, typename Load>
-void column_sums_vec_into(const Load& load, float* dst0, float* dst1, float* partial, int64_t rows, int64_t cols,
-                          cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return;
-  const ColumnChunks ch = column_chunks(rows);
-  const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(ch.chunks));
-  column_vec_partials_kernel<kOut><<<grid, 256, 0, stream>>>(load, partial, rows, cols, ch.rows_per_chunk);
-  ZT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<kOut><<<grid_for(cols, 256), 256, 0, stream>>>(dst0, dst1, partial, ch.chunks, cols);
+// Adds the chunks' partial sums into the destinations (the second kernel).
+template <int kOut>
+void column_finish(float* dst0, float* dst1, const float* partial, int64_t chunks, int64_t cols,
+                   cudaStream_t stream) {
+  column_finish_kernel<kOut><<<grid_for(cols, 256), 256, 0, stream>>>(dst0, dst1, partial, chunks, cols);
   ZT_CUDA_CHECK_LAUNCH();
 }
 
-// Runs both kernels; partial holds column_partials_floats(kOut, rows, cols).
+// Column sums into dst0 (and dst1); partial holds column_partials_floats(kOut,
+// rows, cols).
 template <int kOut, typename Load>
 void column_sums_into(const Load& load, float* dst0, float* dst1, float* partial, int64_t rows, int64_t cols,
                       cudaStream_t stream) {
@@ -143,8 +138,22 @@ void column_sums_into(const Load& load, float* dst0, float* dst1, float* partial
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(ch.chunks));
   column_partials_kernel<kOut><<<grid, dim3(32, 8), 0, stream>>>(load, partial, rows, cols, ch.rows_per_chunk);
   ZT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<kOut><<<grid_for(cols, 256), 256, 0, stream>>>(dst0, dst1, partial, ch.chunks, cols);
+  column_finish<kOut>(dst0, dst1, partial, ch.chunks, cols, stream);
+}
+
+// The same sums, by column_vec_partials_kernel with vec_load when `vec`
+// (cols a multiple of kVec and every vector the loads read aligned, which
+// the caller checks), else as above with load.
+template <int kOut, typename VecLoad, typename Load>
+void column_sums_into(bool vec, const VecLoad& vec_load, const Load& load, float* dst0, float* dst1, float* partial,
+                      int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (!vec) return column_sums_into<kOut>(load, dst0, dst1, partial, rows, cols, stream);
+  if (rows <= 0 || cols <= 0) return;
+  const ColumnChunks ch = column_chunks(rows);
+  const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(ch.chunks));
+  column_vec_partials_kernel<kOut><<<grid, 256, 0, stream>>>(vec_load, partial, rows, cols, ch.rows_per_chunk);
   ZT_CUDA_CHECK_LAUNCH();
+  column_finish<kOut>(dst0, dst1, partial, ch.chunks, cols, stream);
 }
 
 }  // namespace zt::cuda

@@ -104,7 +104,7 @@ struct GeluBwdCastLoad {
   }
 };
 
-// GeluBwdCastLoad, kVec columns at a time (column_sums_vec_into).
+// GeluBwdCastLoad, kVec columns at a time (column_vec_partials_kernel).
 template <typename O, typename X>
 struct GeluBwdCastVecLoad {
   const float* dout;
@@ -154,12 +154,9 @@ void gelu_bwd_bias_grad_and_cast(float* dbias, void* out, DType out_t, const flo
       using O = std::remove_pointer_t<decltype(o)>;
       float* partial = static_cast<float*>(workspace);
       const X* xp = static_cast<const X*>(x);
-      if (cols % kVec == 0 && vec_aligned<float>(dout) && vec_aligned<X>(x) && vec_aligned<O>(o)) {
-        column_sums_vec_into<1>(GeluBwdCastVecLoad<O, X>{dout, xp, o, cols}, dbias, nullptr, partial, rows, cols,
-                                stream);
-      } else {
-        column_sums_into<1>(GeluBwdCastLoad<O, X>{dout, xp, o, cols}, dbias, nullptr, partial, rows, cols, stream);
-      }
+      const bool vec = cols % kVec == 0 && vec_aligned<float>(dout) && vec_aligned<X>(x) && vec_aligned<O>(o);
+      column_sums_into<1>(vec, GeluBwdCastVecLoad<O, X>{dout, xp, o, cols}, GeluBwdCastLoad<O, X>{dout, xp, o, cols},
+                          dbias, nullptr, partial, rows, cols, stream);
     };
     switch (out_t) {
       case DType::bf16: run(static_cast<__nv_bfloat16*>(out)); return;

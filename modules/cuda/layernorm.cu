@@ -153,7 +153,7 @@ struct LayerNormParamLoad {
   }
 };
 
-// LayerNormParamLoad, kVec columns at a time (column_sums_vec_into).
+// LayerNormParamLoad, kVec columns at a time (column_vec_partials_kernel).
 template <typename TX>
 struct LayerNormParamVecLoad {
   const float* dout;
@@ -232,11 +232,9 @@ void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, 
     // Parameter gradients first: dx may alias dout.
     const TX* xp = static_cast<const TX*>(x);
     float* partial = static_cast<float*>(workspace);
-    if (C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<float>(dout)) {
-      column_sums_vec_into<2>(LayerNormParamVecLoad<TX>{dout, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
-    } else {
-      column_sums_into<2>(LayerNormParamLoad<TX>{dout, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
-    }
+    const bool vec_sums = C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<float>(dout);
+    column_sums_into<2>(vec_sums, LayerNormParamVecLoad<TX>{dout, xp, mean, rstd, C},
+                        LayerNormParamLoad<TX>{dout, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
     auto args = [&](auto kernel) {
       kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dres, dout, static_cast<const TX*>(x),
                                                        static_cast<const TW*>(w), mean, rstd, N,

@@ -15,7 +15,7 @@ struct DoutLoad {
 
 // DoutLoad that also writes each element it reads, rounded to O, into out:
 // the column sums visit every element exactly once.
-// DoutCastLoad, kVec columns at a time (column_sums_vec_into).
+// DoutCastLoad, kVec columns at a time (column_vec_partials_kernel).
 template <typename O>
 struct DoutCastVecLoad {
   const float* dout;
@@ -119,11 +119,9 @@ void bias_grad_and_cast(float* dbias, void* out, DType out_t, const float* dout,
   auto run = [&](auto* o) {
     using O = std::remove_pointer_t<decltype(o)>;
     float* partial = static_cast<float*>(workspace);
-    if (cols % kVec == 0 && vec_aligned<float>(dout) && vec_aligned<O>(o)) {
-      column_sums_vec_into<1>(DoutCastVecLoad<O>{dout, o, cols}, dbias, nullptr, partial, rows, cols, stream);
-    } else {
-      column_sums_into<1>(DoutCastLoad<O>{dout, o, cols}, dbias, nullptr, partial, rows, cols, stream);
-    }
+    const bool vec = cols % kVec == 0 && vec_aligned<float>(dout) && vec_aligned<O>(o);
+    column_sums_into<1>(vec, DoutCastVecLoad<O>{dout, o, cols}, DoutCastLoad<O>{dout, o, cols}, dbias, nullptr,
+                        partial, rows, cols, stream);
   };
   switch (out_t) {
     case DType::bf16: run(static_cast<__nv_bfloat16*>(out)); return;
