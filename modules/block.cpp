@@ -184,12 +184,14 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
     k.matmul(ws, datty, dres_m, false, p[kAttnProjW], false, false);
   }
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
-  k.attention_bwd(ws, dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_, ctx.doc_start);
   const Tensor& dln1 = dln;
   {
     ArenaScope scope(ws);
-    const Tensor dqkv_m =
-        k.bias_grad_and_operand(ws, g[kAttnB], dqkv, shared_partner(dqkv, {s[kLn1].dtype, p[kAttnW].dtype}));
+    // Attention's gradient, its bias gradient and its operand: cuDNN's 16-bit
+    // gradients serve as the operand directly where the backend has them.
+    const Tensor dqkv_m = k.attention_bwd_bias_grad_and_operand(
+        ws, g[kAttnB], dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_, ctx.doc_start,
+        shared_partner(dqkv, {s[kLn1].dtype, p[kAttnW].dtype}));
     k.matmul(ws, g[kAttnW], dqkv_m, true, s[kLn1], false, true);  // (3C, C) += dqkv^T ln1
     k.matmul(ws, dln1, dqkv_m, false, p[kAttnW], false, false);   // (B, T, C) = dqkv Wattn
   }

@@ -100,6 +100,17 @@ class Kernels {
   // dqkv (B, T, 3C) written from dout (B, T, C); out is the forward's output.
   virtual void attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) = 0;
+  // attention_bwd, then bias_grad_and_operand(ws, dbias, dqkv, partner):
+  // where the backend's attention makes 16-bit gradients and partner is
+  // their dtype (CUDA with cuDNN), the operand is those gradients as they
+  // come and dqkv is left unspecified. Same bits as the separate calls.
+  virtual Tensor attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv,
+                                                     const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                                     const Tensor& lse, int n_head, const Tensor& doc_start,
+                                                     DType partner) {
+    attention_bwd(ws, dqkv, dout, qkv, out, lse, n_head, doc_start);
+    return bias_grad_and_operand(ws, dbias, dqkv, partner);
+  }
 
   // ---- Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU --
   // RMSNorm over the last dimension: out (N, C) = x * rstd * w, rstd (N) =

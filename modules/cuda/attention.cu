@@ -238,6 +238,31 @@ void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   run_bwd(a, qkv.dtype, dout, out, lse, ws, stream);
 }
 
+bool attention_bwd_cuda_16bit(const Tensor& dqkv16, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                              const Tensor& lse, int n_head, Arena& ws, cudaStream_t stream) {
+  const Dims d = packed_dims(qkv, n_head);
+  check_cuda(dqkv16, "dqkv16");
+  check_cuda(dout, "dout");
+  check_cuda(out, "out");
+  check_cuda(lse, "lse");
+  const int64_t n_out = static_cast<int64_t>(d.B) * d.T * d.C, n_stat = static_cast<int64_t>(d.B) * d.NH * d.T;
+  ZT_CHECK(dqkv16.numel() == qkv.numel() && dqkv16.dtype == qkv.dtype, "attention_bwd: dqkv16 must be ",
+           qkv.shape.str(), " ", dtype_name(qkv.dtype), ", got ", dqkv16.shape.str(), " ", dtype_name(dqkv16.dtype));
+  ZT_CHECK(dout.numel() == n_out && dout.dtype == DType::f32, "attention_bwd: dout must be (B, T, C) f32");
+  ZT_CHECK(out.numel() == n_out && out.dtype == qkv.dtype, "attention_bwd: out must be (B, T, C) in ",
+           dtype_name(qkv.dtype));
+  ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
+  BwdArgs a{};
+  a.d = d;
+  a.q = qkv.data;
+  a.k = offset(qkv.data, d.C, qkv.dtype);
+  a.v = offset(qkv.data, 2 * d.C, qkv.dtype);
+  a.lse = static_cast<const float*>(lse.data);
+  a.g16 = dqkv16.data;
+  a.ld_g16 = 3 * d.C;
+  return attn::cudnn_bwd(a, qkv.dtype, out.data, static_cast<const float*>(dout.data), ws, stream);
+}
+
 void gqa_attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                             int n_head, int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream) {
   const Dims d = gqa_dims(q, k, v, n_head, n_kv_head);

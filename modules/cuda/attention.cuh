@@ -46,6 +46,14 @@ void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv,
 void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int n_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream);
 
+// attention_bwd_cuda without document masking where cuDNN runs the call
+// ([Note: two attention paths]): dqkv16 (B, T, 3C), in qkv's 16-bit dtype,
+// receives cuDNN's gradients as it writes them, which attention_bwd_cuda
+// would widen into f32 (so widening dqkv16 gives its bits). Returns false,
+// having done nothing, where the flash kernels would run instead.
+bool attention_bwd_cuda_16bit(const Tensor& dqkv16, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                              const Tensor& lse, int n_head, Arena& ws, cudaStream_t stream);
+
 // Grouped-query attention on separate q (B, T, n_head * hs) and k, v (B, T,
 // n_kv_head * hs): query head h reads key/value head h / (n_head / n_kv_head).
 // out, lse as above. The backward writes dq, dk, dv (f32, shapes of q, k, v);

@@ -138,9 +138,10 @@ struct Key {
   int B, T, NH, NKV, hs;
   int64_t ld_q, ld_kv;
   bool deterministic;  // the backward's algorithm (true for every forward)
+  int64_t ld_g;        // the backward's gradient row stride: 0 for dense ones, else ld_g16
   bool operator<(const Key& o) const {
-    return std::tie(device, bwd, t, B, T, NH, NKV, hs, ld_q, ld_kv, deterministic) <
-           std::tie(o.device, o.bwd, o.t, o.B, o.T, o.NH, o.NKV, o.hs, o.ld_q, o.ld_kv, o.deterministic);
+    return std::tie(device, bwd, t, B, T, NH, NKV, hs, ld_q, ld_kv, deterministic, ld_g) <
+           std::tie(o.device, o.bwd, o.t, o.B, o.T, o.NH, o.NKV, o.hs, o.ld_q, o.ld_kv, o.deterministic, o.ld_g);
   }
 };
 
@@ -227,7 +228,8 @@ std::shared_ptr<fe::graph::Graph> fwd_graph(const attn::Dims& d, DType t) {
 // dq (B, T, NH * hs), dk, dv (B, T, NKV * hs), all dense in the storage
 // dtype; deterministic ([Note: two attention paths]) unless the caller asks
 // for cuDNN's non-deterministic algorithm (ZTRAIN_ATTENTION).
-std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t, bool deterministic) {
+// ld_g > 0: all three gradients with that row stride (one packed buffer).
+std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t, bool deterministic, int64_t ld_g) {
   auto g = new_graph(t);
   const int64_t Ckv = static_cast<int64_t>(d.NKV) * d.hs;
   auto Q = g->tensor(bhsd("Q", kQ, t, d, d.NH, d.ld_q));
@@ -249,11 +251,11 @@ std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t, bool d
                   .set_deterministic_algorithm(deterministic);
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
   dQ->set_output(true).set_uid(kdQ).set_data_type(fe_type(t)).set_dim(bhsd_dim(d, d.NH)).set_stride(
-      bhsd_stride(d, d.C));
+      bhsd_stride(d, ld_g > 0 ? ld_g : d.C));
   dK->set_output(true).set_uid(kdK).set_data_type(fe_type(t)).set_dim(bhsd_dim(d, d.NKV)).set_stride(
-      bhsd_stride(d, Ckv));
+      bhsd_stride(d, ld_g > 0 ? ld_g : Ckv));
   dV->set_output(true).set_uid(kdV).set_data_type(fe_type(t)).set_dim(bhsd_dim(d, d.NKV)).set_stride(
-      bhsd_stride(d, Ckv));
+      bhsd_stride(d, ld_g > 0 ? ld_g : Ckv));
   return g;
 }
 
@@ -287,7 +289,7 @@ const Entry& entry_for(State& s, const Key& k, cudnnHandle_t h, const attn::Dims
   Entry e;
   std::string why;
   try {
-    auto g = k.bwd ? bwd_graph(d, k.t, k.deterministic) : fwd_graph(d, k.t);
+    auto g = k.bwd ? bwd_graph(d, k.t, k.deterministic, k.ld_g) : fwd_graph(d, k.t);
     fe::error_t st = g->build(h, {fe::HeurMode_t::A});
     if (st.is_good()) {
       int64_t bytes = 0;
@@ -333,11 +335,11 @@ void run(const Key& k, const Entry& e, cudnnHandle_t h, Pack& pack, Arena& ws, c
   g_cudnn_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
-Key key_of(const attn::Dims& d, DType t, bool bwd) {
+Key key_of(const attn::Dims& d, DType t, bool bwd, int64_t ld_g = 0) {
   int device = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&device));
   const bool deterministic = !bwd || selected_path() != Path::cudnn_nondeterministic;
-  return Key{device, bwd, t, d.B, d.T, d.NH, d.NKV, d.hs, d.ld_q, d.ld_kv, deterministic};
+  return Key{device, bwd, t, d.B, d.T, d.NH, d.NKV, d.hs, d.ld_q, d.ld_kv, deterministic, ld_g};
 }
 
 #endif  // ZT_HAVE_CUDNN
@@ -369,9 +371,10 @@ bool cudnn_fwd(const FwdArgs& a, DType t, Arena& ws, cudaStream_t stream) {
 bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Arena& ws, cudaStream_t stream) {
   if (!cudnn_selected() || (t != DType::bf16 && t != DType::f16) || a.doc_start != nullptr) return false;
   if (!shape_fits(a.d, a.q, a.k, a.v) || !aligned16(out)) return false;
+  if (a.g16 != nullptr && (!aligned16(a.g16) || a.ld_g16 % 8 != 0)) return false;
 #if ZT_HAVE_CUDNN
   const Dims& d = a.d;
-  const Key k = key_of(d, t, true);
+  const Key k = key_of(d, t, true, a.g16 != nullptr ? a.ld_g16 : 0);
   cudnnHandle_t h = nullptr;
   const Entry* e = prepare(k, d, &h);
   if (e == nullptr) return false;
@@ -379,15 +382,18 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Ar
   const int64_t rows = static_cast<int64_t>(d.B) * d.T, Ckv = static_cast<int64_t>(d.NKV) * d.hs;
   // dO, dQ, dK, dV in the storage dtype, dense; 64-byte aligned by the arena.
   void* dout_s = ws.alloc(t, Shape{rows * d.C}).data;
-  void* dq = ws.alloc(t, Shape{rows * d.C}).data;
-  void* dk = ws.alloc(t, Shape{rows * Ckv}).data;
-  void* dv = ws.alloc(t, Shape{rows * Ckv}).data;
+  const int64_t es = static_cast<int64_t>(dtype_size(t));
+  char* g16 = static_cast<char*>(a.g16);
+  void* dq = g16 ? g16 : ws.alloc(t, Shape{rows * d.C}).data;
+  void* dk = g16 ? g16 + d.C * es : ws.alloc(t, Shape{rows * Ckv}).data;
+  void* dv = g16 ? g16 + (d.C + Ckv) * es : ws.alloc(t, Shape{rows * Ckv}).data;
   if (t == DType::bf16) launch_round<__nv_bfloat16>(dout, dout_s, rows * d.C, stream);
   else launch_round<__half>(dout, dout_s, rows * d.C, stream);
   Pack pack = {{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)},
                {kO, const_cast<void*>(out)}, {kdO, dout_s},                {kStats, const_cast<float*>(a.lse)},
                {kdQ, dq},                    {kdK, dk},                    {kdV, dv}};
   run(k, *e, h, pack, ws, stream);
+  if (g16 != nullptr) return true;  // the caller takes the 16-bit gradients
   if (t == DType::bf16) {
     launch_widen<__nv_bfloat16>(dq, d.C, rows, a.dq, a.ld_dq, stream);
     launch_widen<__nv_bfloat16>(dk, Ckv, rows, a.dk, a.ld_dkv, stream);

@@ -51,6 +51,11 @@ struct BwdArgs {
   float* dv;
   int64_t ld_dq, ld_dkv;
   const int32_t* doc_start;    // (B, T) or null
+  // cuDNN only (attn::cudnn_bwd): when set, dq, dk, dv are written in the
+  // storage dtype at g16, g16 + C and g16 + C + NKV * hs with row stride
+  // ld_g16 (the packed (B, T, 3C) layout), and dq, dk, dv above are unused.
+  void* g16;
+  int64_t ld_g16;
 };
 
 // First key query t of row b may see (0 without document masking); rows

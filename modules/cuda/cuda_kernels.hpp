@@ -104,6 +104,9 @@ class CudaKernels final : public Kernels {
   void cast(const Tensor& dst, const Tensor& src) override;
   Tensor matmul_operand(Arena& ws, const Tensor& t, DType partner) override;
   Tensor bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, DType partner) override;
+  Tensor attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv, const Tensor& dout,
+                                             const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                                             const Tensor& doc_start, DType partner) override;
   Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, const Tensor& x,
                                         DType partner) override;
   void zero(const Tensor& t) override;

@@ -6,8 +6,15 @@
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/cuda_kernels.hpp"
 #include "modules/cuda/elementwise.cuh"
+#include "modules/cuda/reduce.cuh"
 
 namespace zt {
+
+using cuda::check_dtype;
+using cuda::check_on_device;
+using cuda::cols;
+using cuda::rows;
+
 namespace {
 
 // The classifier takes x and w in one dtype. With f32 weights and 16-bit
@@ -32,6 +39,33 @@ void CudaKernels::attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse,
 void CudaKernels::attention_bwd(Arena& ws, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                 const Tensor& out, const Tensor& lse, int n_head, const Tensor& doc_start) {
   attention_bwd_cuda(dqkv, dout, qkv, out, lse, n_head, doc_start, ws, stream_);
+}
+
+// cuDNN's 16-bit gradients are the operand as they come (when the products
+// take that dtype), and the bias gradient sums them widened: the bits of
+// attention_bwd's widening followed by bias_grad_and_operand.
+Tensor CudaKernels::attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv,
+                                                        const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                                        const Tensor& lse, int n_head, const Tensor& doc_start,
+                                                        DType partner) {
+  if (!doc_start.defined() && dqkv.dtype == DType::f32 && partner == qkv.dtype &&
+      (partner == DType::bf16 || partner == DType::f16)) {
+    const int64_t N = cols(dqkv), R = rows(dqkv);
+    ZT_CHECK(dbias.numel() == N, "attention_bwd_bias_grad_and_operand: dbias ", dbias.shape.str(), " for dqkv ",
+             dqkv.shape.str());
+    check_on_device(dbias, "dbias");
+    check_dtype(dbias, DType::f32, "dbias");
+    const Arena::Mark m = ws.mark();
+    const Tensor op = ws.alloc(partner, dqkv.shape);
+    if (attention_bwd_cuda_16bit(op, dout, qkv, out, lse, n_head, ws, stream_)) {
+      cuda::bias_grad_16(static_cast<float*>(dbias.data), op.data, partner, R, N,
+                         scratch(cuda::bias_grad_workspace_bytes(R, N)), stream_);
+      return op;
+    }
+    ws.release_to(m);  // the flash kernels run: f32 gradients, then the fused pass
+  }
+  return Kernels::attention_bwd_bias_grad_and_operand(ws, dbias, dqkv, dout, qkv, out, lse, n_head, doc_start,
+                                                      partner);
 }
 
 void CudaKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,

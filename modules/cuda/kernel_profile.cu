@@ -264,6 +264,18 @@ Tensor ProfiledKernels::gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& 
         [&] { out = inner_->gelu_bwd_bias_grad_and_operand(ws, dbias, dout, x, partner); });
   return out;
 }
+Tensor ProfiledKernels::attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv,
+                                                            const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                                            const Tensor& lse, int n_head, const Tensor& doc_start,
+                                                            DType partner) {
+  Tensor r;
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3;
+  timed("attention_bwd+bias_grad+operand " + dt(qkv) + " hs " + std::to_string(C / n_head),
+        2.5 * attn_flops(B, T, n_head, C / n_head), 0,
+        [&] { r = inner_->attention_bwd_bias_grad_and_operand(ws, dbias, dqkv, dout, qkv, out, lse, n_head, doc_start,
+                                                              partner); });
+  return r;
+}
 void ProfiledKernels::zero(const Tensor& t) {
   timed("zero", 0, static_cast<double>(t.bytes()), [&] { inner_->zero(t); });
 }

@@ -13,6 +13,20 @@ struct DoutLoad {
   __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const { v[0] = dout[r * cols + c]; }
 };
 
+// A 16-bit matrix's elements widened to f32, one or kVec at a time.
+template <typename T>
+struct Widen16Load {
+  const T* x;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const { v[0] = to_float(x[r * cols + c]); }
+};
+template <typename T>
+struct Widen16VecLoad {
+  const T* x;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][kVec]) const { load_vec(x + r * cols + c, v[0]); }
+};
+
 // DoutLoad that also writes each element it reads, rounded to O, into out:
 // the column sums visit every element exactly once.
 // DoutCastLoad, kVec columns at a time (column_vec_partials_kernel).
@@ -112,6 +126,21 @@ size_t bias_grad_workspace_bytes(int64_t rows, int64_t cols) {
 
 void bias_grad(float* dbias, const float* dout, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
   column_sums_into<1>(DoutLoad{dout, cols}, dbias, nullptr, static_cast<float*>(workspace), rows, cols, stream);
+}
+
+void bias_grad_16(float* dbias, const void* dout, DType t, int64_t rows, int64_t cols, void* workspace,
+                  cudaStream_t stream) {
+  auto run = [&](const auto* x) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+    const bool vec = cols % kVec == 0 && vec_aligned<T>(x);
+    column_sums_into<1>(vec, Widen16VecLoad<T>{x, cols}, Widen16Load<T>{x, cols}, dbias, nullptr,
+                        static_cast<float*>(workspace), rows, cols, stream);
+  };
+  switch (t) {
+    case DType::bf16: run(static_cast<const __nv_bfloat16*>(dout)); return;
+    case DType::f16: run(static_cast<const __half*>(dout)); return;
+    default: ZT_THROW("bias_grad_16: dout must be bf16 or f16, got ", dtype_name(t));
+  }
 }
 
 void bias_grad_and_cast(float* dbias, void* out, DType out_t, const float* dout, int64_t rows, int64_t cols,

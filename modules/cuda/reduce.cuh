@@ -17,6 +17,10 @@ namespace zt::cuda {
 size_t bias_grad_workspace_bytes(int64_t rows, int64_t cols);
 // dbias (cols) += column sums of dout (rows, cols), all fp32.
 void bias_grad(float* dbias, const float* dout, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
+// bias_grad of dout (rows, cols) in a 16-bit dtype t, each element widened to
+// f32 first: the bits bias_grad gives for the widened matrix.
+void bias_grad_16(float* dbias, const void* dout, DType t, int64_t rows, int64_t cols, void* workspace,
+                  cudaStream_t stream);
 // bias_grad, and out (rows, cols) of dtype out_t (bf16 or f16) = dout
 // rounded as cast rounds it, in the same pass over dout; the same workspace.
 void bias_grad_and_cast(float* dbias, void* out, DType out_t, const float* dout, int64_t rows, int64_t cols,

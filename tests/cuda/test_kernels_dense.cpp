@@ -3,6 +3,7 @@
 // poisoned with NaN before each call (every element must be written), and
 // the error bounds of [Note: parity tolerances].
 #include "cuda_test_support.hpp"
+#include "modules/cuda/attention_cudnn.cuh"
 
 namespace zt::test {
 namespace {
@@ -140,6 +141,37 @@ TEST_F(CudaDense, FusedBiasGradAndOperandAreTheSeparateCallsBits) {
           gpu_ws->reset();
         }
       }
+    }
+  }
+}
+
+// Attention's backward with its bias gradient and operand in one call: where
+// cuDNN runs, its 16-bit gradients are the operand as they come, with the
+// bits of the f32 gradients (widened) going through bias_grad_and_operand.
+TEST_F(CudaDense, AttentionBackwardOperandIsTheSeparateCallsBits) {
+  const int64_t B = 2, T = 128, NH = 2, hs = 64, C = NH * hs;
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (DType partner : {t, DType::f32}) {
+      const std::string what = std::string(dtype_name(t)) + " partner " + dtype_name(partner);
+      const Tensor qkv_d = to_gpu(host_random(t, Shape{B, T, 3 * C}));
+      const Tensor dout_d = to_gpu(host_random(DType::f32, Shape{B, T, C}));
+      const Tensor db = host_random(DType::f32, Shape{3 * C});
+      const Tensor out_d = gpu_tensor(t, Shape{B, T, C}), lse_d = gpu_tensor(DType::f32, Shape{B, NH, T});
+      gpu_k->attention_fwd(*gpu_ws, out_d, lse_d, qkv_d, static_cast<int>(NH), Tensor());
+      const Tensor dqkv_sep = gpu_tensor(DType::f32, Shape{B, T, 3 * C}), dqkv_f = gpu_tensor(DType::f32, Shape{B, T, 3 * C});
+      const Tensor db_sep = to_gpu(db), db_fused = to_gpu(db);
+      gpu_k->attention_bwd(*gpu_ws, dqkv_sep, dout_d, qkv_d, out_d, lse_d, static_cast<int>(NH), Tensor());
+      const Tensor op_sep = gpu_k->bias_grad_and_operand(*gpu_ws, db_sep, dqkv_sep, partner);
+      const uint64_t calls = attention_cudnn_calls();
+      const Tensor op_fused = gpu_k->attention_bwd_bias_grad_and_operand(
+          *gpu_ws, db_fused, dqkv_f, dout_d, qkv_d, out_d, lse_d, static_cast<int>(NH), Tensor(), partner);
+      if (attention_cudnn_compiled()) {
+        EXPECT_EQ(attention_cudnn_calls() - calls, 1u) << what << ": the backward did not run on cuDNN";
+      }
+      EXPECT_EQ(op_fused.dtype, partner) << what;
+      EXPECT_EQ(max_abs_diff(values(op_fused), values(op_sep)), 0.0) << what;
+      EXPECT_EQ(max_abs_diff(values(db_fused), values(db_sep)), 0.0) << what;
+      gpu_ws->reset();
     }
   }
 }
