@@ -27,8 +27,6 @@ struct Widen16VecLoad {
   __device__ void operator()(int64_t r, int64_t c, float (&v)[1][kVec]) const { load_vec(x + r * cols + c, v[0]); }
 };
 
-// DoutLoad that also writes each element it reads, rounded to O, into out:
-// the column sums visit every element exactly once.
 // DoutCastLoad, kVec columns at a time (column_vec_partials_kernel).
 template <typename O>
 struct DoutCastVecLoad {
@@ -42,6 +40,8 @@ struct DoutCastVecLoad {
   }
 };
 
+// DoutLoad that also writes each element it reads, rounded to O, into out:
+// the column sums visit every element exactly once.
 template <typename O>
 struct DoutCastLoad {
   const float* dout;
