@@ -114,4 +114,21 @@ ModelDesc describe_model(const ModelConfig& cfg) {
   ZT_USER_ERROR("model.arch: unknown architecture \"", cfg.arch, "\"; known architectures: ", known);
 }
 
+std::vector<bool> recomputed_units(const std::vector<bool>& checkpointable,
+                                   const std::vector<std::vector<int>>& chunks, bool checkpointing, int layers) {
+  std::vector<bool> out(checkpointable.size(), false);
+  if (!checkpointing) return out;
+  for (const std::vector<int>& chunk : chunks) {
+    int left = layers;
+    for (int u : chunk) {
+      ZT_CHECK(u >= 0 && static_cast<size_t>(u) < checkpointable.size(), "unit ", u, " outside the model's ",
+               checkpointable.size());
+      if (!checkpointable[static_cast<size_t>(u)] || left == 0) continue;
+      out[static_cast<size_t>(u)] = true;
+      if (left > 0) --left;
+    }
+  }
+  return out;
+}
+
 }  // namespace zt

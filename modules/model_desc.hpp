@@ -116,6 +116,17 @@ struct ModelDesc {
   std::vector<std::vector<int>> unit_ties() const;
 };
 
+// [Note: partial recomputation] Which units recompute their forward in
+// backward. With activation checkpointing on, the first `layers`
+// checkpointable units of each chunk (a contiguous run of units that one
+// runner call walks: a pipeline stage's model chunk, or the whole model)
+// drop their stash and recompute it; the others keep it, as Megatron-LM's
+// recompute_method "block" with recompute_num_layers. layers < 0: every
+// checkpointable unit; checkpointing off: none. `checkpointable[u]` per
+// unit of the whole model; the result likewise (false outside the chunks).
+std::vector<bool> recomputed_units(const std::vector<bool>& checkpointable,
+                                   const std::vector<std::vector<int>>& chunks, bool checkpointing, int layers);
+
 // The model of a config: the architecture model.arch with the config's sizes.
 // UserError for an architecture that is not known.
 ModelDesc describe_model(const ModelConfig& cfg);

@@ -13,14 +13,31 @@ void MicroBatchState::reset() {
   doc_start = Tensor();
 }
 
+namespace {
+std::vector<bool> every_checkpointable(const std::vector<const Unit*>& units, bool on) {
+  std::vector<bool> out(units.size(), false);
+  for (size_t i = 0; i < units.size(); ++i) out[i] = on && units[i]->checkpointable();
+  return out;
+}
+}  // namespace
+
 UnitRunner::UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev,
                        DType param_dtype, DType act_dtype, bool checkpoint_activations)
+    : UnitRunner(units, kernels, dev, param_dtype, act_dtype, every_checkpointable(units, checkpoint_activations)) {}
+
+UnitRunner::UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev,
+                       DType param_dtype, DType act_dtype, std::vector<bool> recompute)
     : units_(units),
       kernels_(kernels),
       param_dtype_(param_dtype),
       act_dtype_(act_dtype),
-      checkpoint_(checkpoint_activations) {
+      recompute_(std::move(recompute)) {
   ZT_CHECK(!units_.empty(), "UnitRunner needs at least one unit");
+  ZT_CHECK(recompute_.size() == units_.size(), "recompute names ", recompute_.size(), " units, the model has ",
+           units_.size());
+  for (size_t i = 0; i < units_.size(); ++i)
+    ZT_CHECK(!recompute_[i] || units_[i]->checkpointable(), units_[i]->name(),
+             " is not checkpointable and cannot be recomputed");
   ZT_CHECK(kernels.device() == dev.kind(), "kernels and device disagree on the device kind");
   ZT_CHECK((param_dtype == DType::f64) == (act_dtype == DType::f64),
            "f64 (test) mode needs both parameters and activations in f64");
@@ -72,7 +89,7 @@ Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvid
     mb.inputs[static_cast<size_t>(i)] = x;
     mb.marks[static_cast<size_t>(i)] = mb.saved.mark();
     const Tensor out = mb.saved.alloc(u.output_dtype(act_dtype_), u.output_shape(mb.B, mb.T));
-    const bool drop = checkpoint_ && u.checkpointable();
+    const bool drop = recompute_[static_cast<size_t>(i)];
     const Arena::Mark scratch_mark = mb.scratch.mark();
     Stash& stash = mb.stashes[static_cast<size_t>(i)];
     stash.t.clear();
@@ -128,7 +145,7 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
     const Tensor& x = mb.inputs[ui];
     Stash& stash = mb.stashes[ui];
     const Arena::Mark unit_mark = mb.scratch.mark();
-    if (checkpoint_ && u.checkpointable()) {
+    if (recompute_[ui]) {
       stash.t.clear();
       const UnitContext rctx = context(mb, mb.scratch);
       const Tensor out = mb.scratch.alloc(u.output_dtype(act_dtype_), u.output_shape(mb.B, mb.T));

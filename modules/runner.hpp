@@ -14,9 +14,10 @@
 // released after every unit call. Arenas keep their chunks, so from the
 // second micro-batch on a step allocates nothing.
 //
-// With checkpointing, a checkpointable unit's forward keeps only its input
-// (which is the previous unit's output, kept anyway) and its output; its
-// stash goes to scratch and is dropped. Before its backward the forward is
+// With checkpointing, a recomputed unit (every checkpointable one, or the
+// first few of each chunk: [Note: partial recomputation] in model_desc.hpp)
+// keeps only its input (which is the previous unit's output, kept anyway)
+// and its output; its stash goes to scratch and is dropped. Before its backward the forward is
 // re-run under Phase::recompute, and the recomputation is bit-identical
 // because every kernel is deterministic.
 #pragma once
@@ -69,6 +70,12 @@ class UnitRunner {
   // parameter views the provider hands out.
   UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev, DType param_dtype,
              DType act_dtype, bool checkpoint_activations);
+  // [Note: partial recomputation] in model_desc.hpp: unit i recomputes its
+  // forward in backward iff recompute[i] (one entry per unit; only
+  // checkpointable units may be named). The constructor above names every
+  // checkpointable unit, or none.
+  UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, Device& dev, DType param_dtype,
+             DType act_dtype, std::vector<bool> recompute);
 
   // Forward of units [first, last). `in` is unit first's input ((B, T) i32
   // tokens for unit 0) and must stay valid until this range's backward;
@@ -92,7 +99,7 @@ class UnitRunner {
 
   int num_units() const { return static_cast<int>(units_.size()); }
   const Unit& unit(int i) const { return *units_.at(static_cast<size_t>(i)); }
-  bool checkpointing() const { return checkpoint_; }
+  bool recomputes(int i) const { return recompute_.at(static_cast<size_t>(i)); }
   DType act_dtype() const { return act_dtype_; }
   DType param_dtype() const { return param_dtype_; }
 
@@ -103,7 +110,7 @@ class UnitRunner {
   std::vector<const Unit*> units_;
   Kernels& kernels_;
   DType param_dtype_, act_dtype_;
-  bool checkpoint_;
+  std::vector<bool> recompute_;  // per unit
 };
 
 }  // namespace zt

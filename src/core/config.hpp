@@ -55,6 +55,11 @@ struct ModelConfig {
   // Recompute each block's forward during backward instead of keeping its
   // activations.
   bool activation_checkpointing = false;
+  // With activation_checkpointing: how many blocks of each pipeline chunk
+  // (the first ones) recompute; the rest keep their activations (Megatron-
+  // LM's recompute_num_layers, method "block"; [Note: partial
+  // recomputation] in modules/model_desc.hpp). -1 (the default) = every block.
+  int recompute_layers = -1;
   // Weights to start from (a fine-tuning run: these weights, fresh optimizer
   // state, step 0): a Hugging Face model directory (config.json + safetensors)
   // or a ztrain checkpoint (a step directory or a checkpoint.dir); "" = the

@@ -51,6 +51,7 @@ json model_json(const ModelConfig& m) {
             {"n_layer", m.n_layer},   {"n_head", m.n_head},         {"d_model", m.d_model},
             {"seq_len", m.seq_len},   {"vocab_size", m.vocab_size}, {"activation_checkpointing", m.activation_checkpointing}};
   if (!m.preset.empty()) j["preset"] = m.preset;  // "" (custom sizes) has no key
+  if (m.recompute_layers >= 0) j["recompute_layers"] = m.recompute_layers;
   if (!m.init_from.empty()) j["init_from"] = m.init_from;
   if (m.arch == "llama") {  // another arch refuses these keys
     j["intermediate_size"] = m.intermediate_size;

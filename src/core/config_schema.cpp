@@ -145,7 +145,7 @@ std::vector<SectionSchema> build_schemas() {
 
   s.push_back({"model", "model",
                {"arch", "preset", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "activation_checkpointing",
-                "intermediate_size", "num_key_value_heads", "rms_norm_eps", "rope_theta", "rope_scaling",
+                "recompute_layers", "intermediate_size", "num_key_value_heads", "rms_norm_eps", "rope_theta", "rope_scaling",
                 "tie_word_embeddings", "init_from"},
                {}});
   s.push_back({"model.rope_scaling", "model.rope_scaling",

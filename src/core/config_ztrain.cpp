@@ -148,6 +148,11 @@ void parse_model(const SectionReader& top, Config& cfg) {
                r.has("tie_word_embeddings");
   }
   m.activation_checkpointing = r.boolean("activation_checkpointing", ModelConfig{}.activation_checkpointing);
+  m.recompute_layers = static_cast<int>(r.integer("recompute_layers", -1, 0, kIntMax));
+  if (r.has("recompute_layers") && !m.activation_checkpointing)
+    r.fail("recompute_layers",
+           "counts the blocks that recompute under activation checkpointing, which is off: set "
+           "model.activation_checkpointing to true, or leave recompute_layers out");
   m.init_from = r.string("init_from", "");
   if (r.has("init_from") && m.init_from.empty()) r.fail("init_from", "expected a directory, found \"\"");
   // Absolute, for checkpoint manifests (zckpt export follows it to a

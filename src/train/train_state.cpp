@@ -35,7 +35,7 @@ nlohmann::json model_record(const ModelConfig& model) {
   Config c;
   c.model = model;
   nlohmann::json hp = resolved_json(c)["model"];
-  for (const char* k : {"activation_checkpointing", "preset", "init_from"}) hp.erase(k);
+  for (const char* k : {"activation_checkpointing", "recompute_layers", "preset", "init_from"}) hp.erase(k);
   nlohmann::json tensors = nlohmann::json::array();
   for (const UnitDesc& u : describe_model(model).units)
     for (const TensorDesc& t : u.tensors) {

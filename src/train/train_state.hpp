@@ -29,7 +29,7 @@ nlohmann::json state_json(const TrainState& s, const Config& cfg, const SavedLay
 // [Note: model record] What a checkpoint's weights are: the model's
 // hyperparameters (model.arch, n_layer, n_head, d_model, seq_len,
 // vocab_size and the architecture's own; not activation_checkpointing,
-// preset or init_from) and every tensor with its shape, in the order of the
+// recompute_layers, preset or init_from) and every tensor with its shape, in the order of the
 // units' flat buffers. Element counts per unit alone would let another model
 // load (another n_head; vocab_size and seq_len traded so the embedding keeps
 // its size).

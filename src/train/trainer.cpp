@@ -144,8 +144,19 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   s.zero = std::make_unique<ZeroEngine>(units, zo, dev, kernels, *comms.data().tensors, *comms.data().host,
                                         *s.placement, s.plan.local);
   s.schedule = make_lr_schedule(o.lr);
-  s.runner = std::make_unique<UnitRunner>(units, kernels, dev, o.param_dtype, o.act_dtype,
-                                          cfg.model.activation_checkpointing);
+  {
+    // [Note: partial recomputation]: per chunk, as the estimator counts it.
+    std::vector<bool> checkpointable;
+    for (const UnitDesc& u : desc.units) checkpointable.push_back(u.checkpointable);
+    std::vector<std::vector<int>> chunks;
+    for (const UnitRange& r : s.plan.chunks) {
+      chunks.emplace_back();
+      for (int u = r.first; u < r.last; ++u) chunks.back().push_back(u);
+    }
+    s.runner = std::make_unique<UnitRunner>(
+        units, kernels, dev, o.param_dtype, o.act_dtype,
+        recomputed_units(checkpointable, chunks, cfg.model.activation_checkpointing, cfg.model.recompute_layers));
+  }
   s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, units, s.plan.mirror, o, s.fault);
   // Each micro-batch's saved-activation arena starts with one chunk of the
   // estimator's figure for one micro-batch on this rank's stage, and the
@@ -324,7 +335,10 @@ void Trainer::run() {
   log_info("batch: ", s.opts.global_batch, " sequences (", s.opts.tokens_per_step(), " tokens) = micro ", s.opts.B,
            " x accum ", s.opts.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
            dtype_name(s.opts.param_dtype), " parameters; activation checkpointing ",
-           cfg.model.activation_checkpointing ? "on" : "off");
+           !cfg.model.activation_checkpointing ? std::string("off")
+           : cfg.model.recompute_layers < 0
+               ? std::string("on")
+               : "on for the first " + std::to_string(cfg.model.recompute_layers) + " blocks of each chunk");
   install_stop_handlers();
   const double start = now_s();
   const int64_t first_step = s.state.step;

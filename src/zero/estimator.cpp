@@ -92,7 +92,7 @@ std::vector<int> tied_units(const UnitDesc& u) {
 // live total allows, and frees it otherwise. `held`: the stage's units;
 // `runs`: those it runs (not the tie mirror). Returns the peak live elements.
 int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const std::vector<bool>& runs,
-                        const EstimateInput& in) {
+                        const std::vector<bool>& recomputed, const EstimateInput& in) {
   const int n = m.num_units();
   auto numel = [&](int v) { return m.units[static_cast<size_t>(v)].numel(); };
   auto partitioned = [&](int v) { return numel(v) >= in.stage3_param_persistence_threshold; };
@@ -151,7 +151,7 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
   }
   for (int v = n - 1; v >= 0; --v) {
     if (!runs[v]) continue;
-    if (in.activation_checkpointing && m.units[static_cast<size_t>(v)].checkpointable) {
+    if (recomputed[static_cast<size_t>(v)]) {
       acquire(v, Pass::recompute);
       release(v, Pass::recompute);
     }
@@ -163,12 +163,13 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
 
 // Activation bytes per token that one micro-batch keeps in one chunk: its
 // input when another stage sends it (the output of the unit before), and
-// each unit's output and, unless checkpointing drops it, its stash.
-int64_t chunk_saved_per_token(const ModelDesc& m, const std::vector<int>& chunk, bool checkpointing, int64_t a) {
+// each unit's output and, unless it is recomputed, its stash.
+int64_t chunk_saved_per_token(const ModelDesc& m, const std::vector<int>& chunk, const std::vector<bool>& recomputed,
+                              int64_t a) {
   int64_t bytes = chunk.front() > 0 ? m.units[static_cast<size_t>(chunk.front() - 1)].act.output.bytes(a) : 0;
   for (int u : chunk) {
     const UnitDesc& d = m.units[static_cast<size_t>(u)];
-    bytes += d.act.output.bytes(a) + (checkpointing && d.checkpointable ? 0 : d.act.stash.bytes(a));
+    bytes += d.act.output.bytes(a) + (recomputed[static_cast<size_t>(u)] ? 0 : d.act.stash.bytes(a));
   }
   return bytes;
 }
@@ -189,6 +190,10 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       runs[static_cast<size_t>(u)] = true;
       for (int t : tied_units(m.units[static_cast<size_t>(u)])) owner[static_cast<size_t>(t)] = true;
     }
+  std::vector<bool> checkpointable(static_cast<size_t>(n));
+  for (int u = 0; u < n; ++u) checkpointable[static_cast<size_t>(u)] = m.units[static_cast<size_t>(u)].checkpointable;
+  const std::vector<bool> recomputed =
+      recomputed_units(checkpointable, sc.chunks, in.activation_checkpointing, in.recompute_layers);
 
   MemoryEstimateRow r;
   r.pp_stage = pp_stage;
@@ -217,7 +222,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   if (stage < 3) {
     r.params = padded * pb;
   } else {
-    r.params = (persistent + live_parameters(m, held, runs, in)) * pb;
+    r.params = (persistent + live_parameters(m, held, runs, recomputed, in)) * pb;
     // In fp32 the master shard is the working shard, unless the master is offloaded.
     const int64_t working_shard = f32 && !offloaded(in.offload_optimizer) ? 0 : shard * pb;
     int64_t& param_host = in.param_pin_memory ? r.host_pinned : r.host_pageable;
@@ -330,7 +335,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   const int64_t tokens = in.micro_batch * m.shape.seq_len;
   int64_t chunk_max = 0, chunk_sum = 0;
   for (const std::vector<int>& chunk : sc.chunks) {
-    const int64_t bytes = chunk_saved_per_token(m, chunk, in.activation_checkpointing, a);
+    const int64_t bytes = chunk_saved_per_token(m, chunk, recomputed, a);
     chunk_max = std::max(chunk_max, bytes);
     chunk_sum += bytes;
   }
@@ -351,7 +356,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     if (!runs[static_cast<size_t>(u)]) continue;
     const UnitDesc& d = m.units[static_cast<size_t>(u)];
     int64_t ws = tokens * d.act.backward.bytes(a);
-    if (in.activation_checkpointing && d.checkpointable) ws += tokens * (d.act.output + d.act.stash).bytes(a);
+    if (recomputed[static_cast<size_t>(u)]) ws += tokens * (d.act.output + d.act.stash).bytes(a);
     if (d.act.logits_width > 0) {
       const int64_t row = d.act.logits_width * 4;
       ws += std::clamp<int64_t>(in.classifier_chunk_bytes / row, 1, tokens) * row;
@@ -492,7 +497,11 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
   os << ", ffn " << s.ffn_hidden << ", vocab " << s.vocab << "\n"
      << "  " << base.world << " ranks = dp " << base.dp << " x pp " << base.pp << "; " << dtype_name(base.param_dtype)
      << " parameters and activations; micro-batch " << base.micro_batch << " x seq " << s.seq_len
-     << "; activation checkpointing " << (base.activation_checkpointing ? "on" : "off") << "\n";
+     << "; activation checkpointing "
+     << (!base.activation_checkpointing ? std::string("off")
+         : base.recompute_layers < 0 ? std::string("on")
+                                     : "on for the first " + std::to_string(base.recompute_layers) +
+                                           " blocks of each chunk") << "\n";
   std::snprintf(buf, sizeof buf, "%-5s %-10s %8s %8s %8s %8s %8s %8s %8s %9s %9s %9s %9s\n", "stage", "offload",
                 "params", "grads", "optim", "states", "activ", "comm", "work", "DEVICE", "pinned", "pageable", "nvme");
   os << buf;

@@ -49,6 +49,34 @@ LAYOUTS=(
   "np4-p4v2-int-z1-bf16 4 pipeline.parallel_size=4 pipeline.pipe_schedule_name=\"interleaved\" pipeline.num_chunks=2 zero_optimization.stage=1 bf16.enabled=true"
   "np4-p2-gpipe-dp2-z2-f32 4 pipeline.parallel_size=2 pipeline.pipe_schedule_name=\"gpipe\" zero_optimization.stage=2"
 )
+# Layouts that must give the bits of a golden layout: recomputing only some
+# blocks ([Note: partial recomputation]) changes no arithmetic.
+# name golden-name np settings...
+SAME_AS=(
+  "np1-z0-bf16-rec3 np1-z0-bf16-ckpt 1 bf16.enabled=true model.activation_checkpointing=true model.recompute_layers=3"
+  "np4-p2v2-int-dp2-z3-f32-rec1 np4-p2v2-int-dp2-z3-f32-ckpt 4 pipeline.parallel_size=2 pipeline.pipe_schedule_name=\"interleaved\" pipeline.num_chunks=2 zero_optimization.stage=3 model.activation_checkpointing=true model.recompute_layers=1"
+)
+
+train_layout() {  # train_layout OUT NAME NP SETTINGS...: appends NAME's bits to OUT
+  local out=$1 name=$2 np=$3
+  shift 3
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  run_np "$np" c.json --log-dir "$name" "${sets[@]}"
+  if [ "$RC" != 0 ]; then
+    fail "$name: exit code $RC"
+    return
+  fi
+  grep '"step"' "$name/metrics.jsonl" | while IFS= read -r rec; do
+    step=$(echo "$rec" | grep -o '"step":[0-9]*' | cut -d: -f2)
+    line="$name step $step"
+    for k in loss grad_norm val_loss; do
+      v=$(echo "$rec" | grep -o "\"$k\":[^,}]*" | cut -d: -f2)
+      [ -n "$v" ] && line="$line $k=$v"
+    done
+    echo "$line"
+  done >> "$out"
+}
 
 : > bits.txt
 for l in "${LAYOUTS[@]}"; do
@@ -56,24 +84,7 @@ for l in "${LAYOUTS[@]}"; do
   # shellcheck disable=SC2086
   set -- $l
   set +f
-  name=$1 np=$2
-  shift 2
-  sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  run_np "$np" c.json --log-dir "$name" "${sets[@]}"
-  if [ "$RC" != 0 ]; then
-    fail "$name: exit code $RC"
-    continue
-  fi
-  grep '"step"' "$name/metrics.jsonl" | while IFS= read -r rec; do
-    step=$(echo "$rec" | grep -o '"step":[0-9]*' | cut -d: -f2)
-    out="$name step $step"
-    for k in loss grad_norm val_loss; do
-      v=$(echo "$rec" | grep -o "\"$k\":[^,}]*" | cut -d: -f2)
-      [ -n "$v" ] && out="$out $k=$v"
-    done
-    echo "$out"
-  done >> bits.txt
+  train_layout bits.txt "$@"
 done
 
 if [ -n "${ZT_UPDATE_GOLDEN:-}" ]; then
@@ -92,4 +103,29 @@ for l in "${LAYOUTS[@]}"; do
     head -8 d.txt
   fi
 done
+: > same.txt
+for l in "${SAME_AS[@]}"; do
+  set -f
+  # shellcheck disable=SC2086
+  set -- $l
+  set +f
+  name=$1 ref=$2
+  shift 2
+  train_layout same.txt "$name" "$@"
+  if diff <(grep "^$ref " "$golden" | cut -d' ' -f2-) <(grep "^$name " same.txt | cut -d' ' -f2-) > d.txt; then
+    n=$(grep -c "^$name " same.txt || true)
+    [ "$n" -gt 0 ] && echo "ok: $name: $n steps, the bits of $ref" || fail "$name: no steps recorded"
+  else
+    fail "$name: bits differ from $ref's"
+    head -8 d.txt
+  fi
+done
+# Keeping 5 of 8 blocks' activations needs more than recomputing all 8.
+peak_act() { grep '"event":"end"' "$1/metrics.jsonl" | grep -o '"activations":[0-9]*' | cut -d: -f2; }
+all=$(peak_act np1-z0-bf16-ckpt) part=$(peak_act np1-z0-bf16-rec3)
+if [ -n "$all" ] && [ -n "$part" ] && [ "$part" -gt "$all" ]; then
+  echo "ok: activations at their peak: $part B recomputing 3 blocks, $all B recomputing all"
+else
+  fail "peak activations: '$part' B recomputing 3 blocks, not more than '$all' B recomputing all"
+fi
 finish

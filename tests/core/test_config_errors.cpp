@@ -88,6 +88,11 @@ TEST(ConfigErrors, OutOfRangeNamesBounds) {
   EXPECT_EQ(parse_error(R"({"gradient_clipping": -1})"),
             "config.json: gradient_clipping: expected a number >= 0, found -1");
   EXPECT_EQ(parse_error(R"({"model": {"seq_len": 0}})"), "config.json: model.seq_len: expected a positive integer, found 0");
+  EXPECT_EQ(parse_error(R"({"model": {"activation_checkpointing": true, "recompute_layers": -1}})"),
+            "config.json: model.recompute_layers: expected a non-negative integer, found -1");
+  EXPECT_EQ(parse_error(R"({"model": {"recompute_layers": 2}})"),
+            "config.json: model.recompute_layers: counts the blocks that recompute under activation checkpointing, "
+            "which is off: set model.activation_checkpointing to true, or leave recompute_layers out");
   EXPECT_EQ(parse_error(R"({"model": {"n_head": 3}})"),
             "config.json: model.n_head: d_model (64) must be divisible by n_head (3)");
   EXPECT_EQ(parse_error(R"({"zero_optimization": {"offload_optimizer": {"ratio": 1.5}}})"),

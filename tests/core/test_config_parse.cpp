@@ -234,6 +234,9 @@ TEST(ConfigParse, ModelPresets) {
   EXPECT_EQ(cfg.model.n_layer, 3);
   EXPECT_EQ(cfg.model.d_model, 64);
   EXPECT_TRUE(cfg.model.activation_checkpointing);
+  EXPECT_EQ(cfg.model.recompute_layers, -1);
+  cfg = parse(R"({"model": {"n_layer": 3, "activation_checkpointing": true, "recompute_layers": 2}})");
+  EXPECT_EQ(cfg.model.recompute_layers, 2);
   EXPECT_EQ(parse(R"({"model": {}})").model.preset, "tiny");
 }
 

@@ -308,13 +308,23 @@ TEST(Estimator, ActivationsMatchTheRunner) {
   const GptConfig c{3, 4, 32, 32, 50};
   const int64_t B = 2;
   for (DType dt : {DType::f32, DType::bf16}) {
-    for (bool ckpt : {false, true}) {
+    // Checkpointing off, then on for the first `layers` blocks ([Note:
+    // partial recomputation]; -1 = all of them).
+    size_t last_saved = 0;
+    for (int layers : {-2, 0, 1, 2, -1}) {
+      const bool ckpt = layers != -2;
       auto dev = make_cpu_device();
       const auto units = build_gpt(c);
       const auto views = unit_views(units);
       FlatStore store(*dev, views, dt, 7);
       CpuKernels kernels;
-      UnitRunner runner(views, kernels, *dev, dt, dt, ckpt);
+      std::vector<bool> checkpointable;
+      for (const Unit* u : views) checkpointable.push_back(u->checkpointable());
+      std::vector<int> all(views.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+      const std::vector<bool> rec = recomputed_units(checkpointable, {all}, ckpt, layers);
+      EXPECT_EQ(std::count(rec.begin(), rec.end(), true), !ckpt ? 0 : layers < 0 ? c.n_layer : layers);
+      UnitRunner runner(views, kernels, *dev, dt, dt, rec);
       MicroBatchState mb(*dev, static_cast<int>(views.size()), 64);
       Buffer tok(*dev, DType::i32, Shape{B, c.seq_len}, MemTag::activations);
       Buffer tg(*dev, DType::i32, Shape{B, c.seq_len}, MemTag::activations);
@@ -330,10 +340,17 @@ TEST(Estimator, ActivationsMatchTheRunner) {
       EstimateInput in = input_for(gpt(c), 1, 0, dt);
       in.micro_batch = B;
       in.activation_checkpointing = ckpt;
+      in.recompute_layers = layers;
       const MemoryEstimateRow r = estimate(in);
       const int64_t trainer_buffers = 12 * B * c.seq_len;  // tokens, targets, loss weights
       EXPECT_EQ(r.activations - trainer_buffers, static_cast<int64_t>(saved))
-          << dtype_name(dt) << (ckpt ? " checkpointed" : "");
+          << dtype_name(dt) << (ckpt ? " checkpointed, layers " + std::to_string(layers) : "");
+      // Each block more that recomputes keeps less; none is checkpointing off.
+      if (layers == 0)
+        EXPECT_EQ(saved, last_saved) << dtype_name(dt);
+      else if (last_saved > 0)
+        EXPECT_LT(saved, last_saved) << dtype_name(dt) << " layers " << layers;
+      last_saved = saved;
       EXPECT_EQ(r.micro_batch_activations, static_cast<int64_t>(saved));
       // The CPU kernels' scratch also holds staging copies and per-thread
       // attention buffers that the estimate leaves out; it stays the same order.
