@@ -92,6 +92,11 @@ class ParamProvider {
   // Views of unit's own then tied parameters, valid until release(unit, phase).
   virtual std::vector<Tensor> acquire(int unit, Phase phase) = 0;
   virtual void release(int unit, Phase phase) = 0;
+  // [Note: breadth-first walk] (pipeline/executor.hpp): from now on each
+  // unit is acquired and released n times in a row in each phase (n
+  // micro-batches) before the walk moves on; 1 = the usual order. A hint for
+  // what to keep: a provider may ignore it.
+  virtual void set_run_length(int n) { (void)n; }
 };
 
 class GradSink {
@@ -102,6 +107,10 @@ class GradSink {
   virtual std::vector<Tensor> grads(int unit) = 0;
   // The unit's backward for the current micro-batch has finished.
   virtual void done(int unit) = 0;
+  // [Note: breadth-first walk]: from now on each unit's backward runs n
+  // times in a row (n micro-batches, each adding into the same buffers)
+  // before the next unit's; 1 = the usual order. A sink may ignore it.
+  virtual void set_run_length(int n) { (void)n; }
 };
 
 }  // namespace zt

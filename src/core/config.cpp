@@ -96,6 +96,17 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
              "offload_optimizer.device \"cpu\" or \"nvme\" and ratio 1 (found stage " +
                  std::to_string(cfg.zero.stage) + ", device \"" + opt.device + "\", ratio " +
                  std::to_string(opt.ratio) + ")");
+  // [Note: breadth-first walk]: one stage walks its micro-batches in groups.
+  const int group = cfg.train.breadth_first_group;
+  if (group > 1 && cfg.pipeline.parallel_size > 1)
+    ctx.fail("train.breadth_first_group",
+             std::to_string(group) + " walks groups of micro-batches through a whole model on one stage; with "
+             "pipeline.parallel_size " + std::to_string(cfg.pipeline.parallel_size) +
+             " the pipeline schedule orders them: leave it 1");
+  if (group > 1 && off.grad_accumulation == "device")
+    ctx.fail("train.breadth_first_group",
+             std::to_string(group) + " adds each group's gradients on the device already; offload.grad_accumulation "
+             "\"device\" would keep a second accumulator of the whole shard: leave it \"host\"");
   const bool nvme = opt.device == "nvme" || cfg.zero.offload_param.device == "nvme";
   const std::string devices = "neither zero_optimization.offload_optimizer.device nor "
                               "zero_optimization.offload_param.device is \"nvme\" (found \"" +

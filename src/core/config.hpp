@@ -96,6 +96,10 @@ struct TrainConfig {
   // with fp16 those the loss scaler did not already skip) whose update is
   // skipped before the run stops with an error; 0 = the first one stops it.
   int nonfinite_tolerance = 0;
+  // [Note: breadth-first walk] (pipeline/executor.hpp): micro-batches that
+  // go through each unit together, each unit's forward (then backward) for
+  // all of them before the next unit; 1 = one micro-batch at a time.
+  int breadth_first_group = 1;
 };
 
 struct LogConfig {

@@ -153,7 +153,8 @@ json resolved_json(const Config& cfg) {
                 // null: no cap (0 is not a valid value to write)
                 {"device_memory_cap_gib",
                  cfg.train.device_memory_cap_gib > 0 ? json(cfg.train.device_memory_cap_gib) : json()},
-                {"nonfinite_tolerance", cfg.train.nonfinite_tolerance}};
+                {"nonfinite_tolerance", cfg.train.nonfinite_tolerance},
+                {"breadth_first_group", cfg.train.breadth_first_group}};
   j["offload"] = {{"delayed_update", cfg.offload.delayed_update},
                   {"delayed_update_warmup", cfg.offload.delayed_update_warmup},
                   {"aio_backend", cfg.offload.aio_backend},

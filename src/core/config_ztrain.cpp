@@ -246,6 +246,7 @@ void parse_train(const SectionReader& top, Config& cfg) {
   // a given value must be positive.
   t.device_memory_cap_gib = r.number("device_memory_cap_gib", d.device_memory_cap_gib, above(0));
   t.nonfinite_tolerance = static_cast<int>(r.integer("nonfinite_tolerance", d.nonfinite_tolerance, 0, kIntMax));
+  t.breadth_first_group = static_cast<int>(r.integer("breadth_first_group", d.breadth_first_group, 1, kIntMax));
 }
 
 // Only the values here; the rules that involve zero_optimization's offload

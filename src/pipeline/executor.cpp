@@ -1,6 +1,7 @@
 #include "pipeline/executor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "comm/flight_recorder.hpp"
@@ -116,11 +117,37 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
     note_instr(ins, args.train);
     switch (ins.op) {
       case PipeOp::forward:
-        forward(w, ins);
-        break;
-      case PipeOp::backward:
-        backward(w, ins);
-        break;
+      case PipeOp::backward: {
+        // [Note: breadth-first walk]: the run of this op on this chunk.
+        std::vector<int> mbs{ins.mb};
+        size_t j = i + 1;
+        if (args.train)
+          for (; j < program.size() && static_cast<int>(mbs.size()) < args.group; ++j) {
+            const PipeInstr& next = program[j];
+            if (next.op != ins.op || next.chunk != ins.chunk) break;
+            mbs.push_back(next.mb);
+          }
+        if (mbs.size() == 1) {
+          if (ins.op == PipeOp::forward)
+            forward(w, ins);
+          else
+            backward(w, ins);
+          break;
+        }
+        if (ins.op == PipeOp::forward)
+          forward_run(w, ins.chunk, mbs);
+        else
+          backward_run(w, ins.chunk, mbs);
+        bool retired = false;
+        for (size_t k = i; k < j; ++k)
+          if (w.leaves_after(k)) {
+            retire(w, program[k].mb);
+            retired = true;
+          }
+        if (retired) drain(w);
+        i = j - 1;
+        continue;
+      }
       case PipeOp::reduce_grads:
         w.t.total_s = now_s() - start;  // the walk's own time ends here
         args.hooks->reduce_grads();
@@ -188,6 +215,90 @@ void PipelineExecutor::backward(Walk& w, const PipeInstr& ins) {
   w.t.backward_s += now_s() - t0;
   if (g != 0) f.grad_sends.emplace_back(std::move(din), CommRequest());
   if (!f.grad_in.empty()) give_back(std::move(f.grad_in));
+}
+
+void PipelineExecutor::forward_run(Walk& w, int chunk, const std::vector<int>& mbs) {
+  const int g = global(chunk), last = P_ * V_ - 1;
+  const UnitRange r = range(chunk);
+  const bool packed = w.args.hooks->packed();
+  const size_t n = mbs.size();
+  std::vector<InFlight*> fs;
+  std::vector<Tensor> x;
+  for (int mb : mbs) {
+    InFlight& f = flight(mb);
+    if (packed && f.doc_start.empty()) f.doc_start = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
+    if (chunk == 0 && (stage_ == 0 || stage_ == P_ - 1 || packed))
+      w.args.hooks->load_batch(mb, f.tokens.tensor(), f.targets.tensor(), packed ? f.doc_start.tensor() : Tensor());
+    if (g == 0) f.in[static_cast<size_t>(chunk)] = f.tokens.tensor();
+    fs.push_back(&f);
+    x.push_back(f.in[static_cast<size_t>(chunk)]);
+  }
+  const double t0 = now_s();
+  w.args.params->set_run_length(static_cast<int>(n));
+  for (int u = r.first; u < r.last; ++u)
+    for (size_t k = 0; k < n; ++k) {
+      InFlight& f = *fs[k];
+      x[k] = runner_.forward(u, u + 1, f.state, *w.args.params, x[k], f.targets.tensor(),
+                             packed ? f.doc_start.tensor() : Tensor());
+    }
+  w.args.params->set_run_length(1);
+  for (size_t k = 0; k < n; ++k) {
+    fs[k]->out[static_cast<size_t>(chunk)] = x[k];
+    if (g == last) kernels_.sum_into(x[k], w.args.loss_sum);  // in micro-batch order, as one at a time
+  }
+  w.t.forward_s += now_s() - t0;
+}
+
+void PipelineExecutor::backward_run(Walk& w, int chunk, const std::vector<int>& mbs) {
+  const int g = global(chunk);
+  const UnitRange r = range(chunk);
+  const size_t n = mbs.size();
+  const DType gdt = math_dtype(runner_.act_dtype());
+  std::vector<InFlight*> fs;
+  std::vector<Tensor> d;
+  std::vector<Buffer> din_out(n);
+  for (size_t k = 0; k < n; ++k) {
+    InFlight& f = flight(mbs[k]);
+    wait(f.act_send[static_cast<size_t>(chunk)]);
+    fs.push_back(&f);
+    d.push_back(g == P_ * V_ - 1 ? w.args.dloss : f.grad_in.tensor());
+    if (g != 0) din_out[k] = take_comm_buffer(gdt, runner_.unit(r.first).input_shape(B_, T_));
+  }
+  // Each micro-batch's gradient between two units of the chunk: two
+  // ping-pong buffers per micro-batch, as wide as the widest input after
+  // the chunk's first unit (the runner's own, one micro-batch at a time).
+  const Arena::Mark base = scratch_.mark();
+  int64_t max_elems = 0;
+  for (int u = r.first + 1; u < r.last; ++u)
+    max_elems = std::max(max_elems, runner_.unit(u).input_shape(B_, T_).numel());
+  std::vector<std::array<Tensor, 2>> ping(n);
+  if (max_elems > 0)
+    for (auto& p : ping) p = {scratch_.alloc(gdt, Shape{max_elems}), scratch_.alloc(gdt, Shape{max_elems})};
+  const double t0 = now_s();
+  w.args.params->set_run_length(static_cast<int>(n));
+  w.args.grads->set_run_length(static_cast<int>(n));
+  int parity = 0;
+  for (int u = r.last - 1; u >= r.first; --u) {
+    for (size_t k = 0; k < n; ++k) {
+      Tensor din;
+      if (u == r.first)
+        din = din_out[k].tensor();  // undefined for global chunk 0
+      else
+        din = Tensor(ping[k][parity].data, gdt, runner_.unit(u).input_shape(B_, T_), ping[k][parity].device);
+      runner_.backward(u, u + 1, fs[k]->state, *w.args.params, *w.args.grads, d[k], din);
+      d[k] = din;
+    }
+    parity ^= 1;
+  }
+  w.args.grads->set_run_length(1);
+  w.args.params->set_run_length(1);
+  w.t.backward_s += now_s() - t0;
+  scratch_.release_to(base);
+  for (size_t k = 0; k < n; ++k) {
+    InFlight& f = *fs[k];
+    if (g != 0) f.grad_sends.emplace_back(std::move(din_out[k]), CommRequest());
+    if (!f.grad_in.empty()) give_back(std::move(f.grad_in));
+  }
 }
 
 Buffer PipelineExecutor::take_comm_buffer(DType dtype, const Shape& shape) {

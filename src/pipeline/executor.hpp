@@ -64,7 +64,25 @@ struct WalkArgs {
   // false: an evaluation; Backward, the gradient messages, ReduceGrads and
   // OptimizerStep are skipped.
   bool train = true;
+  // [Note: breadth-first walk]: a training walk runs up to `group`
+  // consecutive Forwards (Backwards) of one chunk together, unit by unit.
+  int group = 1;
 };
+
+// [Note: breadth-first walk] A training walk whose list has a run of
+// Forwards of the same chunk for several micro-batches (at most
+// WalkArgs::group of them, make_breadth_first_schedule) runs them unit by
+// unit: the chunk's first unit for each micro-batch of the run, then the
+// next unit for each, and so on; a run of Backwards likewise, from the
+// chunk's last unit down. Every micro-batch computes exactly what it would
+// alone (the runner is called with one unit at a time and the micro-batch's
+// own arenas); only the order between micro-batches changes. The parameter
+// provider and the gradient sink are told the run's length first
+// (set_run_length), so ZeRO-3 gathers a unit once per run instead of once
+// per micro-batch, and a unit's gradient buffer sums the run's micro-
+// batches in order before its one reduction (ZeroEngine). The cost is
+// activation memory: the run's micro-batches are all in flight, and each
+// holds two activation-gradient buffers during the backward.
 
 // Growth steps of the arenas ([Note: micro-batch memory] in runner.hpp): each
 // micro-batch's saved activations, and the scratch they all share.
@@ -100,6 +118,9 @@ class PipelineExecutor {
   // One function per instruction kind.
   void forward(Walk& w, const PipeInstr& ins);
   void backward(Walk& w, const PipeInstr& ins);
+  // [Note: breadth-first walk]: a run of Forwards or Backwards of `chunk`.
+  void forward_run(Walk& w, int chunk, const std::vector<int>& mbs);
+  void backward_run(Walk& w, int chunk, const std::vector<int>& mbs);
   void recv_act(Walk& w, const PipeInstr& ins, int peer, int tag);
   void send_act(const PipeInstr& ins, int peer, int tag);
   void recv_grad(Walk& w, const PipeInstr& ins, int peer, int tag);

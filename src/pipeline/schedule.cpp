@@ -196,6 +196,19 @@ std::vector<PipeInstr> make_forward_schedule(int P, int V, int M, int stage) {
   return out;
 }
 
+std::vector<PipeInstr> make_breadth_first_schedule(int M, int G) {
+  if (M < 1 || G < 1 || M % G != 0)
+    ZT_USER_ERROR("breadth-first groups of ", G, " micro-batches do not divide the step's ", M);
+  std::vector<PipeInstr> out;
+  for (int first = 0; first < M; first += G) {
+    for (int mb = first; mb < first + G; ++mb) out.push_back({PipeOp::forward, mb, 0});
+    for (int mb = first; mb < first + G; ++mb) out.push_back({PipeOp::backward, mb, 0});
+  }
+  out.push_back({PipeOp::reduce_grads});
+  out.push_back({PipeOp::optimizer_step});
+  return out;
+}
+
 int max_in_flight(ScheduleKind kind, int P, int V, int M, int stage) {
   validate_schedule(kind, P, V, M);
   if (stage < 0 || stage >= P)

@@ -89,6 +89,14 @@ std::vector<PipeInstr> make_forward_schedule(int P, int V, int M, int stage);
 //     once, as the last instruction.
 void validate_program(const std::vector<PipeInstr>& program, int P, int V, int stage, bool train);
 
+// One stage holding the whole model (P = V = 1), its M micro-batches in
+// groups of G ([Note: breadth-first walk] in executor.hpp): per group, the
+// Forwards of its micro-batches in order, then their Backwards in the same
+// order (each unit's gradient then sums the micro-batches in the order of
+// the 1F1B list); ReduceGrads, OptimizerStep. G divides M; at most G
+// micro-batches are in flight.
+std::vector<PipeInstr> make_breadth_first_schedule(int M, int G);
+
 // The most (micro-batch, chunk) pairs of `stage` that have run Forward but not
 // yet Backward at any point of its list: the activation memory bound.
 //   gpipe: M*V;  1f1b: min(P - stage, M);

@@ -15,9 +15,14 @@ namespace {
 
 // Each pipeline stage as the trainer runs it: the units of its chunks and the
 // tie mirror from plan_stage, the pairs in flight from the schedule. One
-// stage (P = 1) holds the whole model and one micro-batch at a time.
-std::vector<StageContents> pipeline_stages(const ModelDesc& m, const PipelineConfig& p, int P, int M) {
-  if (P == 1) return {whole_model(m)};
+// stage (P = 1) holds the whole model and one micro-batch at a time, or a
+// breadth-first group of them ([Note: breadth-first walk]).
+std::vector<StageContents> pipeline_stages(const ModelDesc& m, const PipelineConfig& p, int P, int M, int group) {
+  if (P == 1) {
+    StageContents sc = whole_model(m);
+    sc.in_flight = group;
+    return {sc};
+  }
   const ScheduleKind schedule = schedule_kind_from_name(p.pipe_schedule_name);
   const PartitionKind partition = partition_kind_from_name(p.partition);
   const int V = p.num_chunks;
@@ -72,7 +77,9 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   const ZeroConfig& z = c.zero;
   EstimateInput in;
   in.model = describe_model(m);
-  in.stages = pipeline_stages(in.model, c.pipeline, pp, static_cast<int>(c.batch.grad_accum));
+  in.stages = pipeline_stages(in.model, c.pipeline, pp, static_cast<int>(c.batch.grad_accum),
+                              c.train.breadth_first_group);
+  in.breadth_first_group = c.train.breadth_first_group;
   in.world = world;
   in.pp = pp;
   in.dp = world / pp;

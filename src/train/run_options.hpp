@@ -29,6 +29,7 @@ struct RunOptions {
   int P = 1;  // pipeline stages
   int V = 1;  // chunks per stage
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int group = 1;  // train.breadth_first_group ([Note: breadth-first walk] in pipeline/executor.hpp)
   PartitionKind partition = PartitionKind::parameters;
   ZeroOptions zero;
   AdamWParams adamw;

@@ -21,7 +21,9 @@ StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, Uni
   const int M = static_cast<int>(opts.accum);
   executor_ = std::make_unique<PipelineExecutor>(plan.chunks, opts.P, opts.V, stage, runner, dev, kernels,
                                                  *comms.pipeline().tensors, opts.B, opts.T, arena_chunks);
-  train_program_ = make_schedule(opts.schedule, opts.P, opts.V, M, stage);
+  // [Note: breadth-first walk] in groups of opts.group (one stage only).
+  train_program_ = opts.group > 1 ? make_breadth_first_schedule(M, opts.group)
+                                  : make_schedule(opts.schedule, opts.P, opts.V, M, stage);
   eval_program_ = make_forward_schedule(opts.P, opts.V, M, stage);
   dloss_ = Buffer(dev, math_dtype(opts.act_dtype), Shape{opts.B, opts.T}, MemTag::activations);
   loss_sum_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
@@ -63,6 +65,7 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   args.dloss = dloss_.tensor();
   args.loss_sum = loss_sum_.tensor();
   args.train = true;
+  args.group = static_cast<int>(opts_.group);
   host_calls::begin();  // [Note: host round trips]
   executor_->run(train_program_, args, &timing_.walk);
   ++state.step;

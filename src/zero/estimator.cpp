@@ -363,7 +363,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     }
     unit_ws = std::max(unit_ws, ws);
   }
-  r.workspace = tokens * 2 * input_width * 4 + unit_ws;
+  r.workspace = tokens * 2 * input_width * 4 * std::max(1, in.breadth_first_group) + unit_ws;
   return r;
 }
 

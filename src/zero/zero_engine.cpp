@@ -369,13 +369,33 @@ std::vector<Tensor> ZeroEngine::acquire(int unit, Phase phase) {
   return views;
 }
 
+void ZeroEngine::set_run_length(int n) {
+  ZT_CHECK(n >= 1, "run length ", n);
+  ZT_CHECK(n == 1 || grad_acc_.empty(), "offload.grad_accumulation \"device\" with breadth-first runs");
+  run_length_ = n;
+  for (auto& seen : run_seen_) seen.assign(static_cast<size_t>(layout_.num_units()), 0);
+}
+
+// [Note: breadth-first walk]: whether the same unit comes again at once in
+// this phase (or, for done(), with its next micro-batch's backward). Counts
+// one use.
+bool ZeroEngine::more_in_run(int unit, int kind) {
+  if (run_length_ <= 1) return false;
+  int& seen = run_seen_[static_cast<size_t>(kind)][static_cast<size_t>(unit)];
+  if (++seen < run_length_) return true;
+  seen = 0;
+  return false;
+}
+
 void ZeroEngine::release(int unit, Phase phase) {
   std::vector<int> used{unit};
   for (const TiedParam& t : units_[unit]->tied()) used.push_back(t.unit);
+  // A unit that comes again at once (the run's next micro-batch) stays.
+  const bool again = more_in_run(unit, static_cast<int>(phase));
   for (int u : used) {
     UnitState& st = state_[u];
     ZT_CHECK(st.refs > 0, "unit ", u, " released more often than acquired");
-    if (--st.refs > 0 || !partitioned(u)) continue;
+    if (--st.refs > 0 || !partitioned(u) || again) continue;
     // [Note: reuse distance] Keep a unit gathered when its next use comes
     // within stage3_max_reuse_distance gathered elements and the live
     // parameters allow. Released in forward by unit k (itself or a unit tied
@@ -441,6 +461,9 @@ std::vector<Tensor> ZeroEngine::grads(int unit) {
 
 void ZeroEngine::done(int unit) {
   if (opts_.stage < 2) return;
+  // [Note: breadth-first walk]: the run's next micro-batch adds into the
+  // same buffer; its last one reduces the sum.
+  if (more_in_run(unit, kRunDone)) return;
   UnitState& st = state_[unit];
   const FlatUnit& fu = layout_.unit(unit);
   if (!grad_acc_.empty()) {

@@ -55,6 +55,7 @@
 // lands there through a GradLanding as its reduction ends.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -126,6 +127,13 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void release(int unit, Phase phase) override;
   std::vector<Tensor> grads(int unit) override;
   void done(int unit) override;
+  // [Note: breadth-first walk] (pipeline/executor.hpp): ParamProvider's and
+  // GradSink's hint. Within a run of n, a unit released in a phase before
+  // its n-th use of it stays gathered, and done() reduces a unit's gradient
+  // only after its n-th backward, the buffer summing the run's micro-batches
+  // (a stage 2-3 gradient is then reduced, and lands on the host, once per
+  // run instead of once per micro-batch).
+  void set_run_length(int n) override;
 
   void zero_grads();
   // Completes the gradient reduction of the step: stage 0 all-reduces, stage
@@ -180,6 +188,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void prefetch(int u, Phase phase);
   void ensure_grad_buffer(int u);
   void progress_reductions(bool wait_all);
+  bool more_in_run(int unit, int kind);
 
   std::vector<bool> local_;
   std::vector<const Unit*> units_;
@@ -222,6 +231,11 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   static constexpr int kMaxReducing = 2;  // units with reductions in flight (overlap_comm)
   std::vector<int> reducing_;             // those units, oldest first
   int64_t live_ = 0, peak_live_ = 0;
+  // [Note: breadth-first walk]: the run length, and per kind (the three
+  // Phases' releases, then done()) and unit the uses seen in the run.
+  static constexpr int kRunDone = 3;
+  int run_length_ = 1;
+  std::array<std::vector<int>, 4> run_seen_;
   // [Note: gradients on the host] Declared after copies_, which it uses, so
   // that it goes first (also when the constructor throws).
   std::unique_ptr<GradLanding> landing_;

@@ -472,3 +472,30 @@ TEST(PipelineSchedule, PrintSmallInterleaved) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+// [Note: breadth-first walk]: groups of G, forwards then backwards in
+// micro-batch order, a valid list of one stage with at most G in flight.
+TEST(PipelineSchedule, BreadthFirstGroups) {
+  const std::vector<PipeInstr> p = make_breadth_first_schedule(6, 3);
+  EXPECT_NO_THROW(validate_program(p, 1, 1, 0, true));
+  std::string order;
+  for (const PipeInstr& i : p) order += to_string(i) + " ";
+  EXPECT_EQ(order,
+            "Forward(mb=0,c=0) Forward(mb=1,c=0) Forward(mb=2,c=0) Backward(mb=0,c=0) Backward(mb=1,c=0) "
+            "Backward(mb=2,c=0) Forward(mb=3,c=0) Forward(mb=4,c=0) Forward(mb=5,c=0) Backward(mb=3,c=0) "
+            "Backward(mb=4,c=0) Backward(mb=5,c=0) ReduceGrads OptimizerStep ");
+  int in_flight = 0, most = 0;
+  for (const PipeInstr& i : p) {
+    in_flight += i.op == PipeOp::forward ? 1 : i.op == PipeOp::backward ? -1 : 0;
+    most = std::max(most, in_flight);
+  }
+  EXPECT_EQ(most, 3);
+  EXPECT_EQ(make_breadth_first_schedule(4, 4).size(), 10u);
+  EXPECT_THROW(make_breadth_first_schedule(6, 4), UserError);
+}
+
+}  // namespace
+}  // namespace zt
