@@ -132,15 +132,16 @@ JSON
       # 24 GiB cap, ZeRO-3, optimizer and parameters on the CPU, checkpointing.
       CAP=(train.device_memory_cap_gib=24 zero_optimization.stage=3 "$CPU"
            'zero_optimization.offload_param.device="cpu"' model.activation_checkpointing=true)
-      # CAP_RUNS: SIZE:ACCUM[:delayed|exact[:MICRO[:RECOMPUTE[:GROUP]]]]
+      # CAP_RUNS: SIZE:ACCUM[:delayed|exact[:MICRO[:RECOMPUTE[:GROUP[:pfm]]]]]
       # entries (default: each size at accumulation 1); micro-batch 8 unless
       # given, so accumulation 8 is 64k tokens a step; RECOMPUTE sets
       # model.recompute_layers (default, or empty: every block recomputes),
-      # GROUP train.breadth_first_group (default 1).
+      # GROUP train.breadth_first_group (default 1), pfm
+      # offload.param_from_master.
       declare -A shape=([2.7b]="32 2560 32" [3.8b]="32 3072 24" [4.6b]="36 3200 25" [6.2b]="30 4096 32"
                         [6.7b]="32 4096 32")
       for r in ${CAP_RUNS:-2.7b:1 3.8b:1 4.6b:1 6.2b:1 6.7b:1}; do
-        IFS=: read -r size acc mode micro rec group <<< "$r"
+        IFS=: read -r size acc mode micro rec group pfm <<< "$r"
         micro=${micro:-8}
         steps=$((acc == 1 ? 5 : 4))
         name="$size-cap24-z3-cpu-cpu-mb$micro-a$acc"
@@ -152,6 +153,10 @@ JSON
         if [ -n "${group:-}" ] && [ "$group" != 1 ]; then
           name="$name-bf$group"
           extra+=(train.breadth_first_group="$group")
+        fi
+        if [ "${pfm:-}" = pfm ]; then
+          name="$name-pfm"
+          extra+=(offload.param_from_master=true)
         fi
         config "c$size-mb$micro-a$acc" ${shape[$size]} "$micro" "$acc" "$steps"
         if [ "$mode" = delayed ]; then

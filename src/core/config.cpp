@@ -96,6 +96,15 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
              "offload_optimizer.device \"cpu\" or \"nvme\" and ratio 1 (found stage " +
                  std::to_string(cfg.zero.stage) + ", device \"" + opt.device + "\", ratio " +
                  std::to_string(opt.ratio) + ")");
+  if (off.param_from_master && (cfg.zero.offload_param.device != "cpu" || opt.device != "cpu"))
+    ctx.fail("offload.param_from_master",
+             "true uploads the parameters from the fp32 master that the host optimizer keeps: it needs "
+             "zero_optimization.offload_param.device \"cpu\" and offload_optimizer.device \"cpu\" (found \"" +
+                 cfg.zero.offload_param.device + "\" and \"" + opt.device + "\")");
+  if (off.param_from_master && off.delayed_update)
+    ctx.fail("offload.param_from_master",
+             "true uploads the parameters from the master that the delayed update rewrites while the next step "
+             "runs: set offload.delayed_update to false, or leave param_from_master false");
   // [Note: breadth-first walk]: one stage walks its micro-batches in groups.
   const int group = cfg.train.breadth_first_group;
   if (group > 1 && cfg.pipeline.parallel_size > 1)

@@ -242,6 +242,12 @@ struct OffloadOptions {
   // stage 2 or 3, the optimizer offloaded with ratio 1, and more than one
   // micro-batch per step.
   std::string grad_accumulation = "host";
+  // [Note: parameters from the master] (zero/zero_engine.hpp): with
+  // offload_param "cpu", keep no 16-bit copy of the parameters on the host
+  // and upload them from the fp32 master (2 bytes per parameter less host
+  // memory, twice the bytes over PCIe). Needs offload_optimizer "cpu" and
+  // no delayed update.
+  bool param_from_master = false;
 };
 
 // DeepSpeed's "aio" section: how NVMe offload reads and writes its swap files

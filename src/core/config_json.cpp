@@ -158,7 +158,8 @@ json resolved_json(const Config& cfg) {
   j["offload"] = {{"delayed_update", cfg.offload.delayed_update},
                   {"delayed_update_warmup", cfg.offload.delayed_update_warmup},
                   {"aio_backend", cfg.offload.aio_backend},
-                  {"grad_accumulation", cfg.offload.grad_accumulation}};
+                  {"grad_accumulation", cfg.offload.grad_accumulation},
+                  {"param_from_master", cfg.offload.param_from_master}};
   j["checkpoint"] = {{"dir", null_if_empty(c.dir)},
                      {"interval", c.interval},
                      {"save_at_end", c.save_at_end},

@@ -157,7 +157,8 @@ std::vector<SectionSchema> build_schemas() {
                {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib", "nonfinite_tolerance",
                 "breadth_first_group"},
                {}});
-  s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend", "grad_accumulation"}, {}});
+  s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend", "grad_accumulation",
+                                       "param_from_master"}, {}});
   s.push_back({"checkpoint", "checkpoint",
                {"dir", "interval", "save_at_end", "keep_last", "async", "tag_validation"},
                {{"load_universal", false, ""},

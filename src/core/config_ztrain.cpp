@@ -260,6 +260,7 @@ void parse_offload_options(const SectionReader& top, Config& cfg) {
       static_cast<int>(r.integer("delayed_update_warmup", d.delayed_update_warmup, 0, kIntMax));
   o.aio_backend = r.choice("aio_backend", d.aio_backend, {"auto", "io_uring", "threads"});
   o.grad_accumulation = r.choice("grad_accumulation", d.grad_accumulation, {"host", "device"});
+  o.param_from_master = r.boolean("param_from_master", d.param_from_master);
 }
 
 void parse_checkpoint(const SectionReader& top, Config& cfg) {

@@ -51,6 +51,10 @@ class HostOffloadAdamW final : public OffloadAdamW {
   // N+1's backward writes the other buffer.
   int host_gradient_buffers() const override { return opts_.ratio < 1.0 ? 0 : opts_.delay_after >= 0 ? 2 : 1; }
   const OffloadStepTimes& last_times() const override { return times_; }
+  const float* host_master(const OwnedShard& sh) override {
+    Home& h = home(sh);
+    return h.on_host ? h.state[0].as<float>() : nullptr;
+  }
 
   void attach(const std::vector<OwnedShard>& shards) override {
     ZT_CHECK(homes_.empty(), "offloaded optimizer attached twice");
@@ -136,10 +140,12 @@ class HostOffloadAdamW final : public OffloadAdamW {
       const double c = now_s();
       times_.d2h_wait_s += c - w;
       const float* g = sh.grad_on_host ? t.p->grad + t.off : grad_slots_[i % K].as<float>();
-      // Offloaded parameters are written in place (no slot, no copy).
+      // Offloaded parameters are written in place (no slot, no copy), or
+      // not at all when uploads are made from the master.
       const size_t es = dtype_size(sh.param_dtype);
-      void* out = sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es
-                                   : out_slots_[i % K].data();
+      void* out = sh.param_from_master ? nullptr
+                  : sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es
+                                        : out_slots_[i % K].data();
       AdamWParams hp = hp_;
       hp.lr = t.p->s.lr;
       float* master = h.state[0].as<float>() + t.off;
@@ -151,7 +157,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       times_.cpu_s += w - c;
       // The grad slot is free: fetch the tile K ahead into it.
       if (i + K < tiles.size()) fetch(i + K);
-      if (sh.param_in_place()) continue;
+      if (sh.param_in_place() || sh.param_from_master) continue;
       stored[i] = put_param(*copies_, sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
       if (!sh.param_on_host) times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
     }
@@ -181,7 +187,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     } else {
       dev_.copy_from_host(b.data(), host_src, b.bytes());
     }
-    if (which != OptimizerState::master) return;
+    if (which != OptimizerState::master || sh.param_from_master) return;
     // The working copy follows the master, through the out slots.
     const size_t es = dtype_size(sh.param_dtype);
     for (int64_t off = 0; off < sh.numel(); off += opts_.tile_elements) {
@@ -212,6 +218,8 @@ class HostOffloadAdamW final : public OffloadAdamW {
   // [Note: delayed parameter update]
   void finish_delayed() {
     times_.delayed = true;
+    for (const Pending& p : pending_)
+      ZT_CHECK(!p.shard->param_from_master, "the delayed update with offload.param_from_master");
     double w = now_s();
     join();
     times_.delayed_wait_s = now_s() - w;

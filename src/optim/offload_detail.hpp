@@ -67,9 +67,14 @@ inline std::vector<DecayRange> tile_ranges(const OwnedShard& sh, int64_t off, in
 // The host AdamW of n elements: master, m and v in place, and the new
 // working parameters (in sh.param_dtype) into `out` in the same pass (fp32
 // working parameters: a copy of the master, none when `out` is the master).
+// A null `out` writes no working parameters.
 inline void host_adamw(const OwnedShard& sh, float* master, const float* g, float* m, float* v, int64_t n,
                        const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step, float grad_scale,
                        void* out) {
+  if (out == nullptr) {
+    adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale);
+    return;
+  }
   switch (sh.param_dtype) {
     case DType::bf16:
       adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale, static_cast<bf16*>(out));

@@ -115,6 +115,7 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.offload_ratio = z.offload_optimizer.ratio;
   in.delayed_update = c.offload.delayed_update;
   in.grad_accumulation_on_device = c.offload.grad_accumulation == "device";
+  in.param_from_master = c.offload.param_from_master;
   return in;
 }
 

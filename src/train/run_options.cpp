@@ -50,6 +50,7 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   o.zero.param_pin_memory = z.offload_param.pin_memory;
   o.zero.grad_pin_memory = z.offload_optimizer.pin_memory;
   o.zero.grad_accumulate_on_device = cfg.offload.grad_accumulation == "device";
+  o.zero.param_from_master = cfg.offload.param_from_master;
   o.zero.micro_batches = o.accum;
   if (o.zero.grad_accumulate_on_device && o.accum < 2)
     ZT_USER_ERROR(cfg.source, ": offload.grad_accumulation \"device\" adds the micro-batches of a step on the device, "

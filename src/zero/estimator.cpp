@@ -227,7 +227,8 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     const int64_t working_shard = f32 && !offloaded(in.offload_optimizer) ? 0 : shard * pb;
     int64_t& param_host = in.param_pin_memory ? r.host_pinned : r.host_pageable;
     if (in.offload_param == "none") r.params += working_shard;
-    if (in.offload_param == "cpu") param_host += shard * pb;
+    // [Note: parameters from the master]: no host copy.
+    if (in.offload_param == "cpu" && !in.param_from_master) param_host += shard * pb;
     if (in.offload_param == "nvme") {
       // [Note: parameter offload to NVMe] (zero/param_swap.hpp): the first
       // units whose shards fit in max_in_cpu stay in host memory; the
@@ -319,6 +320,9 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   int64_t upload_pool = 0;
   if (stage == 3 && offloaded(in.offload_param))
     upload_pool = in.param_buffer_count * std::min(in.param_buffer_size, unit_max / n_layout) * pb;
+  // and with parameters from the master, two fp32 staging buffers.
+  if (stage == 3 && in.offload_param == "cpu" && in.param_from_master)
+    upload_pool += 2 * (unit_max / n_layout) * 4;
   r.grads = device_grads * 4;
 
   // Communication staging (stage 0 all-reduces in place): one reduce bucket

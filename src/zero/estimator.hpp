@@ -80,6 +80,7 @@ struct EstimateInput {
   double offload_ratio = 1.0;
   bool delayed_update = false;
   bool grad_accumulation_on_device = false;  // offload.grad_accumulation "device"
+  bool param_from_master = false;            // offload.param_from_master
   int offload_slots = 4;
   int64_t offload_tile_elements = int64_t{1} << 22;
   int64_t classifier_chunk_bytes = int64_t{8} << 20;  // CpuKernels' default

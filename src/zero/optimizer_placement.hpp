@@ -60,6 +60,13 @@ class OptimizerPlacement {
   // Every update issued since the last finish() is complete, or ordered
   // before any later work on the device's compute stream.
   virtual void finish() {}
+  // The shard's fp32 master weights in host memory that stays put (ZeRO
+  // uploads parameters from it: [Note: parameters from the master] in
+  // zero_engine.hpp), or null when the placement keeps none there.
+  virtual const float* host_master(const OwnedShard& shard) {
+    (void)shard;
+    return nullptr;
+  }
   // Copies the shard's state to or from host memory (numel() floats). Not
   // during an update (between update() and finish()).
   virtual void read_state(const OwnedShard& shard, OptimizerState which, float* host_dst) = 0;

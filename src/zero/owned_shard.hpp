@@ -52,9 +52,13 @@ struct OwnedShard {
   // offload_param "nvme": set for a shard whose working parameters are in the
   // swap file (`param` is null): the placement hands them to the sink.
   ParamSink* param_sink = nullptr;
+  // offload.param_from_master ([Note: parameters from the master] in
+  // zero_engine.hpp): no working copy is kept (`param` is null); each upload
+  // is made from the placement's host master, so the placement writes none.
+  bool param_from_master = false;
   // Whether the placement writes the working parameters straight into
   // `param` (host memory) rather than through a copy.
-  bool param_in_place() const { return param_on_host && param_sink == nullptr; }
+  bool param_in_place() const { return param_on_host && param_sink == nullptr && !param_from_master; }
   std::vector<DecaySpan> spans;  // unit-local, covering [begin, end)
   int64_t numel() const { return end - begin; }
 };

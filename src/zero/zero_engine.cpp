@@ -96,7 +96,9 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     copies_ = dev.make_transfer_queue();
     swap_ = std::make_unique<ParamSwap>(opts.param_swap, dev, *copies_, pt, shards, names);
   } else if (opts.offload_params) {
-    working_shard_ = zeroed_on(dev.host_memory(opts.param_pin_memory), pt, shard, MemTag::offload);
+    // [Note: parameters from the master]: none kept.
+    if (!opts.param_from_master)
+      working_shard_ = zeroed_on(dev.host_memory(opts.param_pin_memory), pt, shard, MemTag::offload);
   } else {
     working_shard_ = zeroed(pt, shard, MemTag::params);
   }
@@ -153,7 +155,10 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       } else {
         s.param_dtype = pt;
         s.param_on_host = opts.offload_params;
-        if (!swap_)
+        s.param_from_master = opts.param_from_master;
+        if (opts.param_from_master)
+          s.param = nullptr;
+        else if (!swap_)
           s.param = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(pt);
         else if (swap_->resident(u))
           s.param = swap_->resident_shard(u);
@@ -185,7 +190,15 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     upload_user_.assign(upload_pool_.size(), -1);
     upload_done_.assign(upload_pool_.size(), TransferTicket{});
   }
+  ZT_CHECK(!opts.param_from_master || (opts.offload_params && !swap_ && opts.stage == 3),
+           "parameters from the master need offload_param \"cpu\" at stage 3");
   placement_.attach(owned_);
+  if (opts.param_from_master)
+    for (const OwnedShard& s : owned_)
+      if (placement_.host_master(s) == nullptr)
+        ZT_USER_ERROR("offload.param_from_master: the ", placement_.name(),
+                      " optimizer keeps no fp32 master in host memory to upload the parameters from; it needs "
+                      "zero_optimization.offload_optimizer.device \"cpu\" with ratio 1");
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -266,6 +279,7 @@ void ZeroEngine::start_gather(int u) {
 // swap's buffer that it was read into ([Note: parameter offload to NVMe]).
 const void* ZeroEngine::host_shard(int u) {
   if (swap_) return swap_->shard(u);
+  if (opts_.param_from_master) return placement_.host_master(owned_[static_cast<size_t>(owned_index_[u])]);
   if (working_shard_.empty()) return master_.as<float>() + shard_offset_[u];
   return working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(opts_.param_dtype);
 }
@@ -287,14 +301,36 @@ const void* ZeroEngine::upload_shard(int u, const void* host_shard, TransferTick
   Buffer& b = upload_pool_[static_cast<size_t>(slot)];
   if (b.empty()) b = Buffer(dev_, opts_.param_dtype, Shape{upload_elems_}, MemTag::comm);
   // The buffer is written again once the gather that last read it has run.
-  const TransferTicket t = copies_->to_device(b.data(), host_shard, static_cast<size_t>(fu.shard) * dtype_size(opts_.param_dtype),
-                                              upload_done_[static_cast<size_t>(slot)]);
-  copies_->compute_waits(t);
-  if (uploaded != nullptr) *uploaded = t;
+  if (opts_.param_from_master) {
+    upload_rounded(b.data(), static_cast<const float*>(host_shard), fu.shard);
+  } else {
+    const TransferTicket t = copies_->to_device(
+        b.data(), host_shard, static_cast<size_t>(fu.shard) * dtype_size(opts_.param_dtype),
+        upload_done_[static_cast<size_t>(slot)]);
+    copies_->compute_waits(t);
+    if (uploaded != nullptr) *uploaded = t;
+  }
   upload_user_[static_cast<size_t>(slot)] = u;
   upload_order_.push_back(u);
   state_[u].upload = slot;
   return b.data();
+}
+
+// [Note: parameters from the master] The copy into a staging buffer waits
+// for the cast that last read the buffer; the cast, on the compute stream,
+// waits for the copy, and comes after the compute that last read `dst`.
+void ZeroEngine::upload_rounded(void* dst, const float* host_src, int64_t n) {
+  const int k = next_staging_;
+  next_staging_ ^= 1;
+  Buffer& s = staging_[k];
+  if (s.empty() || s.tensor().numel() < n) {
+    copies_->wait(staging_done_[k]);
+    s = Buffer(dev_, DType::f32, Shape{std::max(n, upload_elems_)}, MemTag::comm);
+  }
+  const TransferTicket t = copies_->to_device(s.data(), host_src, static_cast<size_t>(n) * sizeof(float), staging_done_[k]);
+  copies_->compute_waits(t);
+  kernels_.cast(Tensor(dst, opts_.param_dtype, Shape{n}, dev_.kind()), Tensor(s.data(), DType::f32, Shape{n}, dev_.kind()));
+  staging_done_[k] = copies_->mark_compute();
 }
 
 void ZeroEngine::wait_gather(int u) {
@@ -613,9 +649,13 @@ void ZeroEngine::publish_params() {
       if (!persistent_upload_.empty()) {
         char* dst = persistent_upload_.as<char>() + static_cast<size_t>(at) * es;
         at += fu.shard;
-        const TransferTicket t = copies_->to_device(dst, shard, static_cast<size_t>(fu.shard) * es, after);
-        copies_->compute_waits(t);
-        if (swap_) swap_->used(u, t);
+        if (opts_.param_from_master) {
+          upload_rounded(dst, reinterpret_cast<const float*>(shard), fu.shard);
+        } else {
+          const TransferTicket t = copies_->to_device(dst, shard, static_cast<size_t>(fu.shard) * es, after);
+          copies_->compute_waits(t);
+          if (swap_) swap_->used(u, t);
+        }
         shard = dst;
       }
       all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);

@@ -49,6 +49,18 @@
 // the swap (OwnedShard::param_sink), which writes each shard once it is
 // complete; publish_params waits for those writes before anything is read.
 //
+// [Note: parameters from the master] With param_from_master (offload.
+// param_from_master: offload_param "cpu", the optimizer on the host) no
+// working shard is kept at all: a gather uploads the shard's fp32 master
+// from the placement's host memory (OptimizerPlacement::host_master) into
+// one of two fp32 staging buffers, and a cast on the device rounds it into
+// the pool buffer, to nearest even as the host's AdamW would have written
+// it, so the parameters are the same bits. The host keeps 2 bytes per
+// parameter less (16 instead of 18 in bf16), the copy moves 4 bytes per
+// parameter over PCIe instead of 2, and the host's AdamW writes no 16-bit
+// copy. Uploads read the master that the next update rewrites: the
+// delayed update is refused with it.
+//
 // When the placement asks for the gradients on the host
 // (OptimizerPlacement::host_gradient_buffers, [Note: gradients on the
 // host]), the owned gradient shards are host memory and every reduced piece
@@ -90,6 +102,9 @@ struct ZeroOptions {
   int64_t param_buffer_size = 100000000;
   // offload_param "nvme": the working shards in a swap file (param_swap.hpp).
   bool param_nvme = false;
+  // [Note: parameters from the master]: with offload_params, no host copy
+  // of the working shards; uploads are made from the fp32 master.
+  bool param_from_master = false;
   ParamSwapOptions param_swap;
   // [Note: gradients on the host]: the host gradient shards page-locked
   // (offload_optimizer.pin_memory).
@@ -182,6 +197,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void start_gather(int u);
   void wait_gather(int u);
   const void* upload_shard(int u, const void* host_shard, TransferTicket* uploaded = nullptr);
+  // [Note: parameters from the master]: n fp32 host values into `dst` on
+  // the device in the param dtype, through a staging buffer.
+  void upload_rounded(void* dst, const float* host_src, int64_t n);
   const void* host_shard(int u);  // the shard a gather starts from ([Note: parameter offload])
   void read_ahead(int from, int step);
   void free_gathered(int u);
@@ -225,6 +243,11 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   int64_t upload_elems_ = 1;  // elements per pool buffer
   Buffer persistent_upload_;  // the shards of the units kept whole, on the device
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
+  // [Note: parameters from the master]: fp32 staging buffers, and the
+  // compute mark after the cast that last read each.
+  Buffer staging_[2];
+  TransferTicket staging_done_[2];
+  int next_staging_ = 0;
   // [Note: parameter offload to NVMe] After copies_, which it uses.
   std::unique_ptr<ParamSwap> swap_;
   std::vector<PendingCollective> pending_reduce_;

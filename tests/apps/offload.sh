@@ -74,6 +74,25 @@ OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.of
 same "z3-np2-accum-device-params" 2 zero_optimization.stage=3 train_micro_batch_size_per_gpu=1
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_optimizer.ratio=0.4')
 same "z3-np2-ratio" 2 zero_optimization.stage=3 bf16.enabled=true
+# offload.param_from_master ([Note: parameters from the master]): no host
+# copy of the parameters, uploads rounded on the device from the master; the
+# bits of no offload in bf16 (the device's rounding is the host AdamW's),
+# with a pool of 2 buffers on 3 ranks, and 2 bytes per owned parameter less
+# pinned host memory than with the copy.
+PM='zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_optimizer.pin_memory=true zero_optimization.offload_param.device="cpu" zero_optimization.offload_param.pin_memory=true zero_optimization.offload_param.buffer_size=8000'
+OFFLOADS=("$PM" "$PM offload.param_from_master=true")
+same "z3-np2-bf16-master" 2 zero_optimization.stage=3 bf16.enabled=true
+OFFLOADS=("$PM zero_optimization.offload_param.buffer_count=2 offload.param_from_master=true")
+same "z3-np3-bf16-master" 3 zero_optimization.stage=3 bf16.enabled=true train_batch_size=12
+with=$(peak z3-np2-bf16-master-off1 pinned) without=$(peak z3-np2-bf16-master-off2 pinned)
+run_np 1 c.json --dry-run
+params=$(grep -o "([0-9]* parameters" "$WORK/out" | head -1 | tr -dc 0-9)
+if [ -n "$with" ] && [ -n "$without" ] && [ -n "$params" ] &&
+   awk -v a="$with" -v b="$without" -v p="$params" 'BEGIN { d = a - b; exit !(d >= 2 * p / 2 && d <= 1.05 * 2 * p / 2) }'; then
+  echo "ok: pinned host memory per rank: $with B with the copy, $without B from the master ($params parameters on 2 ranks)"
+else
+  fail "pinned host memory per rank: '$with' B with the copy, '$without' B from the master, expected 2 bytes x '$params' / 2 less"
+fi
 
 # Resume across offload modes: 10 steps straight equal 5 steps saved with one
 # mode and 5 more resumed with the other.
@@ -101,6 +120,25 @@ for stage in 2 3; do
     losses second$d/metrics.jsonl > y
     if [ -s x ] && cmp -s x y; then echo "ok: $name: bit-exact"; else fail "$name: losses differ: $(tr "\n" " " < x) vs $(tr "\n" " " < y)"; fi
   done
+done
+
+# Resume at stage 3 with the parameters offloaded, from the host copy to the
+# master and back.
+P3='zero_optimization.offload_param.device="cpu"'
+run_np 2 r.json --log-dir straightp --set zero_optimization.stage=3 --set "$CPU" --set "$P3" \
+  --set checkpoint.dir='"ck_straightp"'
+losses straightp/metrics.jsonl | tail -5 > x
+for pair in "false true" "true false"; do
+  set -- $pair
+  rm -rf ck
+  run_np 2 r.json --log-dir firstp$1 --set zero_optimization.stage=3 --set "$CPU" --set "$P3" \
+    --set offload.param_from_master=$1 --steps 5
+  run_np 2 r.json --log-dir secondp$1 --set zero_optimization.stage=3 --set "$CPU" --set "$P3" \
+    --set offload.param_from_master=$2 --resume auto
+  name="stage 3, parameters from the master $1 then $2"
+  [ "$RC" = 0 ] && grep -q "resumed from ck/step_5" "$WORK/out" || { fail "$name: resume"; continue; }
+  losses secondp$1/metrics.jsonl > y
+  if [ -s x ] && cmp -s x y; then echo "ok: $name: bit-exact"; else fail "$name: losses differ: $(tr "\n" " " < x) vs $(tr "\n" " " < y)"; fi
 done
 
 # Delayed parameter update ([Note: delayed parameter update]): the warm-up
@@ -182,6 +220,13 @@ expect_error "device gradient accumulation at stage 1" 2 "offload.grad_accumulat
 expect_error "device gradient accumulation with one micro-batch a step" 2 \
   "offload.grad_accumulation \"device\" adds the micro-batches .* 1 micro-batch" c.json \
   --set zero_optimization.stage=2 --set "$CPU" --set train_micro_batch_size_per_gpu=6 --set 'offload.grad_accumulation="device"'
+expect_error "parameters from the master without parameter offload" 2 \
+  "offload.param_from_master: true uploads the parameters from the fp32 master" c.json \
+  --set zero_optimization.stage=3 --set 'zero_optimization.offload_optimizer.device="cpu"' --set offload.param_from_master=true
+expect_error "parameters from the master with the delayed update" 2 \
+  "offload.param_from_master: true uploads the parameters from the master that the delayed update rewrites" c.json \
+  --set zero_optimization.stage=3 --set 'zero_optimization.offload_optimizer.device="cpu"' \
+  --set 'zero_optimization.offload_param.device="cpu"' --set offload.param_from_master=true --set offload.delayed_update=true
 expect_error "optimizer offload with stage 0" 2 "offload_optimizer.*stage 0" c.json \
   --set zero_optimization.stage=0 --set "$CPU"
 finish
