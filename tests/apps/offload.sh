@@ -192,6 +192,7 @@ MODES=("stage2-cpu zero_optimization.stage=2"
        "stage1-cpu-pinned zero_optimization.stage=1 zero_optimization.offload_optimizer.pin_memory=true"
        "stage2-cpu-delayed zero_optimization.stage=2 offload.delayed_update=true offload.delayed_update_warmup=1"
        "stage3-cpu-cpu zero_optimization.stage=3 zero_optimization.offload_param.device=\"cpu\" zero_optimization.offload_param.pin_memory=true"
+       "stage3-cpu-cpu-master zero_optimization.stage=3 zero_optimization.offload_param.device=\"cpu\" zero_optimization.offload_param.pin_memory=true offload.param_from_master=true"
        "stage3-cpu-ratio zero_optimization.stage=3 zero_optimization.offload_optimizer.ratio=0.5"
        "stage2-cpu-accum-device zero_optimization.stage=2 gradient_accumulation_steps=2 offload.grad_accumulation=\"device\""
        "stage2-nvme zero_optimization.stage=2 zero_optimization.offload_optimizer.device=\"nvme\" zero_optimization.offload_optimizer.nvme_path=\"$WORK/swap-mem\" zero_optimization.sub_group_size=20000 zero_optimization.offload_optimizer.buffer_count=6")
