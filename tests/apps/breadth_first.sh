@@ -33,9 +33,7 @@ JSON
 train() {  # train NAME NP SETTINGS...
   local name=$1 np=$2
   shift 2
-  local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  run_np "$np" c.json --log-dir "$name" "${sets[@]}"
+  run_with "$np" c.json "$name" "$@"
   [ "$RC" = 0 ] || { fail "$name: exit code $RC"; return 1; }
   # loss, grad_norm and val_loss of each step, as printed (exact bits)
   grep '"step"' "$name/metrics.jsonl" | while IFS= read -r rec; do

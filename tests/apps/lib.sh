@@ -15,6 +15,15 @@ run_np() {  # run_np NP args... ; output in $WORK/out, exit code in $RC
   set -e
 }
 
+# run_with NP CONFIG LOGDIR SETTINGS...: run_np with each SETTING as --set.
+run_with() {
+  local np=$1 cfg=$2 dir=$3 s
+  shift 3
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  run_np "$np" "$cfg" --log-dir "$dir" "${sets[@]}"
+}
+
 fail() {
   echo "FAIL: $*"
   echo "---- output ----"

@@ -60,9 +60,7 @@ SAME_AS=(
 train_layout() {  # train_layout OUT NAME NP SETTINGS...: appends NAME's bits to OUT
   local out=$1 name=$2 np=$3
   shift 3
-  local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  run_np "$np" c.json --log-dir "$name" "${sets[@]}"
+  run_with "$np" c.json "$name" "$@"
   if [ "$RC" != 0 ]; then
     fail "$name: exit code $RC"
     return
@@ -93,15 +91,20 @@ if [ -n "${ZT_UPDATE_GOLDEN:-}" ]; then
   finish
   exit 0
 fi
-for l in "${LAYOUTS[@]}"; do
-  name=${l%% *}
-  if diff <(grep "^$name " "$golden") <(grep "^$name " bits.txt) > d.txt; then
-    n=$(grep -c "^$name " bits.txt || true)
-    [ "$n" -gt 0 ] && echo "ok: $name: $n steps, same bits" || fail "$name: no steps recorded"
+# compare NAME FILE REF: NAME's steps in FILE against REF's in the golden file.
+compare() {
+  local name=$1 file=$2 ref=$3 n
+  if diff <(grep "^$ref " "$golden" | cut -d' ' -f2-) <(grep "^$name " "$file" | cut -d' ' -f2-) > d.txt; then
+    n=$(grep -c "^$name " "$file" || true)
+    [ "$n" -gt 0 ] && echo "ok: $name: $n steps, the bits of $ref in the golden file" || fail "$name: no steps recorded"
   else
-    fail "$name: bits differ from the golden file"
+    fail "$name: bits differ from $ref's in the golden file"
     head -8 d.txt
   fi
+}
+for l in "${LAYOUTS[@]}"; do
+  name=${l%% *}
+  compare "$name" bits.txt "$name"
 done
 : > same.txt
 for l in "${SAME_AS[@]}"; do
@@ -112,13 +115,7 @@ for l in "${SAME_AS[@]}"; do
   name=$1 ref=$2
   shift 2
   train_layout same.txt "$name" "$@"
-  if diff <(grep "^$ref " "$golden" | cut -d' ' -f2-) <(grep "^$name " same.txt | cut -d' ' -f2-) > d.txt; then
-    n=$(grep -c "^$name " same.txt || true)
-    [ "$n" -gt 0 ] && echo "ok: $name: $n steps, the bits of $ref" || fail "$name: no steps recorded"
-  else
-    fail "$name: bits differ from $ref's"
-    head -8 d.txt
-  fi
+  compare "$name" same.txt "$ref"
 done
 # Keeping 5 of 8 blocks' activations needs more than recomputing all 8.
 peak_act() { grep '"event":"end"' "$1/metrics.jsonl" | grep -o '"activations":[0-9]*' | cut -d: -f2; }
