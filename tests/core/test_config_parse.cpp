@@ -12,13 +12,16 @@ namespace {
 // resolved_json forgets to write.
 auto fields(const ModelConfig& m) {
   return std::tie(m.arch, m.preset, m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size,
-                  m.activation_checkpointing);
+                  m.activation_checkpointing, m.recompute_layers);
 }
 auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded, d.packing); }
 auto fields(const TrainConfig& t) {
-  return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib, t.nonfinite_tolerance);
+  return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib, t.nonfinite_tolerance,
+                  t.breadth_first_group);
 }
-auto fields(const OffloadOptions& o) { return std::tie(o.delayed_update, o.delayed_update_warmup, o.aio_backend); }
+auto fields(const OffloadOptions& o) {
+  return std::tie(o.delayed_update, o.delayed_update_warmup, o.aio_backend, o.grad_accumulation, o.param_from_master);
+}
 auto fields(const OptimizerConfig& o) { return std::tie(o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay); }
 auto fields(const SchedulerConfig& s) {
   return std::tie(s.type, s.warmup_min_lr, s.warmup_max_lr, s.warmup_num_steps, s.warmup_type, s.total_num_steps,
@@ -526,6 +529,12 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   expect_round_trip(R"({"train": {"device_memory_cap_gib": 23.5},
                         "offload": {"delayed_update_warmup": 0}})",
                     1);
+  expect_round_trip(R"({"train": {"breadth_first_group": 2}, "gradient_accumulation_steps": 4,
+                        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                              "offload_param": {"device": "cpu"}},
+                        "offload": {"param_from_master": true},
+                        "model": {"activation_checkpointing": true, "recompute_layers": 1}})",
+                    1);
 
   // Every section is written, with defaults filled in.
   Config cfg = parse("{}");
@@ -539,7 +548,8 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   EXPECT_TRUE(j["train"].contains("device_memory_cap_gib"));
   EXPECT_TRUE(j["train"]["device_memory_cap_gib"].is_null());  // no cap
   EXPECT_EQ(j["offload"], (nlohmann::json{{"delayed_update", false}, {"delayed_update_warmup", 10},
-                                          {"aio_backend", "auto"}, {"grad_accumulation", "host"}}));
+                                          {"aio_backend", "auto"}, {"grad_accumulation", "host"},
+                                          {"param_from_master", false}}));
   // Unresolved, it still parses back.
   Config again = parse_config(j, "resolved.json");
   EXPECT_TRUE(again.batch.train_auto);
