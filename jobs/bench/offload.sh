@@ -14,7 +14,7 @@
 # the delayed update's warm-up); the offload phases come from
 # wall_clock_breakdown. A table is printed last (results.tsv).
 #
-#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2acc cap nvme; default parity z2 cap)
+#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2acc z2bf cap nvme; default parity z2 cap)
 #   RUN_TIMEOUT=S bounds each run (default 600 s).
 set -uo pipefail
 ztrain=${1:?usage: offload.sh ZTRAIN OUT_DIR [PLAN...]}
@@ -127,6 +127,17 @@ JSON
       run 1.3b-z2-a8 b13-a8 1
       run 1.3b-z2-cpu-a8-devacc b13-a8 1 "$CPU" "$DEVACC"
       run 1.3b-z2-cpu-delayed-a8-devacc b13-a8 3 "$CPU" "$DEVACC" "${DELAY[@]}"
+      ;;
+    z2bf)
+      # Accumulation 8 in one breadth-first group of 8 (train.
+      # breadth_first_group): each unit's gradient sums the 8 micro-batches
+      # and lands on the host once, spread over the backward; beside no
+      # offload.
+      config b13-a8 24 2048 16 8 8 5
+      BF=train.breadth_first_group=8
+      run 1.3b-z2-a8 b13-a8 1
+      run 1.3b-z2-cpu-a8-bf8 b13-a8 1 "$CPU" "$BF"
+      run 1.3b-z2-cpu-delayed-a8-bf8 b13-a8 3 "$CPU" "$BF" "${DELAY[@]}"
       ;;
     cap)
       # 24 GiB cap, ZeRO-3, optimizer and parameters on the CPU, checkpointing.
