@@ -127,17 +127,10 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
             if (next.op != ins.op || next.chunk != ins.chunk) break;
             mbs.push_back(next.mb);
           }
-        if (mbs.size() == 1) {
-          if (ins.op == PipeOp::forward)
-            forward(w, ins);
-          else
-            backward(w, ins);
-          break;
-        }
         if (ins.op == PipeOp::forward)
-          forward_run(w, ins.chunk, mbs);
+          forward(w, ins.chunk, mbs);
         else
-          backward_run(w, ins.chunk, mbs);
+          backward(w, ins.chunk, mbs);
         bool retired = false;
         for (size_t k = i; k < j; ++k)
           if (w.leaves_after(k)) {
@@ -176,52 +169,19 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
   if (timing) *timing = w.t;
 }
 
-void PipelineExecutor::forward(Walk& w, const PipeInstr& ins) {
-  InFlight& f = flight(ins.mb);
-  const int c = ins.chunk, g = global(c), last = P_ * V_ - 1;
-  const UnitRange r = range(c);
-  // The micro-batch's data, at its first forward on this stage (chunk 0 runs
-  // before the stage's later chunks): the stages holding the first and the
-  // last chunk need tokens and targets, and with packed rows every stage
-  // needs doc_start.
-  const bool packed = w.args.hooks->packed();
-  if (packed && f.doc_start.empty()) f.doc_start = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
-  const Tensor doc_start = packed ? f.doc_start.tensor() : Tensor();
-  if (c == 0 && (stage_ == 0 || stage_ == P_ - 1 || packed))
-    w.args.hooks->load_batch(ins.mb, f.tokens.tensor(), f.targets.tensor(), doc_start);
-  if (g == 0) f.in[static_cast<size_t>(c)] = f.tokens.tensor();
-  const double t0 = now_s();
-  const Tensor out = runner_.forward(r.first, r.last, f.state, *w.args.params, f.in[static_cast<size_t>(c)],
-                                     f.targets.tensor(), doc_start);
-  f.out[static_cast<size_t>(c)] = out;
-  // The per-token losses stay on the device: no host synchronisation here.
-  if (g == last) kernels_.sum_into(out, w.args.loss_sum);
-  w.t.forward_s += now_s() - t0;
-}
-
-void PipelineExecutor::backward(Walk& w, const PipeInstr& ins) {
-  InFlight& f = flight(ins.mb);
-  const int c = ins.chunk, g = global(c);
-  const UnitRange r = range(c);
-  // The output's send must be done before backward releases its memory.
-  wait(f.act_send[static_cast<size_t>(c)]);
-  const Tensor dout = g == P_ * V_ - 1 ? w.args.dloss : f.grad_in.tensor();
-  // The input gradient is written straight into the buffer it is sent from.
-  Buffer din;
-  if (g != 0)
-    din = take_comm_buffer(math_dtype(runner_.act_dtype()), runner_.unit(r.first).input_shape(B_, T_));
-  const double t0 = now_s();
-  runner_.backward(r.first, r.last, f.state, *w.args.params, *w.args.grads, dout, din.tensor());
-  w.t.backward_s += now_s() - t0;
-  if (g != 0) f.grad_sends.emplace_back(std::move(din), CommRequest());
-  if (!f.grad_in.empty()) give_back(std::move(f.grad_in));
-}
-
-void PipelineExecutor::forward_run(Walk& w, int chunk, const std::vector<int>& mbs) {
+// Forward of `chunk` for the micro-batches `mbs` (one, or a breadth-first
+// run: [Note: breadth-first walk]). One micro-batch goes through the chunk
+// in one runner call; a run goes unit by unit, each unit for every
+// micro-batch in turn.
+void PipelineExecutor::forward(Walk& w, int chunk, const std::vector<int>& mbs) {
   const int g = global(chunk), last = P_ * V_ - 1;
   const UnitRange r = range(chunk);
-  const bool packed = w.args.hooks->packed();
   const size_t n = mbs.size();
+  // Each micro-batch's data, at its first forward on this stage (chunk 0
+  // runs before the stage's later chunks): the stages holding the first and
+  // the last chunk need tokens and targets, and with packed rows every stage
+  // needs doc_start.
+  const bool packed = w.args.hooks->packed();
   std::vector<InFlight*> fs;
   std::vector<Tensor> x;
   for (int mb : mbs) {
@@ -233,23 +193,28 @@ void PipelineExecutor::forward_run(Walk& w, int chunk, const std::vector<int>& m
     fs.push_back(&f);
     x.push_back(f.in[static_cast<size_t>(chunk)]);
   }
+  const int per_call = n == 1 ? r.last - r.first : 1;  // units per runner call
   const double t0 = now_s();
   w.args.params->set_run_length(static_cast<int>(n));
-  for (int u = r.first; u < r.last; ++u)
+  for (int u = r.first; u < r.last; u += per_call)
     for (size_t k = 0; k < n; ++k) {
       InFlight& f = *fs[k];
-      x[k] = runner_.forward(u, u + 1, f.state, *w.args.params, x[k], f.targets.tensor(),
+      x[k] = runner_.forward(u, u + per_call, f.state, *w.args.params, x[k], f.targets.tensor(),
                              packed ? f.doc_start.tensor() : Tensor());
     }
   w.args.params->set_run_length(1);
   for (size_t k = 0; k < n; ++k) {
     fs[k]->out[static_cast<size_t>(chunk)] = x[k];
-    if (g == last) kernels_.sum_into(x[k], w.args.loss_sum);  // in micro-batch order, as one at a time
+    // The per-token losses stay on the device: no host synchronisation
+    // here. In micro-batch order, as one at a time.
+    if (g == last) kernels_.sum_into(x[k], w.args.loss_sum);
   }
   w.t.forward_s += now_s() - t0;
 }
 
-void PipelineExecutor::backward_run(Walk& w, int chunk, const std::vector<int>& mbs) {
+// Backward of `chunk` for `mbs`, as forward: one runner call for one
+// micro-batch, unit by unit for a run.
+void PipelineExecutor::backward(Walk& w, int chunk, const std::vector<int>& mbs) {
   const int g = global(chunk);
   const UnitRange r = range(chunk);
   const size_t n = mbs.size();
@@ -259,33 +224,37 @@ void PipelineExecutor::backward_run(Walk& w, int chunk, const std::vector<int>& 
   std::vector<Buffer> din_out(n);
   for (size_t k = 0; k < n; ++k) {
     InFlight& f = flight(mbs[k]);
+    // The output's send must be done before backward releases its memory.
     wait(f.act_send[static_cast<size_t>(chunk)]);
     fs.push_back(&f);
     d.push_back(g == P_ * V_ - 1 ? w.args.dloss : f.grad_in.tensor());
+    // The input gradient is written straight into the buffer it is sent from.
     if (g != 0) din_out[k] = take_comm_buffer(gdt, runner_.unit(r.first).input_shape(B_, T_));
   }
-  // Each micro-batch's gradient between two units of the chunk: two
-  // ping-pong buffers per micro-batch, as wide as the widest input after
-  // the chunk's first unit (the runner's own, one micro-batch at a time).
+  const int per_call = n == 1 ? r.last - r.first : 1;
+  // A run keeps each micro-batch's gradient between two units of the chunk:
+  // two ping-pong buffers per micro-batch, as wide as the widest input after
+  // the chunk's first unit (one runner call over the chunk has its own).
   const Arena::Mark base = scratch_.mark();
+  std::vector<std::array<Tensor, 2>> ping(per_call == 1 ? n : 0);
   int64_t max_elems = 0;
-  for (int u = r.first + 1; u < r.last; ++u)
+  for (int u = r.first + 1; u < r.last && !ping.empty(); ++u)
     max_elems = std::max(max_elems, runner_.unit(u).input_shape(B_, T_).numel());
-  std::vector<std::array<Tensor, 2>> ping(n);
   if (max_elems > 0)
     for (auto& p : ping) p = {scratch_.alloc(gdt, Shape{max_elems}), scratch_.alloc(gdt, Shape{max_elems})};
   const double t0 = now_s();
   w.args.params->set_run_length(static_cast<int>(n));
   w.args.grads->set_run_length(static_cast<int>(n));
   int parity = 0;
-  for (int u = r.last - 1; u >= r.first; --u) {
+  for (int hi = r.last; hi > r.first; hi -= per_call) {
+    const int lo = hi - per_call;
     for (size_t k = 0; k < n; ++k) {
       Tensor din;
-      if (u == r.first)
+      if (lo == r.first)
         din = din_out[k].tensor();  // undefined for global chunk 0
       else
-        din = Tensor(ping[k][parity].data, gdt, runner_.unit(u).input_shape(B_, T_), ping[k][parity].device);
-      runner_.backward(u, u + 1, fs[k]->state, *w.args.params, *w.args.grads, d[k], din);
+        din = Tensor(ping[k][parity].data, gdt, runner_.unit(lo).input_shape(B_, T_), ping[k][parity].device);
+      runner_.backward(lo, hi, fs[k]->state, *w.args.params, *w.args.grads, d[k], din);
       d[k] = din;
     }
     parity ^= 1;

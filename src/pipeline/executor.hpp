@@ -116,11 +116,10 @@ class PipelineExecutor {
   const UnitRange& range(int chunk) const { return chunks_[static_cast<size_t>(global(chunk))]; }
 
   // One function per instruction kind.
-  void forward(Walk& w, const PipeInstr& ins);
-  void backward(Walk& w, const PipeInstr& ins);
-  // [Note: breadth-first walk]: a run of Forwards or Backwards of `chunk`.
-  void forward_run(Walk& w, int chunk, const std::vector<int>& mbs);
-  void backward_run(Walk& w, int chunk, const std::vector<int>& mbs);
+  // Forward or Backward of `chunk` for one micro-batch, or for a run of
+  // them ([Note: breadth-first walk]).
+  void forward(Walk& w, int chunk, const std::vector<int>& mbs);
+  void backward(Walk& w, int chunk, const std::vector<int>& mbs);
   void recv_act(Walk& w, const PipeInstr& ins, int peer, int tag);
   void send_act(const PipeInstr& ins, int peer, int tag);
   void recv_grad(Walk& w, const PipeInstr& ins, int peer, int tag);
