@@ -79,7 +79,6 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.model = describe_model(m);
   in.stages = pipeline_stages(in.model, c.pipeline, pp, static_cast<int>(c.batch.grad_accum),
                               c.train.breadth_first_group);
-  in.breadth_first_group = c.train.breadth_first_group;
   in.world = world;
   in.pp = pp;
   in.dp = world / pp;

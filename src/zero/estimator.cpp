@@ -367,7 +367,9 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     }
     unit_ws = std::max(unit_ws, ws);
   }
-  r.workspace = tokens * 2 * input_width * 4 * std::max(1, in.breadth_first_group) + unit_ws;
+  // One stage with several micro-batches in flight walks them breadth-first
+  // ([Note: breadth-first walk]): two buffers for each of them.
+  r.workspace = tokens * 2 * input_width * 4 * (in.pp == 1 ? sc.in_flight : 1) + unit_ws;
   return r;
 }
 
@@ -501,11 +503,8 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
   os << ", ffn " << s.ffn_hidden << ", vocab " << s.vocab << "\n"
      << "  " << base.world << " ranks = dp " << base.dp << " x pp " << base.pp << "; " << dtype_name(base.param_dtype)
      << " parameters and activations; micro-batch " << base.micro_batch << " x seq " << s.seq_len
-     << "; activation checkpointing "
-     << (!base.activation_checkpointing ? std::string("off")
-         : base.recompute_layers < 0 ? std::string("on")
-                                     : "on for the first " + std::to_string(base.recompute_layers) +
-                                           " blocks of each chunk") << "\n";
+     << "; activation checkpointing " << recompute_description(base.activation_checkpointing, base.recompute_layers)
+     << "\n";
   std::snprintf(buf, sizeof buf, "%-5s %-10s %8s %8s %8s %8s %8s %8s %8s %9s %9s %9s %9s\n", "stage", "offload",
                 "params", "grads", "optim", "states", "activ", "comm", "work", "DEVICE", "pinned", "pageable", "nvme");
   os << buf;

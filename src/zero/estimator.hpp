@@ -46,10 +46,7 @@ struct EstimateInput {
   // one, and gradients on the host add later pieces through pinned slots.
   int64_t micro_batches_per_step = 1;
   bool activation_checkpointing = false;
-  int recompute_layers = -1;
-  // train.breadth_first_group (P = 1; the stage's in_flight says the same):
-  // each micro-batch of a group keeps its own activation-gradient buffers.
-  int breadth_first_group = 1;  // model.recompute_layers ([Note: partial recomputation]); -1 = all
+  int recompute_layers = -1;  // model.recompute_layers ([Note: partial recomputation]); -1 = all
   std::optional<bool> overlap_comm;  // unset: DeepSpeed's default, on for stage 3 only
   // zero_optimization, in elements (DeepSpeed's defaults).
   int64_t reduce_bucket_size = 500000000;
