@@ -114,6 +114,12 @@ ModelDesc describe_model(const ModelConfig& cfg) {
   ZT_USER_ERROR("model.arch: unknown architecture \"", cfg.arch, "\"; known architectures: ", known);
 }
 
+std::string recompute_description(bool checkpointing, int layers) {
+  if (!checkpointing) return "off";
+  if (layers < 0) return "on";
+  return "on for the first " + std::to_string(layers) + " blocks of each chunk";
+}
+
 std::vector<bool> recomputed_units(const std::vector<bool>& checkpointable,
                                    const std::vector<std::vector<int>>& chunks, bool checkpointing, int layers) {
   std::vector<bool> out(checkpointable.size(), false);

@@ -126,6 +126,8 @@ struct ModelDesc {
 // unit of the whole model; the result likewise (false outside the chunks).
 std::vector<bool> recomputed_units(const std::vector<bool>& checkpointable,
                                    const std::vector<std::vector<int>>& chunks, bool checkpointing, int layers);
+// "off", "on", or "on for the first N blocks of each chunk", for logs and tables.
+std::string recompute_description(bool checkpointing, int layers);
 
 // The model of a config: the architecture model.arch with the config's sizes.
 // UserError for an architecture that is not known.

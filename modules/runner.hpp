@@ -99,7 +99,6 @@ class UnitRunner {
 
   int num_units() const { return static_cast<int>(units_.size()); }
   const Unit& unit(int i) const { return *units_.at(static_cast<size_t>(i)); }
-  bool recomputes(int i) const { return recompute_.at(static_cast<size_t>(i)); }
   DType act_dtype() const { return act_dtype_; }
   DType param_dtype() const { return param_dtype_; }
 

@@ -335,10 +335,7 @@ void Trainer::run() {
   log_info("batch: ", s.opts.global_batch, " sequences (", s.opts.tokens_per_step(), " tokens) = micro ", s.opts.B,
            " x accum ", s.opts.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
            dtype_name(s.opts.param_dtype), " parameters; activation checkpointing ",
-           !cfg.model.activation_checkpointing ? std::string("off")
-           : cfg.model.recompute_layers < 0
-               ? std::string("on")
-               : "on for the first " + std::to_string(cfg.model.recompute_layers) + " blocks of each chunk");
+           recompute_description(cfg.model.activation_checkpointing, cfg.model.recompute_layers));
   install_stop_handlers();
   const double start = now_s();
   const int64_t first_step = s.state.step;

@@ -407,6 +407,7 @@ std::vector<Tensor> ZeroEngine::acquire(int unit, Phase phase) {
 
 void ZeroEngine::set_run_length(int n) {
   ZT_CHECK(n >= 1, "run length ", n);
+  if (n == 1 && run_length_ == 1) return;  // one micro-batch at a time: nothing counted
   ZT_CHECK(n == 1 || grad_acc_.empty(), "offload.grad_accumulation \"device\" with breadth-first runs");
   run_length_ = n;
   for (auto& seen : run_seen_) seen.assign(static_cast<size_t>(layout_.num_units()), 0);
