@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -81,6 +83,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       homes_.push_back(std::move(h));
       shards_.push_back(&sh);
     }
+    ready_.assign(homes_.size(), Ready{});
     // Slots of one tile, or of the largest shard when all are smaller.
     int64_t largest = 1;
     for (const OwnedShard& sh : shards) largest = std::max(largest, sh.numel());
@@ -107,65 +110,61 @@ class HostOffloadAdamW final : public OffloadAdamW {
       times_.total_s = now_s() - t0;
       return;
     }
+    // The last streamed update: this step's forward awaited every shard of
+    // it, so it is done (or finishing its last copies).
+    join();
+    if (report_due_) take_worker_times();
     upload_delayed();  // a delayed update still pending (none unless the delay was on)
     // Shards kept on the device first: their kernels run while the host works.
     for (const Pending& p : pending_)
       if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
-    // The host's shards, tile by tile ([Note: offload step]).
-    std::vector<Tile> tiles;
-    for (const Pending& p : pending_) {
-      if (!home(*p.shard).on_host) continue;
-      for (int64_t off = 0; off < p.shard->numel(); off += opts_.tile_elements)
-        tiles.push_back({&p, off, std::min(opts_.tile_elements, p.shard->numel() - off)});
-    }
-    const size_t K = out_slots_.size();
-    std::vector<TransferTicket> fetched(tiles.size()), stored(tiles.size());
-    // A tile's gradient: in host memory already ([Note: gradients on the
-    // host]), or fetched into a grad slot.
-    auto fetch = [&](size_t i) {
-      const Tile& t = tiles[i];
-      if (t.p->shard->grad_on_host) return;
-      fetched[i] = copies_->to_host(grad_slots_[i % K].data(), t.p->grad + t.off,
-                                    static_cast<size_t>(t.n) * sizeof(float));
-      times_.d2h_bytes += static_cast<double>(t.n) * sizeof(float);
-    };
-    for (size_t i = 0; i < std::min(K, tiles.size()); ++i) fetch(i);
-    for (size_t i = 0; i < tiles.size(); ++i) {
-      const Tile& t = tiles[i];
-      const OwnedShard& sh = *t.p->shard;
-      Home& h = home(sh);
-      double w = now_s();
-      copies_->wait(fetched[i]);
-      if (i >= K) copies_->wait(stored[i - K]);  // the out slot's last upload has run
-      const double c = now_s();
-      times_.d2h_wait_s += c - w;
-      const float* g = sh.grad_on_host ? t.p->grad + t.off : grad_slots_[i % K].as<float>();
-      // Offloaded parameters are written in place (no slot, no copy), or
-      // not at all when uploads are made from the master.
-      const size_t es = dtype_size(sh.param_dtype);
-      void* out = sh.param_from_master ? nullptr
-                  : sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(t.off) * es
-                                        : out_slots_[i % K].data();
-      AdamWParams hp = hp_;
-      hp.lr = t.p->s.lr;
-      float* master = h.state[0].as<float>() + t.off;
-      float* m = h.state[1].as<float>() + t.off;
-      float* v = h.state[2].as<float>() + t.off;
-      const std::vector<DecayRange> ranges = tile_ranges(sh, t.off, t.n);
-      host_adamw(sh, master, g, m, v, t.n, ranges, hp, t.p->s.step, t.p->s.grad_scale, out);
-      w = now_s();
-      times_.cpu_s += w - c;
-      // The grad slot is free: fetch the tile K ahead into it.
-      if (i + K < tiles.size()) fetch(i + K);
-      if (sh.param_in_place() || sh.param_from_master) continue;
-      stored[i] = put_param(*copies_, sh, static_cast<size_t>(t.off) * es, out, static_cast<size_t>(t.n) * es);
-      if (!sh.param_on_host) times_.h2d_bytes += static_cast<double>(t.n) * static_cast<double>(es);
-    }
-    const double w = now_s();
-    copies_->wait_all();
-    times_.h2d_wait_s += now_s() - w;
+    work_.clear();
+    for (const Pending& p : pending_)
+      if (home(*p.shard).on_host) work_.push_back(p);
     pending_.clear();
+    if (work_.empty()) {
+      times_.total_s = now_s() - t0;
+      return;
+    }
+    // [Note: streamed update] The tiles run on the worker; finish() returns
+    // at once unless a shard's parameters go to a sink (the parameters' swap
+    // file, not safe beside the engine's reads of it) or its gradient is
+    // fetched from the device (ratio < 1: the next step zeroes it there).
+    const bool streamed = std::none_of(work_.begin(), work_.end(), [](const Pending& p) {
+      return p.shard->param_sink != nullptr || !p.shard->grad_on_host;
+    });
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (const Pending& p : work_) ready_[static_cast<size_t>(p.shard->index)] = Ready{p.shard->numel() == 0, {}};
+      failed_ = false;
+      await_s_ = 0;
+      streaming_ = true;
+    }
+    worker_ = std::thread([this] { run_exact(); });
+    report_due_ = true;
+    if (!streamed) {
+      join();
+      take_worker_times();
+      times_.streamed = false;
+    }
     times_.total_s = now_s() - t0;
+  }
+
+  void await_shard(const OwnedShard& sh) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!streaming_) return;
+    const Ready& r = ready_.at(static_cast<size_t>(sh.index));
+    if (!r.done && !failed_) {
+      const double w = now_s();
+      cv_.wait(lk, [&] { return r.done || failed_; });
+      await_s_ += now_s() - w;
+    }
+    if (failed_) {
+      lk.unlock();
+      join();  // rethrows the worker's error
+      ZT_THROW("the offloaded optimizer's update failed");
+    }
+    copies_->compute_waits(r.upload);
   }
 
   void read_state(const OwnedShard& sh, OptimizerState which, float* host_dst) override {
@@ -215,6 +214,108 @@ class HostOffloadAdamW final : public OffloadAdamW {
     const Pending* p;
     int64_t off, n;
   };
+  // [Note: streamed update] A shard's update is done, and its parameters'
+  // upload (if any) was queued as `upload`.
+  struct Ready {
+    bool done = true;
+    TransferTicket upload;
+  };
+
+  // The exact update of work_ on the worker thread, tile by tile ([Note:
+  // offload step]); each shard is marked ready after its last tile. The
+  // transfer queue is shared with await_shard(): every use holds mu_.
+  void run_exact() {
+    OffloadStepTimes& t = worker_times_;
+    t = OffloadStepTimes{};
+    try {
+      std::vector<Tile> tiles;
+      for (const Pending& p : work_)
+        for (int64_t off = 0; off < p.shard->numel(); off += opts_.tile_elements)
+          tiles.push_back({&p, off, std::min(opts_.tile_elements, p.shard->numel() - off)});
+      const size_t K = out_slots_.size();
+      std::vector<TransferTicket> fetched(tiles.size()), stored(tiles.size());
+      // A tile's gradient: in host memory already ([Note: gradients on the
+      // host]), or fetched into a grad slot.
+      auto fetch = [&](size_t i) {
+        const Tile& tl = tiles[i];
+        if (tl.p->shard->grad_on_host) return;
+        fetched[i] = copies_->to_host(grad_slots_[i % K].data(), tl.p->grad + tl.off,
+                                      static_cast<size_t>(tl.n) * sizeof(float));
+        t.d2h_bytes += static_cast<double>(tl.n) * sizeof(float);
+      };
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (size_t i = 0; i < std::min(K, tiles.size()); ++i) fetch(i);
+      }
+      const double c0 = now_s();
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        const Tile& tl = tiles[i];
+        const OwnedShard& sh = *tl.p->shard;
+        Home& h = home(sh);
+        double w = now_s();
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          copies_->wait(fetched[i]);
+          if (i >= K) copies_->wait(stored[i - K]);  // the out slot's last upload has run
+        }
+        const double c = now_s();
+        t.d2h_wait_s += c - w;
+        const float* g = sh.grad_on_host ? tl.p->grad + tl.off : grad_slots_[i % K].as<float>();
+        // Offloaded parameters are written in place (no slot, no copy), or
+        // not at all when uploads are made from the master.
+        const size_t es = dtype_size(sh.param_dtype);
+        void* out = sh.param_from_master ? nullptr
+                    : sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(tl.off) * es
+                                          : out_slots_[i % K].data();
+        AdamWParams hp = hp_;
+        hp.lr = tl.p->s.lr;
+        float* master = h.state[0].as<float>() + tl.off;
+        float* m = h.state[1].as<float>() + tl.off;
+        float* v = h.state[2].as<float>() + tl.off;
+        const std::vector<DecayRange> ranges = tile_ranges(sh, tl.off, tl.n);
+        host_adamw(sh, master, g, m, v, tl.n, ranges, hp, tl.p->s.step, tl.p->s.grad_scale, out);
+        w = now_s();
+        t.cpu_s += w - c;
+        const bool last = tl.off + tl.n == sh.numel();
+        std::lock_guard<std::mutex> lk(mu_);
+        // The grad slot is free: fetch the tile K ahead into it.
+        if (i + K < tiles.size()) fetch(i + K);
+        if (!sh.param_in_place() && !sh.param_from_master) {
+          stored[i] = put_param(*copies_, sh, static_cast<size_t>(tl.off) * es, out, static_cast<size_t>(tl.n) * es);
+          if (!sh.param_on_host) t.h2d_bytes += static_cast<double>(tl.n) * static_cast<double>(es);
+        }
+        if (last) {
+          ready_[static_cast<size_t>(sh.index)] = Ready{true, stored[i]};
+          cv_.notify_all();
+        }
+      }
+      const double w = now_s();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (size_t i = tiles.size() > K ? tiles.size() - K : 0; i < tiles.size(); ++i) copies_->wait(stored[i]);
+      }
+      t.h2d_wait_s += now_s() - w;
+      t.total_s = now_s() - c0;
+    } catch (...) {
+      worker_error_ = std::current_exception();
+      std::lock_guard<std::mutex> lk(mu_);
+      failed_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  // The phases of the exact update the worker ran last (reported by the
+  // step during which it ran: the next step's when streamed).
+  void take_worker_times() {
+    report_due_ = false;
+    times_.streamed = true;
+    times_.cpu_s = worker_times_.cpu_s;
+    times_.d2h_bytes += worker_times_.d2h_bytes;
+    times_.h2d_bytes += worker_times_.h2d_bytes;
+    times_.d2h_wait_s += worker_times_.d2h_wait_s;
+    times_.h2d_wait_s += worker_times_.h2d_wait_s;
+    times_.await_s = await_s_;
+  }
   // [Note: delayed parameter update]
   void finish_delayed() {
     times_.delayed = true;
@@ -222,10 +323,12 @@ class HostOffloadAdamW final : public OffloadAdamW {
       ZT_CHECK(!p.shard->param_from_master, "the delayed update with offload.param_from_master");
     double w = now_s();
     join();
+    report_due_ = false;  // a streamed exact update before the delay: done, not reported
     times_.delayed_wait_s = now_s() - w;
     times_.cpu_s = worker_cpu_s_;
     for (const Pending& p : pending_)
       if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
+    TransferTicket fetched;  // the last gradient copy
     // This step's gradients to the host (the device reuses its buffers) and
     // the last update's parameters to the device, at once on the two copy
     // streams; the uploads wait for the step's kernels (stage 3 gathers
@@ -240,12 +343,15 @@ class HostOffloadAdamW final : public OffloadAdamW {
         if (sh.param_dtype != DType::f32) h.param = Buffer(pinned_, sh.param_dtype, Shape{sh.numel()}, MemTag::offload);
       }
       if (sh.grad_on_host) continue;  // the engine's other buffer takes the next step's
-      copies_->to_host(h.grad.data(), p.grad, h.grad.bytes());
+      fetched = copies_->to_host(h.grad.data(), p.grad, h.grad.bytes());
       times_.d2h_bytes += static_cast<double>(h.grad.bytes());
     }
+    // [Note: streamed update] The uploads are not waited for: the next
+    // step's forward waits for each shard's (await_shard), and the worker
+    // rewrites a shard's result only once its upload is done.
     issue_delayed_uploads();
     w = now_s();
-    copies_->wait_all();
+    copies_->wait(fetched);
     times_.d2h_wait_s = now_s() - w;
     std::vector<Pending> work;
     for (const Pending& p : pending_)
@@ -277,11 +383,17 @@ class HostOffloadAdamW final : public OffloadAdamW {
     float* v = h.state[2].as<float>();
     const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
     const float* g = sh.grad_on_host ? p.grad : h.grad.as<float>();
+    {
+      // The last update's parameters leave from the buffer this one writes.
+      std::lock_guard<std::mutex> lk(mu_);
+      copies_->wait(ready_[static_cast<size_t>(sh.index)].upload);
+    }
     host_adamw(sh, master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
                sh.param_dtype == DType::f32 ? static_cast<void*>(master) : h.param.data());
   }
 
-  // Waits for the delayed update in flight, if any.
+  // Waits for the update in flight on the worker (exact streamed, or
+  // delayed), if any.
   void join() {
     if (!worker_.joinable()) return;
     worker_.join();
@@ -308,9 +420,11 @@ class HostOffloadAdamW final : public OffloadAdamW {
       if (!h.on_host || !h.delayed) continue;
       const OwnedShard& sh = *shards_[i];
       const Buffer& src = sh.param_dtype == DType::f32 ? h.state[0] : h.param;
-      put_param(*copies_, sh, 0, src.data(), src.bytes(), after);
+      const TransferTicket t = put_param(*copies_, sh, 0, src.data(), src.bytes(), after);
+      ready_[i] = Ready{true, t};
       if (!sh.param_on_host) times_.h2d_bytes += static_cast<double>(src.bytes());
     }
+    streaming_ = true;
   }
 
 
@@ -357,11 +471,21 @@ class HostOffloadAdamW final : public OffloadAdamW {
   std::vector<Pending> pending_;
   OffloadStepTimes times_;
   std::vector<const OwnedShard*> shards_;  // attached, by index
-  // [Note: delayed parameter update]
+  // [Note: delayed parameter update], [Note: streamed update]
   std::thread worker_;
   std::exception_ptr worker_error_;
   double worker_cpu_s_ = 0;
   bool uploads_due_ = false;
+  std::vector<Pending> work_;      // the exact update the worker runs
+  OffloadStepTimes worker_times_;  // its phases
+  bool report_due_ = false;        // not reported yet
+  // Guards copies_ and ready_ while the worker runs.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Ready> ready_;  // by shard index
+  bool failed_ = false;
+  bool streaming_ = false;
+  double await_s_ = 0;  // host time blocked in await_shard since the update started
 };
 
 }  // namespace

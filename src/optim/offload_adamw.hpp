@@ -23,6 +23,27 @@
 // of the gradient). The arithmetic is
 // adamw.hpp's, so the master weights follow the same bits as on the device.
 //
+// [Note: streamed update] The exact update is not waited for either:
+// finish() hands the tiles to a worker thread, which updates the shards in
+// their order (the units' order, which is the forward's) and marks each one
+// ready once its last tile is computed and its parameters' upload queued.
+// The next step's forward starts at once; ZeroEngine calls await_shard()
+// before it reads a shard's parameters (a gather, or the all-gather of a
+// unit kept whole), which blocks the host until that shard is ready and
+// makes the compute stream wait for its upload. The arithmetic and its
+// order are those of the exact update, so the bits are too; only the unit
+// at the front of the next forward waits for the update of the units before
+// it. The step then costs about the backward + the host update + the forward
+// of the last unit, instead of forward + backward + update, where the host
+// update is at least as long as the forward. Everything else that reads the
+// states (read_state, write_state, the next finish) joins the worker first;
+// ZeroEngine awaits every shard before the next backward writes gradients,
+// which the worker reads. With a parameter sink (offload_param "nvme"), or
+// gradients fetched from the device (ratio < 1), finish() joins the worker
+// before it returns. The delayed update's
+// uploads go the same way: issued, not waited for, each awaited by the
+// forward that needs it.
+//
 // [Note: delayed parameter update] With delay_after = W >= 0, the updates
 // after the first W run delayed, as in the ZeRO-Offload paper: finish() of
 // step N copies the step's gradients to the host and returns while a host
@@ -125,6 +146,11 @@ struct OffloadStepTimes {
   double total_s = 0;  // the whole of finish()
   double delayed_wait_s = 0;  // delayed: finish() waited for the previous update (not hidden)
   bool delayed = false;
+  // [Note: streamed update]: the figures above (cpu_s, copies) are those of
+  // the exact update that ran beside this step's forward, and await_s the
+  // time the step waited for its shards (not hidden).
+  bool streamed = false;
+  double await_s = 0;
   // NVMe ([Note: NVMe optimizer step]): bytes read from and written to the
   // swap files, and the time the host waited for reads and for writes (what
   // the pipeline did not hide). Delayed: those of the update that finished

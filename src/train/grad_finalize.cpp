@@ -37,6 +37,7 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, b
     for (OwnedShard& sh : zero_.owned_shards())
       if (sh.unit == fault_.unit) {
         const float inf = std::numeric_limits<float>::infinity();
+        zero_.forget_device_sq(sh.unit);
         if (sh.grad_on_host)
           *sh.grad = inf;
         else
@@ -86,6 +87,7 @@ void GradientFinalizer::reduce_tied_copies() {
   const int tied = mirror_ >= 0 ? mirror_ : 0;
   for (const OwnedShard& sh : zero_.owned_shards()) {
     if (sh.unit != tied) continue;
+    zero_.forget_device_sq(sh.unit);
     if (!sh.grad_on_host || dev_.kind() == DeviceKind::cpu) {
       all_reduce_sync(*tie.tensors, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()));
       continue;
@@ -115,6 +117,26 @@ Tensor GradientFinalizer::grad_of(const OwnedShard& sh) const {
 
 double GradientFinalizer::owned_grad_sq() {
   Kernels& k = grad_kernels();
+  if (zero_.grads_on_host()) {
+    // [Note: norm on the device] (zero_engine.hpp): the device's sums of
+    // the shards that landed whole, the host's of the others, added in shard
+    // order as the accumulator below adds them.
+    std::vector<double> dev_sq;
+    std::vector<bool> have;
+    zero_.device_shard_sq(dev_sq, have);
+    double sq = 0;
+    for (const OwnedShard& sh : zero_.owned_shards()) {
+      if (sh.unit == mirror_) continue;
+      if (have[static_cast<size_t>(sh.index)]) {
+        sq += dev_sq[static_cast<size_t>(sh.index)];
+        continue;
+      }
+      host_norm_acc_[0] = 0;
+      k.sum_squares(grad_of(sh), norm_acc());
+      sq += host_norm_acc_[0];
+    }
+    return sq;
+  }
   k.zero(norm_acc());
   for (const OwnedShard& sh : zero_.owned_shards())
     if (sh.unit != mirror_)  // the tied copy is counted on the first stage

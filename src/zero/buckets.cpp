@@ -13,6 +13,7 @@ void PendingCollective::finish() {
       const Tensor s = staging.tensor();
       kernels->add(s, s, Tensor(const_cast<float*>(pre_add), DType::f32, Shape{count}, s.device));
     }
+    if (sq_into != nullptr) kernels->sum_squares(staging.tensor(), Tensor(sq_into, DType::f64, Shape{1}, staging.tensor().device));
     landing->land(accumulate_into, std::move(staging), count);
     return;
   }
@@ -36,11 +37,12 @@ void finish_all(std::vector<PendingCollective>& pending) {
   pending.clear();
 }
 
-void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
+bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing,
-                         const float* pre_add) {
+                         const float* pre_add, double* sq_into) {
   const int dp = comm.size();
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(S, bucket_elems / dp));
+  const bool whole = piece >= S && landing != nullptr && sq_into != nullptr;
   for (int64_t off = 0; off < S; off += piece) {
     const int64_t c = std::min(piece, S - off);
     PendingCollective p;
@@ -50,6 +52,7 @@ void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     p.landing = landing;
     p.pre_add = pre_add == nullptr ? nullptr : pre_add + off;
     p.staging = Buffer(dev, DType::f32, Shape{c}, MemTag::comm);
+    if (whole) p.sq_into = sq_into;
     if (c == S) {  // the whole unit in one call, straight from its buffer
       p.request = comm.reduce_scatter(Tensor(const_cast<float*>(full), DType::f32, Shape{dp * S}, dev.kind()),
                                       p.staging.tensor(), ReduceOp::sum);
@@ -65,6 +68,7 @@ void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     // before freeing it.
     p.finish();
   }
+  return whole;
 }
 
 void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,

@@ -33,6 +33,9 @@ struct PendingCollective {
   // With landing: device memory (count floats) added into `staging` before
   // it lands (offload.grad_accumulation "device": the earlier micro-batches).
   const float* pre_add = nullptr;
+  // With landing: device memory (one double) the piece's sum of squares is
+  // added to before it lands ([Note: norm on the device] in zero_engine.hpp).
+  double* sq_into = nullptr;
   int64_t count = 0;
   // all-gather of a piece: unpack `staging` into dp strided blocks.
   void* unpack_into = nullptr;
@@ -47,10 +50,12 @@ struct PendingCollective {
 // result for this rank into `shard` (S elements). Appends the calls it issued.
 // With `landing`, `shard` is host memory and the pieces land there
 // ([Note: gradients on the host]); `pre_add` (S device floats), when given,
-// is added to each piece before it lands.
-void reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
+// is added to each piece before it lands. With `sq_into` (one device double)
+// and the shard reduced in one piece, the piece's sum of squares is added
+// there before it lands; returns whether it was.
+bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing = nullptr,
-                         const float* pre_add = nullptr);
+                         const float* pre_add = nullptr, double* sq_into = nullptr);
 
 // All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
 void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,

@@ -58,8 +58,18 @@ class OptimizerPlacement {
   // stream, host threads): finish() completes it.
   virtual void update(const OwnedShard& shard, const OptimizerStepScalars& s) = 0;
   // Every update issued since the last finish() is complete, or ordered
-  // before any later work on the device's compute stream.
+  // before any later work on the device's compute stream, or (a placement
+  // whose update runs on its own threads: [Note: streamed update] in
+  // optim/offload_adamw.hpp) completes shard by shard, each shard's new
+  // parameters made visible by await_shard().
   virtual void finish() {}
+  // [Note: streamed update] Blocks the host until the shard's latest update
+  // has written its working parameters (in host memory: `param`, or the
+  // master the parameters are made from) and orders later work on the
+  // device's compute stream after their copy into the device's working
+  // copy. ZeroEngine calls it before it reads a shard's parameters. Returns
+  // at once for a placement that finishes every update inside finish().
+  virtual void await_shard(const OwnedShard& shard) { (void)shard; }
   // The shard's fp32 master weights in host memory that stays put (ZeRO
   // uploads parameters from it: [Note: parameters from the master] in
   // zero_engine.hpp), or null when the placement keeps none there.

@@ -38,6 +38,7 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   ZT_CHECK(opts.reduce_bucket_size > 0 && opts.allgather_bucket_size > 0, "bucket sizes must be positive");
   const int n = layout_.num_units();
   state_.resize(n);
+  stale_.assign(static_cast<size_t>(n), false);
   ZT_CHECK(static_cast<int>(local_.size()) == n, "local mask of ", local_.size(), " units for a model of ", n);
   for (int u = 0; u < n; ++u)
     for (const TiedParam& t : units[u]->tied())
@@ -117,6 +118,8 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       if (host_grads == 2) grad_shard_alt_ = zeroed_on(host, DType::f32, shard, MemTag::offload);
       if (!copies_) copies_ = dev.make_transfer_queue();
       landing_ = std::make_unique<GradLanding>(*copies_, dev.host_memory(true));
+      shard_sq_ = zeroed(DType::f64, std::max<int64_t>(1, n), MemTag::workspace);
+      sq_on_device_.assign(static_cast<size_t>(n), false);
       if (opts.grad_accumulate_on_device) {
         ZT_CHECK(opts.stage >= 2 && opts.micro_batches >= 2, "offload.grad_accumulation \"device\" at stage ",
                  opts.stage, " with ", opts.micro_batches, " micro-batches a step");
@@ -186,6 +189,13 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     for (int u = 0; u < n; ++u)
       if (is_local(u) && !partitioned(u)) whole += layout_.unit(u).shard;
     if (whole > 0) persistent_upload_ = Buffer(dev, pt, Shape{whole}, MemTag::comm);
+    persist_at_.assign(static_cast<size_t>(n), -1);
+    int64_t at = 0;
+    for (int u = 0; u < n; ++u)
+      if (is_local(u) && !partitioned(u)) {
+        persist_at_[static_cast<size_t>(u)] = at;
+        at += layout_.unit(u).shard;
+      }
     for (int i = 0; i < opts.param_buffer_count; ++i) upload_pool_.emplace_back();
     upload_user_.assign(upload_pool_.size(), -1);
     upload_done_.assign(upload_pool_.size(), TransferTicket{});
@@ -262,6 +272,7 @@ void ZeroEngine::start_gather(int u) {
   if (!st.gathered.empty()) return;
   const FlatUnit& fu = layout_.unit(u);
   st.gathered = Buffer(dev_, opts_.param_dtype, Shape{fu.padded}, MemTag::params);
+  await_update(u);
   const void* shard = host_shard(u);
   if (opts_.offload_params) {
     TransferTicket uploaded;
@@ -388,6 +399,7 @@ std::vector<Tensor> ZeroEngine::acquire(int unit, Phase phase) {
   }
   for (int u : needed) {
     ++state_[u].refs;
+    if (stale_[static_cast<size_t>(u)]) publish_unit(u);
     if (partitioned(u)) start_gather(u);
   }
   if (partitioned(unit)) prefetch(unit, phase);
@@ -488,6 +500,13 @@ std::vector<Tensor> ZeroEngine::grads(int unit) {
     float* base = opts_.stage <= 1 ? grads_.as<float>() + grad_offset_[u] : state_[u].grad.as<float>();
     return Tensor(base + slot.offset, DType::f32, slot.shape, dev_.kind());
   };
+  if (!awaited_all_) {
+    // [Note: streamed update] The last update read the gradient shards
+    // this backward writes: it is done (every unit went forward) or ends now.
+    awaited_all_ = true;
+    for (int u = 0; u < layout_.num_units(); ++u)
+      if (is_local(u)) await_update(u);
+  }
   if (opts_.stage >= 2)
     for (int u : needed) ensure_grad_buffer(u);
   std::vector<Tensor> views;
@@ -513,11 +532,17 @@ void ZeroEngine::done(int unit) {
     if (k < opts_.micro_batches)
       reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), acc, fu.shard, opts_.reduce_bucket_size, st.reduce);
     else
-      reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit],
-                          fu.shard, opts_.reduce_bucket_size, st.reduce, landing_.get(), acc);
+      note_sq(unit, reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(),
+                                        grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
+                                        opts_.reduce_bucket_size, st.reduce, landing_.get(), acc, sq_slot(unit)));
   } else {
-    reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit],
-                        fu.shard, opts_.reduce_bucket_size, st.reduce, landing_.get());
+    // [Note: norm on the device] Only a step's single landing is the
+    // gradient (one run of all the micro-batches, or no accumulation).
+    const bool once = run_length_ == opts_.micro_batches;
+    note_sq(unit, reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(),
+                                      grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
+                                      opts_.reduce_bucket_size, st.reduce, landing_.get(), nullptr,
+                                      once ? sq_slot(unit) : nullptr));
   }
   // Pieces packed through staging finish at once; a whole-unit call may stay
   // in flight with overlap_comm, holding the gradient buffer until it is done.
@@ -566,6 +591,8 @@ void ZeroEngine::zero_grads() {
   // the step's gradients go to the other one (an update may still read the
   // last step's).
   landing_->begin_step();
+  dev_.memset_zero(shard_sq_.data(), shard_sq_.bytes());
+  std::fill(sq_on_device_.begin(), sq_on_device_.end(), false);
   if (!grad_acc_.empty()) {
     dev_.memset_zero(grad_acc_.data(), grad_acc_.bytes());
     std::fill(micro_done_.begin(), micro_done_.end(), 0);
@@ -590,8 +617,9 @@ void ZeroEngine::reduce_gradients() {
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!is_local(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
-      reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + grad_offset_[u], grad_shard_.as<float>() + shard_offset_[u],
-                          fu.shard, opts_.reduce_bucket_size, pending, landing_.get());
+      note_sq(u, reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + grad_offset_[u],
+                                     grad_shard_.as<float>() + shard_offset_[u], fu.shard, opts_.reduce_bucket_size,
+                                     pending, landing_.get(), nullptr, sq_slot(u)));
     }
     finish_all(pending);
   } else {
@@ -630,6 +658,14 @@ void ZeroEngine::publish_params() {
   if (swap_) swap_->flush();
   const size_t es = dtype_size(pt);
   std::vector<PendingCollective> pending;
+  if (lazy_publish()) {
+    // [Note: streamed update] Each unit kept whole is gathered again at its
+    // next use (publish_unit), once the placement has its shard ready.
+    for (int u = 0; u < layout_.num_units(); ++u)
+      stale_[static_cast<size_t>(u)] = is_local(u) && !partitioned(u);
+    awaited_all_ = false;
+    return;
+  }
   if (!states_on_device_) {
     // The placement has refreshed the working shard: all-gather the units
     // kept whole straight from it.
@@ -682,6 +718,67 @@ void ZeroEngine::publish_params() {
                   Tensor(master_.as<float>() + shard_offset_[u], DType::f32, Shape{fu.shard}, dev_.kind()));
     all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, pt, opts_.allgather_bucket_size, pending);
   }
+  finish_all(pending);
+}
+
+// [Note: norm on the device] Slots by unit.
+double* ZeroEngine::sq_slot(int u) { return shard_sq_.empty() ? nullptr : shard_sq_.as<double>() + u; }
+
+void ZeroEngine::note_sq(int u, bool summed) {
+  if (!sq_on_device_.empty()) sq_on_device_[static_cast<size_t>(u)] = summed;
+}
+
+void ZeroEngine::forget_device_sq(int unit) {
+  if (!sq_on_device_.empty()) sq_on_device_[static_cast<size_t>(unit)] = false;
+}
+
+bool ZeroEngine::device_shard_sq(std::vector<double>& sq, std::vector<bool>& have) {
+  have.assign(owned_.size(), false);
+  if (shard_sq_.empty()) return false;
+  std::vector<double> by_unit(static_cast<size_t>(layout_.num_units()));
+  dev_.copy_to_host(by_unit.data(), shard_sq_.data(), by_unit.size() * sizeof(double));
+  sq.assign(owned_.size(), 0.0);
+  bool any = false;
+  for (const OwnedShard& sh : owned_) {
+    const size_t i = static_cast<size_t>(sh.index), u = static_cast<size_t>(sh.unit);
+    have[i] = sq_on_device_[u];
+    sq[i] = by_unit[u];
+    any = any || have[i];
+  }
+  return any;
+}
+
+bool ZeroEngine::lazy_publish() const { return !states_on_device_ && !swap_; }
+
+// [Note: streamed update] The shard of unit u as its latest update left it.
+void ZeroEngine::await_update(int u) {
+  if (states_on_device_) return;
+  placement_.await_shard(owned_[static_cast<size_t>(owned_index_[u])]);
+}
+
+// [Note: streamed update] Unit u kept whole, gathered again from its new
+// shard (what publish_params does for every unit without the stream).
+void ZeroEngine::publish_unit(int u) {
+  stale_[static_cast<size_t>(u)] = false;
+  await_update(u);
+  const FlatUnit& fu = layout_.unit(u);
+  const void* shard = host_shard(u);
+  if (!persistent_upload_.empty()) {
+    // The shard goes through the device buffer of the whole units first,
+    // after the gathers that last read it.
+    void* dst = persistent_upload_.as<char>() + static_cast<size_t>(persist_at_[u]) * dtype_size(opts_.param_dtype);
+    if (opts_.param_from_master) {
+      upload_rounded(dst, static_cast<const float*>(shard), fu.shard);
+    } else {
+      const TransferTicket t = copies_->to_device(dst, shard, static_cast<size_t>(fu.shard) * dtype_size(opts_.param_dtype),
+                                                  copies_->mark_compute());
+      copies_->compute_waits(t);
+    }
+    shard = dst;
+  }
+  std::vector<PendingCollective> pending;
+  all_gather_unit(dp_, dev_, kernels_, shard, working_full(u), fu.shard, opts_.param_dtype, opts_.allgather_bucket_size,
+                  pending);
   finish_all(pending);
 }
 

@@ -65,6 +65,25 @@
 // (OptimizerPlacement::host_gradient_buffers, [Note: gradients on the
 // host]), the owned gradient shards are host memory and every reduced piece
 // lands there through a GradLanding as its reduction ends.
+//
+// [Note: norm on the device] The global norm then needs each shard's sum of
+// squares, which the host would compute by reading every gradient once
+// more after the backward (5 GB for 1.3B parameters, on the step's critical
+// path). When a unit's gradient lands once a step (no accumulation, a
+// breadth-first run of all the micro-batches, or the last micro-batch with
+// offload.grad_accumulation "device") in one piece (reduce_bucket_size at
+// least the shard), the device adds the piece's sum of squares into a slot
+// of its own before the piece leaves, with the kernel the device path uses
+// on its own gradient shard; GradientFinalizer reads the slots once and
+// adds them in shard order, as the device path's accumulator does, so the
+// norm has the bits of the run without offload. Other shards are summed on
+// the host as before.
+//
+// [Note: streamed update] (optim/offload_adamw.hpp) With the states off the
+// device, publish_params only marks the units kept whole as stale: each is
+// gathered again at its next acquire (publish_unit), after the placement's
+// await_shard; a stage 3 gather awaits its shard likewise, and the first
+// gradient of a backward awaits them all.
 #pragma once
 
 #include <array>
@@ -159,6 +178,15 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // host memory, and the step's copies there (null when not).
   bool grads_on_host() const { return landing_ != nullptr; }
   const GradLandingTimes* grad_landing_times() const { return landing_ ? &landing_->times() : nullptr; }
+  // [Note: norm on the device] With the gradients on the host: each owned
+  // shard's sum of squares (by shard index) where the device computed it
+  // from the piece that landed, which is then the shard's whole gradient of
+  // the step; have[i] false where it did not (the host sums that shard).
+  // Returns whether any shard has one. One read of the device.
+  bool device_shard_sq(std::vector<double>& sq, std::vector<bool>& have);
+  // The unit's host gradient changed after it landed (a tie reduction, a
+  // test's injected fault): its device sum no longer holds.
+  void forget_device_sq(int unit);
   std::vector<OwnedShard>& owned_shards() { return owned_; }
   OptimizerPlacement& placement() { return placement_; }
   // The optimizer step: every owned shard through the placement, then finish().
@@ -207,6 +235,12 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void ensure_grad_buffer(int u);
   void progress_reductions(bool wait_all);
   bool more_in_run(int unit, int kind);
+  // [Note: streamed update] (optim/offload_adamw.hpp)
+  bool lazy_publish() const;
+  void await_update(int u);
+  void publish_unit(int u);
+  double* sq_slot(int u);
+  void note_sq(int u, bool summed);
 
   std::vector<bool> local_;
   std::vector<const Unit*> units_;
@@ -227,6 +261,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3), on the device or the host
   Buffer grad_shard_alt_; // the other host buffer when the placement asks for two
   Buffer grad_acc_;       // offload.grad_accumulation "device": the device accumulator of grad_shard_
+  // [Note: norm on the device]: f64 by unit, and whether this step's is set.
+  Buffer shard_sq_;
+  std::vector<bool> sq_on_device_;
   std::vector<int64_t> micro_done_;  // with grad_acc_: micro-batches of this step each unit has reduced
   int64_t shard_elems_ = 0;
   Buffer exp_avg_, exp_avg_sq_;
@@ -242,6 +279,12 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   std::vector<int> upload_order_; // units holding a pool buffer, oldest first
   int64_t upload_elems_ = 1;  // elements per pool buffer
   Buffer persistent_upload_;  // the shards of the units kept whole, on the device
+  std::vector<int64_t> persist_at_;  // unit -> element offset in persistent_upload_
+  // [Note: streamed update]: units kept whole whose working copy waits for
+  // its next use to be gathered again, and whether this step's backward has
+  // awaited the update.
+  std::vector<bool> stale_;
+  bool awaited_all_ = true;
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
   // [Note: parameters from the master]: fp32 staging buffers, and the
   // compute mark after the cast that last read each.

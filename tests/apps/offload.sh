@@ -72,6 +72,26 @@ same "z2-np2-accum-device" 2 zero_optimization.stage=2 train_micro_batch_size_pe
 same "z3-np1-accum-device" 1 zero_optimization.stage=3 train_micro_batch_size_per_gpu=2 bf16.enabled=true
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_param.device="cpu" zero_optimization.offload_param.buffer_size=8000 offload.grad_accumulation="device"')
 same "z3-np2-accum-device-params" 2 zero_optimization.stage=3 train_micro_batch_size_per_gpu=1
+# [Note: norm on the device]: a unit whose gradient lands once a step in one
+# piece (a reduce bucket larger than the shard) has its sum of squares from
+# the device; the norm, and so the clipped update, keep the bits of no
+# offload: no accumulation, one breadth-first group of every micro-batch,
+# and accumulation on the device.
+BIG=zero_optimization.reduce_bucket_size=100000000
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"')
+same "z2-np2-once" 2 zero_optimization.stage=2 train_batch_size=4 $BIG
+same "z3-np1-group" 1 zero_optimization.stage=3 train.breadth_first_group=6 $BIG
+# [Note: streamed update]: the exact update runs beside the next step's
+# forward, and the step reports it so.
+run_with 2 c.json streamed zero_optimization.stage=2 train_batch_size=4 wall_clock_breakdown=true \
+  'zero_optimization.offload_optimizer.device="cpu"'
+if [ "$RC" = 0 ] && grep '"step":3,' streamed/metrics.jsonl | grep -q '"streamed":true'; then
+  echo "ok: the exact update is streamed under the next forward"
+else
+  fail "the exact update is not reported streamed (exit $RC): $(grep '"step":3,' streamed/metrics.jsonl | grep -o '"offload":{[^}]*}')"
+fi
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" offload.grad_accumulation="device"')
+same "z2-np2-accum-device-once" 2 zero_optimization.stage=2 $BIG
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_optimizer.ratio=0.4')
 same "z3-np2-ratio" 2 zero_optimization.stage=3 bf16.enabled=true
 # offload.param_from_master ([Note: parameters from the master]): no host

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "comm/topology.hpp"
@@ -13,6 +14,7 @@
 #include "modules/gpt.hpp"
 #include "modules/runner.hpp"
 #include "optim/device_adamw.hpp"
+#include "optim/offload_adamw.hpp"
 #include "zero/zero_engine.hpp"
 
 using namespace zt;
@@ -219,5 +221,70 @@ TEST(ZeroEngine, DeviceAdamWPlacementEqualsAdamWPerDecaySpan) {
     size_t i = 0;
     for (const OwnedShard& s : e->owned_shards())
       EXPECT_EQ(std::vector<float>(s.master, s.master + s.numel()), ref[i++]) << "stage " << stage << " unit " << s.unit;
+  }
+}
+
+// [Note: norm on the device]: with the optimizer offloaded, a shard whose
+// gradient lands in one piece once a step gets its sum of squares from the
+// device, with the bits the host's sum of the landed gradient has; a shard
+// cut into pieces (a small reduce bucket) is left to the host.
+TEST(ZeroEngine, ShardNormsOnTheDeviceEqualTheHostSums) {
+  Fixture f;
+  for (const int64_t bucket : {int64_t{1} << 30, int64_t{500}}) {
+    auto host = make_host_offload_adamw(f.dev, AdamWParams{0.5, 0.9, 0.95, 1e-8, 0.1}, HostOffloadOptions{});
+    ZeroOptions o;
+    o.stage = 2;
+    o.reduce_bucket_size = bucket;
+    ZeroEngine e(f.units, o, f.dev, f.kernels, f.topo.dp(), f.topo.dp(), *host);
+    e.init_params(7);
+    ASSERT_TRUE(e.grads_on_host());
+    f.step(e);
+    std::vector<double> sq;
+    std::vector<bool> have;
+    const bool any = e.device_shard_sq(sq, have);
+    bool any_whole = false, any_cut = false;
+    for (const OwnedShard& s : e.owned_shards()) {
+      const bool whole = s.numel() <= bucket / f.topo.dp().size();
+      any_whole = any_whole || whole;
+      any_cut = any_cut || !whole;
+      EXPECT_EQ(have[static_cast<size_t>(s.index)], whole) << "unit " << s.unit << " bucket " << bucket;
+      if (!have[static_cast<size_t>(s.index)]) continue;
+      double acc = 0;
+      f.kernels.sum_squares(Tensor(s.grad, DType::f32, Shape{s.numel()}), Tensor(&acc, DType::f64, Shape{1}));
+      EXPECT_EQ(sq[static_cast<size_t>(s.index)], acc) << "unit " << s.unit;
+      EXPECT_GT(acc, 0.0) << "unit " << s.unit;
+    }
+    EXPECT_EQ(any, any_whole);
+    EXPECT_EQ(any_cut, bucket == 500);  // the small bucket cuts some shard
+    e.forget_device_sq(e.owned_shards().front().unit);
+    e.device_shard_sq(sq, have);
+    EXPECT_FALSE(have.front());
+  }
+}
+
+// [Note: streamed update]: finish() returns before the host update is done;
+// every parameter the engine hands out afterwards is the updated one, the
+// same as the device AdamW's, at stages 1-3.
+TEST(ZeroEngine, StreamedUpdateGivesTheParametersOfTheDeviceUpdate) {
+  Fixture f;
+  for (int stage = 1; stage <= 3; ++stage) {
+    auto ref = f.engine(stage);
+    f.step(*ref);
+    ref->apply_optimizer(OptimizerStepScalars{1, 0.01, 0.75f});
+    ref->publish_params();
+    auto host = make_host_offload_adamw(f.dev, AdamWParams{0.5, 0.9, 0.95, 1e-8, 0.1}, HostOffloadOptions{});
+    auto e = f.engine(stage, 1000000000, 1000000000, host.get());
+    f.step(*e);
+    e->apply_optimizer(OptimizerStepScalars{1, 0.01, 0.75f});
+    e->publish_params();
+    for (int u = 0; u < static_cast<int>(f.units.size()); ++u) {
+      const std::vector<Tensor> a = ref->acquire(u, Phase::forward), b = e->acquire(u, Phase::forward);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t p = 0; p < a.size(); ++p)
+        EXPECT_EQ(0, std::memcmp(a[p].data, b[p].data, a[p].bytes())) << "stage " << stage << " unit " << u;
+      ref->release(u, Phase::forward);
+      e->release(u, Phase::forward);
+    }
+    EXPECT_EQ(f.gather_all(*e), f.gather_all(*ref)) << "stage " << stage;
   }
 }
