@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -28,6 +29,61 @@ using offload_detail::now_s;
 using offload_detail::put_param;
 using offload_detail::tile_ranges;
 using offload_detail::to_working;
+
+// One thread for the whole run that runs one job at a time (the host
+// update of a step, exact or delayed): its OpenMP team is made once and kept,
+// instead of a new thread and team every step.
+class UpdateThread {
+ public:
+  UpdateThread() : thread_([this] { loop(); }) {}
+  ~UpdateThread() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  UpdateThread(const UpdateThread&) = delete;
+  UpdateThread& operator=(const UpdateThread&) = delete;
+  // The job must not throw (it keeps its own error).
+  void start(std::function<void()> job) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ZT_CHECK(!busy_, "a host update started while another runs");
+    job_ = std::move(job);
+    busy_ = true;
+    cv_.notify_all();
+  }
+  bool busy() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return busy_;
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || job_ != nullptr; });
+      if (job_ == nullptr) return;  // stopped
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lk.unlock();
+      job();
+      lk.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 class HostOffloadAdamW final : public OffloadAdamW {
  public:
@@ -99,7 +155,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override { pending_.push_back({&sh, s, sh.grad}); }
 
   void detach() noexcept override {
-    if (worker_.joinable()) worker_.join();  // its error, if any, stays unreported: the run is ending
+    worker_.wait();  // its error, if any, stays unreported: the run is ending
   }
 
   void finish() override {
@@ -140,7 +196,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       await_s_ = 0;
       streaming_ = true;
     }
-    worker_ = std::thread([this] { run_exact(); });
+    worker_.start([this] { run_exact(); });
     report_due_ = true;
     if (!streamed) {
       join();
@@ -358,7 +414,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       if (home(*p.shard).on_host) work.push_back(p);
     pending_.clear();
     if (work.empty()) return;
-    worker_ = std::thread([this, work = std::move(work)] {
+    worker_.start([this, work = std::move(work)] {
       try {
         const double c = now_s();
         for (const Pending& p : work) update_whole_on_host(p);
@@ -395,8 +451,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   // Waits for the update in flight on the worker (exact streamed, or
   // delayed), if any.
   void join() {
-    if (!worker_.joinable()) return;
-    worker_.join();
+    worker_.wait();
     if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
   }
 
@@ -472,7 +527,6 @@ class HostOffloadAdamW final : public OffloadAdamW {
   OffloadStepTimes times_;
   std::vector<const OwnedShard*> shards_;  // attached, by index
   // [Note: delayed parameter update], [Note: streamed update]
-  std::thread worker_;
   std::exception_ptr worker_error_;
   double worker_cpu_s_ = 0;
   bool uploads_due_ = false;
@@ -486,6 +540,8 @@ class HostOffloadAdamW final : public OffloadAdamW {
   bool failed_ = false;
   bool streaming_ = false;
   double await_s_ = 0;  // host time blocked in await_shard since the update started
+  // Last, so that it stops first (a job reads the members above).
+  UpdateThread worker_;
 };
 
 }  // namespace

@@ -84,7 +84,7 @@ enum Slot : int {
   kNvme = kHostPeak + 2,
   kComm = kNvme + 1,                          // kNumExportedOps cumulative bytes
   kPhase = kComm + kNumExportedOps,           // kNumPhases seconds of the last step
-  kHidden = kPhase + kNumPhases,              // offload: the update's hidden fraction (delayed, streamed)
+  kHidden = kPhase + kNumPhases,              // offload: the delayed update's hidden fraction
   kGpuUtil = kHidden + 1,
   kGpuMemUsed,
   kGpuMemTotal,
@@ -225,10 +225,9 @@ std::vector<double> PrometheusExporter::Impl::mine(const StepStats& st) const {
   const double phases[kNumPhases] = {t.walk.forward_s, t.walk.backward_s, t.reduce_s, t.optimizer_s,
                                      t.walk.p2p_wait_s};
   for (int i = 0; i < kNumPhases; ++i) v[kPhase + i] = phases[i];
-  if (st.offload && (st.offload->delayed || st.offload->streamed)) {
+  if (st.offload && st.offload->delayed) {
     const OffloadStepTimes& o = *st.offload;
-    const double waited = o.delayed ? o.delayed_wait_s : o.await_s;
-    v[kHidden] = o.cpu_s > 0 ? std::max(0.0, 1.0 - waited / o.cpu_s) : 1.0;
+    v[kHidden] = o.cpu_s > 0 ? std::max(0.0, 1.0 - o.delayed_wait_s / o.cpu_s) : 1.0;
   }
   if (nvml)
     if (const std::optional<GpuSample> g = nvml->sample()) {
@@ -276,7 +275,7 @@ void PrometheusExporter::Impl::publish(const std::vector<double>& all, int world
       set("ztrain_phase_seconds", "This rank's time in each phase of the last printed step", v[kPhase + i],
           with({{"phase", kPhases[i]}}));
     set("ztrain_offload_update_hidden_ratio",
-        "Offloaded optimizer (delayed or streamed update): fraction of the host's update hidden behind the step",
+        "Offloaded optimizer with the delayed update: fraction of the host's update hidden behind the step",
         v[kHidden], who);
     set("ztrain_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on this rank's GPU (NVML)",
         v[kGpuUtil], who);
