@@ -14,7 +14,7 @@
 # the delayed update's warm-up); the offload phases come from
 # wall_clock_breakdown. A table is printed last (results.tsv).
 #
-#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2acc z2bf cap nvme; default parity z2 cap)
+#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a8 z2acc z2bf cap nvme; default parity z2 cap)
 #   RUN_TIMEOUT=S bounds each run (default 600 s).
 set -uo pipefail
 ztrain=${1:?usage: offload.sh ZTRAIN OUT_DIR [PLAN...]}
@@ -125,6 +125,13 @@ JSON
       run 1.3b-z2-a1 b13-a1 2
       run 1.3b-z2-cpu-a1 b13-a1 2 "$CPU"
       run 1.3b-z2-cpu-delayed-a1 b13-a1 3 "$CPU" "${DELAY[@]}"
+      ;;
+    z2a8)
+      # Accumulation 8 one micro-batch at a time (the host adds seven
+      # landed pieces a step), beside no offload.
+      config b13-a8 24 2048 16 8 8 5
+      run 1.3b-z2-a8 b13-a8 1
+      run 1.3b-z2-cpu-a8 b13-a8 1 "$CPU"
       ;;
     z2acc)
       # Accumulation 8 with the micro-batches added on the device

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "optim/adamw.hpp"
 #include "optim/offload_detail.hpp"
+#include "runtime/job_thread.hpp"
 #include "runtime/transfer.hpp"
 
 #if ZT_HAVE_CUDA
@@ -29,61 +30,6 @@ using offload_detail::now_s;
 using offload_detail::put_param;
 using offload_detail::tile_ranges;
 using offload_detail::to_working;
-
-// One thread for the whole run that runs one job at a time (the host
-// update of a step, exact or delayed): its OpenMP team is made once and kept,
-// instead of a new thread and team every step.
-class UpdateThread {
- public:
-  UpdateThread() : thread_([this] { loop(); }) {}
-  ~UpdateThread() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  UpdateThread(const UpdateThread&) = delete;
-  UpdateThread& operator=(const UpdateThread&) = delete;
-  // The job must not throw (it keeps its own error).
-  void start(std::function<void()> job) {
-    std::lock_guard<std::mutex> lk(mu_);
-    ZT_CHECK(!busy_, "a host update started while another runs");
-    job_ = std::move(job);
-    busy_ = true;
-    cv_.notify_all();
-  }
-  bool busy() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return busy_;
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !busy_; });
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    for (;;) {
-      cv_.wait(lk, [&] { return stop_ || job_ != nullptr; });
-      if (job_ == nullptr) return;  // stopped
-      std::function<void()> job = std::move(job_);
-      job_ = nullptr;
-      lk.unlock();
-      job();
-      lk.lock();
-      busy_ = false;
-      cv_.notify_all();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> job_;
-  bool busy_ = false, stop_ = false;
-  std::thread thread_;  // last: starts once the members above exist
-};
 
 class HostOffloadAdamW final : public OffloadAdamW {
  public:
@@ -541,7 +487,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   bool streaming_ = false;
   double await_s_ = 0;  // host time blocked in await_shard since the update started
   // Last, so that it stops first (a job reads the members above).
-  UpdateThread worker_;
+  JobThread worker_;
 };
 
 }  // namespace

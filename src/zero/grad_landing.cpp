@@ -20,18 +20,38 @@ GradLanding::GradLanding(TransferQueue& copies, Device& pinned, int max_in_fligh
 }
 
 GradLanding::~GradLanding() {
-  // Never free a staging buffer a copy still reads.
+  // Never free a staging buffer a copy still reads, nor a slot an add reads.
   try {
     copies_.wait_all();
   } catch (...) {
   }
+  adder_.wait();
 }
 
 void GradLanding::begin_step() {
   ZT_CHECK(queue_.empty(), "a new step while gradient pieces are still landing");
+  adder_.wait();
   seen_.clear();
   first_landed_ = 0;
   times_ = GradLandingTimes{};
+  add_s_ = 0;
+}
+
+int GradLanding::take_slot() {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto free_slot = [&] {
+    for (size_t i = 0; i < slot_busy_.size(); ++i)
+      if (!slot_busy_[i]) return static_cast<int>(i);
+    return -1;
+  };
+  if (free_slot() < 0) {  // every slot waits for its add
+    const double w = now_s();
+    cv_.wait(lk, [&] { return free_slot() >= 0; });
+    times_.wait_s += now_s() - w;
+  }
+  const int slot = free_slot();
+  slot_busy_[static_cast<size_t>(slot)] = true;
+  return slot;
 }
 
 void GradLanding::land(float* host_dst, Buffer staging, int64_t count) {
@@ -45,11 +65,9 @@ void GradLanding::land(float* host_dst, Buffer staging, int64_t count) {
     f.ticket = copies_.to_host(host_dst, f.staging.data(), bytes);
     first_landed_ += count;
   } else {
-    int slot = 0;
-    while (slot_busy_[static_cast<size_t>(slot)]) ++slot;  // one is free: fewer than max_in_flight are queued
-    Buffer& b = slots_[static_cast<size_t>(slot)];
+    const int slot = take_slot();
+    Buffer& b = slots_[static_cast<size_t>(slot)];  // no add reads it now
     if (b.empty() || b.tensor().numel() < count) b = Buffer(pinned_, DType::f32, Shape{count}, MemTag::offload);
-    slot_busy_[static_cast<size_t>(slot)] = true;
     f.slot = slot;
     f.ticket = copies_.to_host(b.data(), f.staging.data(), bytes);
   }
@@ -61,24 +79,37 @@ void GradLanding::retire_oldest() {
   InFlight& f = queue_.front();
   const double w = now_s();
   copies_.wait(f.ticket);
-  const double a = now_s();
-  times_.wait_s += a - w;
+  times_.wait_s += now_s() - w;
   if (f.slot >= 0) {
+    // The add runs on the landing's own thread, in landing order (so an
+    // element's pieces add up in the device path's order), while this one
+    // goes on queueing the backward; the slot is free once it ran.
     float* dst = f.dst;
     const float* src = slots_[static_cast<size_t>(f.slot)].as<float>();
     const int64_t n = f.count;
-    // What the device path computes (Kernels::add of the reduced piece into
-    // the shard): one float add per element.
+    const size_t slot = static_cast<size_t>(f.slot);
+    adder_.start([this, dst, src, n, slot] {
+      const double t = now_s();
+      // What the device path computes (Kernels::add of the reduced piece
+      // into the shard): one float add per element.
 #pragma omp parallel for simd schedule(static) if (n > (int64_t{1} << 16))
-    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
-    slot_busy_[static_cast<size_t>(f.slot)] = false;
-    times_.add_s += now_s() - a;
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
+      std::lock_guard<std::mutex> lk(mu_);
+      slot_busy_[slot] = false;
+      add_s_ += now_s() - t;
+      cv_.notify_all();
+    });
   }
   queue_.pop_front();  // frees the staging buffer
 }
 
 void GradLanding::drain() {
   while (!queue_.empty()) retire_oldest();
+  const double w = now_s();
+  adder_.wait();
+  times_.wait_s += now_s() - w;
+  std::lock_guard<std::mutex> lk(mu_);
+  times_.add_s = add_s_;
 }
 
 }  // namespace zt

@@ -16,7 +16,8 @@
 // the host shard (the shard needs no zeroing); a later one (gradient
 // accumulation, pipeline micro-batches) goes to a pinned slot and is added
 // on the host (float adds, in the order the device would add them, so the
-// bits equal those of the device path). With offload.grad_accumulation
+// bits equal those of the device path), on the landing's own thread while
+// the main thread goes on queueing the backward. With offload.grad_accumulation
 // "device" the engine instead adds the micro-batches before the last into a
 // device accumulator and lands the sum with the last one, so every element
 // lands once a step (ZeroEngine::done). At most `max_in_flight` pieces are
@@ -25,20 +26,23 @@
 // completes every piece; the host shard is then the step's gradient.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <unordered_set>
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "runtime/job_thread.hpp"
 #include "runtime/transfer.hpp"
 
 namespace zt {
 
 struct GradLandingTimes {
   double bytes = 0;     // device-to-host gradient bytes this step
-  double wait_s = 0;    // host time spent waiting for those copies (not hidden)
-  double add_s = 0;     // host time adding accumulated pieces
+  double wait_s = 0;    // main-thread time spent waiting for those copies and adds (not hidden)
+  double add_s = 0;     // the landing thread's time adding accumulated pieces
 };
 
 class GradLanding {
@@ -71,16 +75,21 @@ class GradLanding {
     int64_t count = 0;
   };
   void retire_oldest();
+  int take_slot();  // a slot no add reads, waiting for one if need be
 
   TransferQueue& copies_;
   Device& pinned_;
   int max_in_flight_;
   std::deque<InFlight> queue_;
   std::vector<Buffer> slots_;
-  std::vector<bool> slot_busy_;
+  std::vector<bool> slot_busy_;  // under mu_: a copy or an add uses the slot
+  std::mutex mu_;
+  std::condition_variable cv_;
+  double add_s_ = 0;  // under mu_
   std::unordered_set<const float*> seen_;
   int64_t first_landed_ = 0;
   GradLandingTimes times_;
+  JobThread adder_;  // last: it stops first, its adds read the members above
 };
 
 }  // namespace zt

@@ -120,6 +120,7 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       landing_ = std::make_unique<GradLanding>(*copies_, dev.host_memory(true));
       shard_sq_ = zeroed(DType::f64, std::max<int64_t>(1, n), MemTag::workspace);
       sq_on_device_.assign(static_cast<size_t>(n), false);
+      landed_.assign(static_cast<size_t>(n), false);
       if (opts.grad_accumulate_on_device) {
         ZT_CHECK(opts.stage >= 2 && opts.micro_batches >= 2, "offload.grad_accumulation \"device\" at stage ",
                  opts.stage, " with ", opts.micro_batches, " micro-batches a step");
@@ -593,6 +594,7 @@ void ZeroEngine::zero_grads() {
   landing_->begin_step();
   dev_.memset_zero(shard_sq_.data(), shard_sq_.bytes());
   std::fill(sq_on_device_.begin(), sq_on_device_.end(), false);
+  std::fill(landed_.begin(), landed_.end(), false);
   if (!grad_acc_.empty()) {
     dev_.memset_zero(grad_acc_.data(), grad_acc_.bytes());
     std::fill(micro_done_.begin(), micro_done_.end(), 0);
@@ -724,8 +726,13 @@ void ZeroEngine::publish_params() {
 // [Note: norm on the device] Slots by unit.
 double* ZeroEngine::sq_slot(int u) { return shard_sq_.empty() ? nullptr : shard_sq_.as<double>() + u; }
 
+// A unit that lands a second time in a step (more landings than the
+// options said) is summed on the host: its device sum misses the host adds.
 void ZeroEngine::note_sq(int u, bool summed) {
-  if (!sq_on_device_.empty()) sq_on_device_[static_cast<size_t>(u)] = summed;
+  if (sq_on_device_.empty()) return;
+  const size_t i = static_cast<size_t>(u);
+  sq_on_device_[i] = summed && !landed_[i];
+  landed_[i] = true;
 }
 
 void ZeroEngine::forget_device_sq(int unit) {

@@ -264,6 +264,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // [Note: norm on the device]: f64 by unit, and whether this step's is set.
   Buffer shard_sq_;
   std::vector<bool> sq_on_device_;
+  std::vector<bool> landed_;  // the unit's gradient landed this step
   std::vector<int64_t> micro_done_;  // with grad_acc_: micro-batches of this step each unit has reduced
   int64_t shard_elems_ = 0;
   Buffer exp_avg_, exp_avg_sq_;

@@ -57,7 +57,7 @@ struct Fixture {
   }
   // One micro-batch forward and backward; returns the loss sum. The batch
   // differs by rank so that the reduction matters.
-  double step(ZeroEngine& e) {
+  double step(ZeroEngine& e, int micro = 1) {
     UnitRunner runner(units, kernels, dev, DType::f32, DType::f32, false);
     MicroBatchState mb(dev, static_cast<int>(units.size()), 1 << 16);
     const int64_t B = 2, T = 16;
@@ -69,11 +69,13 @@ struct Fixture {
     std::vector<float> dloss(B * T, 1.0f / (B * T));
     e.zero_grads();
     const int L = static_cast<int>(units.size());
-    Tensor loss = runner.forward(0, L, mb, e, Tensor(x.data(), DType::i32, Shape{B, T}),
-                                 Tensor(y.data(), DType::i32, Shape{B, T}));
     double sum = 0;
-    for (int64_t i = 0; i < B * T; ++i) sum += loss.as<float>()[i];
-    runner.backward(0, L, mb, e, e, Tensor(dloss.data(), DType::f32, Shape{B, T}));
+    for (int k = 0; k < micro; ++k) {  // the same batch again: gradient accumulation
+      Tensor loss = runner.forward(0, L, mb, e, Tensor(x.data(), DType::i32, Shape{B, T}),
+                                   Tensor(y.data(), DType::i32, Shape{B, T}));
+      for (int64_t i = 0; i < B * T; ++i) sum += loss.as<float>()[i];
+      runner.backward(0, L, mb, e, e, Tensor(dloss.data(), DType::f32, Shape{B, T}));
+    }
     e.reduce_gradients();
     return sum;
   }
@@ -286,5 +288,29 @@ TEST(ZeroEngine, StreamedUpdateGivesTheParametersOfTheDeviceUpdate) {
       e->release(u, Phase::forward);
     }
     EXPECT_EQ(f.gather_all(*e), f.gather_all(*ref)) << "stage " << stage;
+  }
+}
+
+// [Note: gradients on the host]: accumulated pieces are added on the
+// landing's thread in landing order: the owned gradients have the bits of
+// the device's adds, and a unit that landed twice has no device sum.
+TEST(ZeroEngine, HostAddsOfLandedPiecesEqualTheDeviceAdds) {
+  Fixture f;
+  for (int stage : {2, 3}) {
+    auto ref = f.engine(stage);
+    f.step(*ref, 3);
+    auto host = make_host_offload_adamw(f.dev, AdamWParams{0.5, 0.9, 0.95, 1e-8, 0.1}, HostOffloadOptions{});
+    auto e = f.engine(stage, 1000000000, 1000000000, host.get());
+    ASSERT_TRUE(e->grads_on_host());
+    f.step(*e, 3);
+    ASSERT_EQ(ref->owned_shards().size(), e->owned_shards().size());
+    for (size_t i = 0; i < e->owned_shards().size(); ++i) {
+      const OwnedShard &a = ref->owned_shards()[i], &b = e->owned_shards()[i];
+      EXPECT_EQ(0, std::memcmp(a.grad, b.grad, static_cast<size_t>(a.numel()) * sizeof(float)))
+          << "stage " << stage << " unit " << a.unit;
+    }
+    std::vector<double> sq;
+    std::vector<bool> have;
+    EXPECT_FALSE(e->device_shard_sq(sq, have)) << "stage " << stage;
   }
 }
