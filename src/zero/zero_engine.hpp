@@ -218,7 +218,15 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   ParamSwapStats take_param_swap_stats() { return swap_ ? swap_->take_stats() : ParamSwapStats{}; }
 
  private:
-  struct UnitState;
+  struct UnitState {
+    int64_t full_offset = -1;         // offset in working_, -1 when partitioned (stage 3)
+    Buffer gathered;                  // stage 3: full working params while gathered
+    std::vector<PendingCollective> gather;  // gather in flight into `gathered`
+    int refs = 0;                     // acquires not yet released (own and tied)
+    Buffer grad;                      // stages 2-3: this micro-batch's full fp32 gradient
+    std::vector<PendingCollective> reduce;  // reduce-scatters reading `grad`
+    int upload = -1;                  // [Note: parameter offload]: pool buffer of the gather in flight
+  };
   bool partitioned(int u) const;  // stage 3 and not persistent
   void gather_master(int u, Buffer& full);
   void* working_full(int u) const;  // full working params of unit u (must be available)
