@@ -5,9 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
-#include <functional>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -115,7 +113,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     // The last streamed update: this step's forward awaited every shard of
     // it, so it is done (or finishing its last copies).
     join();
-    if (report_due_) take_worker_times();
+    if (report_due_) take_worker_times(true);
     upload_delayed();  // a delayed update still pending (none unless the delay was on)
     // Shards kept on the device first: their kernels run while the host works.
     for (const Pending& p : pending_)
@@ -140,21 +138,18 @@ class HostOffloadAdamW final : public OffloadAdamW {
       for (const Pending& p : work_) ready_[static_cast<size_t>(p.shard->index)] = Ready{p.shard->numel() == 0, {}};
       failed_ = false;
       await_s_ = 0;
-      streaming_ = true;
     }
     worker_.start([this] { run_exact(); });
     report_due_ = true;
     if (!streamed) {
       join();
-      take_worker_times();
-      times_.streamed = false;
+      take_worker_times(false);
     }
     times_.total_s = now_s() - t0;
   }
 
   void await_shard(const OwnedShard& sh) override {
     std::unique_lock<std::mutex> lk(mu_);
-    if (!streaming_) return;
     const Ready& r = ready_.at(static_cast<size_t>(sh.index));
     if (!r.done && !failed_) {
       const double w = now_s();
@@ -249,7 +244,6 @@ class HostOffloadAdamW final : public OffloadAdamW {
         std::lock_guard<std::mutex> lk(mu_);
         for (size_t i = 0; i < std::min(K, tiles.size()); ++i) fetch(i);
       }
-      const double c0 = now_s();
       for (size_t i = 0; i < tiles.size(); ++i) {
         const Tile& tl = tiles[i];
         const OwnedShard& sh = *tl.p->shard;
@@ -297,7 +291,6 @@ class HostOffloadAdamW final : public OffloadAdamW {
         for (size_t i = tiles.size() > K ? tiles.size() - K : 0; i < tiles.size(); ++i) copies_->wait(stored[i]);
       }
       t.h2d_wait_s += now_s() - w;
-      t.total_s = now_s() - c0;
     } catch (...) {
       worker_error_ = std::current_exception();
       std::lock_guard<std::mutex> lk(mu_);
@@ -308,9 +301,9 @@ class HostOffloadAdamW final : public OffloadAdamW {
 
   // The phases of the exact update the worker ran last (reported by the
   // step during which it ran: the next step's when streamed).
-  void take_worker_times() {
+  void take_worker_times(bool streamed) {
     report_due_ = false;
-    times_.streamed = true;
+    times_.streamed = streamed;
     times_.cpu_s = worker_times_.cpu_s;
     times_.d2h_bytes += worker_times_.d2h_bytes;
     times_.h2d_bytes += worker_times_.h2d_bytes;
@@ -327,7 +320,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
     join();
     report_due_ = false;  // a streamed exact update before the delay: done, not reported
     times_.delayed_wait_s = now_s() - w;
-    times_.cpu_s = worker_cpu_s_;
+    times_.cpu_s = worker_times_.cpu_s;
     for (const Pending& p : pending_)
       if (!home(*p.shard).on_host) update_on_device(*p.shard, p.s);
     TransferTicket fetched;  // the last gradient copy
@@ -364,7 +357,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       try {
         const double c = now_s();
         for (const Pending& p : work) update_whole_on_host(p);
-        worker_cpu_s_ = now_s() - c;
+        worker_times_.cpu_s = now_s() - c;
       } catch (...) {
         worker_error_ = std::current_exception();
       }
@@ -425,7 +418,6 @@ class HostOffloadAdamW final : public OffloadAdamW {
       ready_[i] = Ready{true, t};
       if (!sh.param_on_host) times_.h2d_bytes += static_cast<double>(src.bytes());
     }
-    streaming_ = true;
   }
 
 
@@ -474,17 +466,15 @@ class HostOffloadAdamW final : public OffloadAdamW {
   std::vector<const OwnedShard*> shards_;  // attached, by index
   // [Note: delayed parameter update], [Note: streamed update]
   std::exception_ptr worker_error_;
-  double worker_cpu_s_ = 0;
   bool uploads_due_ = false;
   std::vector<Pending> work_;      // the exact update the worker runs
-  OffloadStepTimes worker_times_;  // its phases
+  OffloadStepTimes worker_times_;  // the worker's phases (delayed: its cpu_s only)
   bool report_due_ = false;        // not reported yet
   // Guards copies_ and ready_ while the worker runs.
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Ready> ready_;  // by shard index
   bool failed_ = false;
-  bool streaming_ = false;
   double await_s_ = 0;  // host time blocked in await_shard since the update started
   // Last, so that it stops first (a job reads the members above).
   JobThread worker_;

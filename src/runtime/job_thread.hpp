@@ -35,11 +35,6 @@ class JobThread {
     }
     cv_.notify_all();
   }
-  // Whether a job is queued or running.
-  bool busy() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return running_ || !jobs_.empty();
-  }
   // Until every job handed so far has run.
   void wait() {
     std::unique_lock<std::mutex> lk(mu_);
