@@ -12,6 +12,9 @@
 //    and working-copy type: parameters/s and GB/s for the bytes it moves,
 //    28 B per parameter (fp32 p, m, v read and written, fp32 grad read),
 //    30 B with a bf16 or f16 copy written in the same pass.
+//    --tile runs it tile by tile, as the offload step does; --pages and
+//    --touch change how the arrays' pages are made (what pinned allocations
+//    may get instead of the defaults here).
 // 4. The same AdamW on arrays that stay in each core's L2 (16Ki parameters
 //    per thread, each thread on its own): its arithmetic ceiling, to tell memory-bound from
 //    compute-bound (the two divisions and the square root per element
@@ -57,12 +60,12 @@ constexpr size_t kAlign = size_t{2} << 20;
 template <typename T>
 class HostArray {
  public:
-  HostArray(int64_t n, size_t stagger) : n_(n) {
+  HostArray(int64_t n, size_t stagger, bool huge) : n_(n) {
     const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + stagger + kAlign - 1) / kAlign * kAlign;
     base_ = std::aligned_alloc(kAlign, std::max(bytes, kAlign));
     if (base_ == nullptr) throw std::runtime_error("out of memory allocating " + std::to_string(bytes) + " B");
 #if defined(MADV_HUGEPAGE)
-    madvise(base_, bytes, MADV_HUGEPAGE);  // advice only; without THP it changes nothing
+    madvise(base_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);  // advice only; without THP it changes nothing
 #endif
     data_ = reinterpret_cast<T*>(static_cast<char*>(base_) + stagger);
   }
@@ -93,19 +96,20 @@ inline float hashed(uint64_t i, uint64_t seed) {
 struct State {
   HostArray<float> p, g, m, v;
   HostArray<uint16_t> copy;  // bf16 or f16 bits
-  State(int64_t n, size_t stagger)
-      : p(n, 0), g(n, stagger), m(n, 2 * stagger), v(n, 3 * stagger), copy(n, 4 * stagger) {}
+  State(int64_t n, size_t stagger, bool huge)
+      : p(n, 0, huge), g(n, stagger, huge), m(n, 2 * stagger, huge), v(n, 3 * stagger, huge),
+        copy(n, 4 * stagger, huge) {}
 };
 
 // Writes AdamW-like values (moments normal floats, never subnormal) with the
 // static schedule of the AdamW loop: the first touch places the pages.
-void init_state(State& s, int64_t n) {
+void init_state(State& s, int64_t n, bool one_thread = false) {
   float* p = s.p.data();
   float* g = s.g.data();
   float* m = s.m.data();
   float* v = s.v.data();
   uint16_t* c = s.copy.data();
-#pragma omp parallel
+#pragma omp parallel if (!one_thread)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
@@ -152,32 +156,60 @@ void triad(float* a, const float* b, const float* c, float scalar, int64_t n) {
   }
 }
 
-// The AdamW memory pattern with almost no arithmetic; the copy (if any) gets
-// the upper half of p's bits.
+// One element of the AdamW memory pattern with almost no arithmetic; the
+// copy (if any) gets the upper half of p's bits.
+template <bool kCopy>
+inline void pattern_element(float& p, float& m, float& v, float g, uint16_t* copy) {
+  m = m * 0.5f + g;
+  v = v * 0.5f + g;
+  p = p * 0.5f + g;
+  if constexpr (kCopy) {
+    uint32_t u;
+    std::memcpy(&u, &p, 4);
+    *copy = static_cast<uint16_t>(u >> 16);
+  }
+}
+
 void adamw_pattern(float* p, const float* g, float* m, float* v, uint16_t* copy, int64_t n) {
 #pragma omp parallel
   {
     if (copy == nullptr) {
 #pragma omp for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i];
-        m[i] = m[i] * 0.5f + gi;
-        v[i] = v[i] * 0.5f + gi;
-        p[i] = p[i] * 0.5f + gi;
-      }
+      for (int64_t i = 0; i < n; ++i) pattern_element<false>(p[i], m[i], v[i], g[i], nullptr);
     } else {
 #pragma omp for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i];
-        m[i] = m[i] * 0.5f + gi;
-        v[i] = v[i] * 0.5f + gi;
-        const float pn = p[i] * 0.5f + gi;
-        p[i] = pn;
-        uint32_t u;
-        std::memcpy(&u, &pn, 4);
-        copy[i] = static_cast<uint16_t>(u >> 16);
-      }
+      for (int64_t i = 0; i < n; ++i) pattern_element<true>(p[i], m[i], v[i], g[i], copy + i);
     }
+  }
+}
+
+// The same pattern with p, m and v interleaved in blocks of B elements
+// (p[B] m[B] v[B], then the next block): the state is one stream read and
+// written in place, the gradient one read stream, the copy one write stream.
+void aos_pattern(float* st, const float* g, uint16_t* copy, int64_t n, int64_t B) {
+  const int64_t blocks = n / B;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* p = st + 3 * B * b;
+    float* m = p + B;
+    float* v = m + B;
+    const float* gb = g + B * b;
+    uint16_t* cb = copy + B * b;
+#pragma omp simd
+    for (int64_t i = 0; i < B; ++i) pattern_element<true>(p[i], m[i], v[i], gb[i], cb + i);
+  }
+}
+
+// ztrain's AdamW (bf16 copy) over the interleaved blocks: one serial update
+// per block in each thread.
+void aos_adamw(float* st, const float* g, uint16_t* copy, int64_t n, int64_t B, const zt::AdamWParams& hp,
+               int64_t step) {
+  const int64_t blocks = n / B;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* p = st + 3 * B * b;
+    zt::adamw_update(p, g + B * b, p + B, p + 2 * B, B, hp, step, 1.0f, true,
+                     reinterpret_cast<zt::bf16*>(copy + B * b));
   }
 }
 
@@ -215,6 +247,10 @@ int run(int argc, char** argv) {
   std::string copies = "none,bf16";
   std::string isas = "all";
   size_t stagger = 4160;
+  std::string pages = "huge";
+  std::string touch = "threads";
+  int64_t tile = 0;
+  std::string aos_blocks;
   po::options_description opts("zbench_host options");
   opts.add_options()("help,h", "this help")(
       "numel", po::value(&numel)->default_value(numel), "elements per array (parameters)")(
@@ -225,7 +261,17 @@ int run(int argc, char** argv) {
       "isa", po::value(&isas)->default_value(isas),
       "AdamW ISAs, comma list of avx512f, avx2, sse2, auto; all: every ISA this CPU has")(
       "stagger", po::value(&stagger)->default_value(stagger),
-      "bytes between the arrays' offsets from 2 MiB boundaries (a multiple of 64; 0: all alike)");
+      "bytes between the arrays' offsets from 2 MiB boundaries (a multiple of 64; 0: all alike)")(
+      "pages", po::value(&pages)->default_value(pages),
+      "huge: transparent huge pages asked for (MADV_HUGEPAGE); small: refused (MADV_NOHUGEPAGE)")(
+      "touch", po::value(&touch)->default_value(touch),
+      "threads: the arrays first touched by the AdamW's static schedule; one: by one thread (pages on its node)")(
+      "tile", po::value(&tile)->default_value(tile),
+      "AdamW over tiles of this many elements, one parallel update each, as the offload step runs it (0: one "
+      "update over all)")(
+      "aos", po::value(&aos_blocks)->default_value(""),
+      "also measure p, m, v interleaved in blocks of these many elements (comma list), pattern and AdamW with a bf16 "
+      "copy");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, opts), vm);
   if (vm.count("help")) {
@@ -235,6 +281,9 @@ int run(int argc, char** argv) {
   po::notify(vm);
   if (numel < 1 || rounds < 1 || threads < 0) throw std::invalid_argument("--numel and --rounds must be >= 1");
   if (stagger % 64 != 0 || stagger * 4 >= kAlign) throw std::invalid_argument("--stagger: a multiple of 64 below 512 KiB");
+  if (pages != "huge" && pages != "small") throw std::invalid_argument("--pages: huge or small");
+  if (touch != "threads" && touch != "one") throw std::invalid_argument("--touch: threads or one");
+  if (tile < 0) throw std::invalid_argument("--tile must be >= 0");
   if (threads > 0) omp_set_num_threads(threads);
   threads = omp_get_max_threads();
   const std::vector<std::string> copy_list = split(copies);
@@ -245,19 +294,24 @@ int run(int argc, char** argv) {
 
   const double gb = 1e-9;
   const int64_t n = numel;
-  std::printf("zbench_host: %s, %d threads (OMP_PROC_BIND=%s OMP_PLACES=%s), numel %lld, %d rounds, stagger %zu B\n",
+  std::printf("zbench_host: %s, %d threads (OMP_PROC_BIND=%s OMP_PLACES=%s), numel %lld, %d rounds, stagger %zu B, "
+              "%s pages, touched by %s, tile %lld\n",
               cpu_model().c_str(), threads, env_or("OMP_PROC_BIND", "unset").c_str(),
-              env_or("OMP_PLACES", "unset").c_str(), static_cast<long long>(n), rounds, stagger);
+              env_or("OMP_PLACES", "unset").c_str(), static_cast<long long>(n), rounds, stagger, pages.c_str(),
+              touch.c_str(), static_cast<long long>(tile));
   std::fflush(stdout);
 
-  State s(n, stagger);
-  init_state(s, n);
+  State s(n, stagger, pages == "huge");
+  init_state(s, n, touch == "one");
 
   nlohmann::json result;
   result["numel"] = n;
   result["threads"] = threads;
   result["rounds"] = rounds;
   result["stagger_bytes"] = stagger;
+  result["pages"] = pages;
+  result["touch"] = touch;
+  result["tile"] = tile;
   result["cpu"] = cpu_model();
   result["omp_proc_bind"] = env_or("OMP_PROC_BIND", "");
   result["omp_places"] = env_or("OMP_PLACES", "");
@@ -300,6 +354,41 @@ int run(int argc, char** argv) {
   }
   init_state(s, n);
 
+  // 2b. p, m, v interleaved in blocks.
+  result["aos"] = nlohmann::json::array();
+  for (const std::string& bs : split(aos_blocks)) {
+    const int64_t B = std::stoll(bs);
+    if (B < 16 || n % B != 0) throw std::invalid_argument("--aos: blocks of >= 16 elements dividing --numel");
+    HostArray<float> st(3 * n, 0, pages == "huge");
+    float* sp = st.data();
+    const float* g = s.g.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < n / B; ++b) {
+      for (int64_t i = 0; i < B; ++i) {
+        const uint64_t u = static_cast<uint64_t>(b * B + i);
+        sp[3 * B * b + i] = 0.02f * hashed(u, 1);
+        sp[3 * B * b + B + i] = 1e-4f * hashed(u, 3);
+        sp[3 * B * b + 2 * B + i] = 1e-7f * (1.5f + hashed(u, 4));
+      }
+    }
+    const Timing tp = time_rounds(rounds, [&](int) { aos_pattern(sp, g, s.copy.data(), n, B); });
+    zt::AdamWParams ahp;
+    ahp.lr = 1e-4;
+    ahp.weight_decay = 0.1;
+    int64_t step = 0;
+    const Timing ta = time_rounds(rounds, [&](int) { aos_adamw(sp, g, s.copy.data(), n, B, ahp, ++step); });
+    const double gp = 30.0 * n / tp.best * gb, ga = 30.0 * n / ta.best * gb;
+    std::printf("interleaved %6lld: pattern %7.1f GB/s (%5.1f%% of triad+WA), adamw bf16 %7.3f Gparam/s %7.1f GB/s (%5.1f%%)\n",
+                static_cast<long long>(B), gp, 100.0 * gp / triad_wa, n / ta.best * 1e-9, ga, 100.0 * ga / triad_wa);
+    std::fflush(stdout);
+    result["aos"].push_back({{"block", B},
+                             {"pattern_gbps", gp},
+                             {"adamw_params_per_s", n / ta.best},
+                             {"adamw_gbps", ga},
+                             {"pattern_frac_of_triad_write_allocate", gp / triad_wa},
+                             {"adamw_frac_of_triad_write_allocate", ga / triad_wa}});
+  }
+
   // 3. ztrain's CPU AdamW.
   zt::AdamWParams hp;
   hp.lr = 1e-4;
@@ -311,16 +400,23 @@ int run(int argc, char** argv) {
     for (const std::string& c : copy_list) {
       int64_t step = 0;
       const double bytes = c == "none" ? 28.0 : 30.0;
+      const int64_t piece = tile > 0 ? tile : n;
       const Timing t = time_rounds(rounds, [&](int) {
         ++step;
-        if (c == "none") {
-          zt::adamw_update(s.p.data(), s.g.data(), s.m.data(), s.v.data(), n, hp, step, 1.0f, true);
-        } else if (c == "bf16") {
-          zt::adamw_update(s.p.data(), s.g.data(), s.m.data(), s.v.data(), n, hp, step, 1.0f, true,
-                           reinterpret_cast<zt::bf16*>(s.copy.data()));
-        } else {
-          zt::adamw_update(s.p.data(), s.g.data(), s.m.data(), s.v.data(), n, hp, step, 1.0f, true,
-                           reinterpret_cast<zt::f16*>(s.copy.data()));
+        for (int64_t o = 0; o < n; o += piece) {
+          const int64_t k = std::min(piece, n - o);
+          float* p = s.p.data() + o;
+          const float* g = s.g.data() + o;
+          float* m = s.m.data() + o;
+          float* v = s.v.data() + o;
+          uint16_t* h = s.copy.data() + o;
+          if (c == "none") {
+            zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true);
+          } else if (c == "bf16") {
+            zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true, reinterpret_cast<zt::bf16*>(h));
+          } else {
+            zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true, reinterpret_cast<zt::f16*>(h));
+          }
         }
       });
       const double gbps = bytes * n / t.best * gb;
@@ -349,7 +445,7 @@ int run(int argc, char** argv) {
   //    the sum of the threads' rates.
   const int64_t per = 16384;
   const int reps = 1000;
-  State c(per * threads, stagger);
+  State c(per * threads, stagger, pages == "huge");
   init_state(c, per * threads);
   result["adamw_in_cache"] = nlohmann::json::array();
   for (const std::string& isa : isa_list) {

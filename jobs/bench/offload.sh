@@ -14,7 +14,7 @@
 # the delayed update's warm-up); the offload phases come from
 # wall_clock_breakdown. A table is printed last (results.tsv).
 #
-#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a8 z2acc z2bf cap nvme; default parity z2 cap)
+#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a1off z2a8 z2acc z2bf cap nvme; default parity z2 cap)
 #   RUN_TIMEOUT=S bounds each run (default 600 s).
 set -uo pipefail
 ztrain=${1:?usage: offload.sh ZTRAIN OUT_DIR [PLAN...]}
@@ -123,6 +123,12 @@ JSON
       # Accumulation 1 only: no offload, exact, delayed.
       config b13-a1 24 2048 16 8 1 10
       run 1.3b-z2-a1 b13-a1 2
+      run 1.3b-z2-cpu-a1 b13-a1 2 "$CPU"
+      run 1.3b-z2-cpu-delayed-a1 b13-a1 3 "$CPU" "${DELAY[@]}"
+      ;;
+    z2a1off)
+      # Accumulation 1, the two offloaded runs only: exact, delayed.
+      config b13-a1 24 2048 16 8 1 10
       run 1.3b-z2-cpu-a1 b13-a1 2 "$CPU"
       run 1.3b-z2-cpu-delayed-a1 b13-a1 3 "$CPU" "${DELAY[@]}"
       ;;
