@@ -3,8 +3,9 @@
 //   zbench_host [--numel N] [--threads T] [--rounds R] [--copy none,bf16] [--isa all] [--stagger B]
 //
 // 1. Host memory bandwidth, STREAM triad a = b + s*c over N floats per array:
-//    GB/s as STREAM counts it (24 B per element: two reads, one write) and
-//    with the write-allocate read of `a` that ordinary stores cause (32 B).
+//    GB/s as STREAM counts it (12 B per fp32 element: two reads, one write)
+//    and with the write-allocate read of `a` that ordinary stores cause
+//    (16 B).
 // 2. The AdamW memory pattern without the arithmetic (p, m, v read and
 //    written, grad read: 28 B per element; +2 B with a 16-bit copy): the
 //    bandwidth ceiling of the update.
@@ -319,17 +320,19 @@ int run(int argc, char** argv) {
 
   // 1. STREAM triad over p = g + s*m (the state is re-initialised after).
   const Timing tt = time_rounds(rounds, [&](int) { triad(s.p.data(), s.g.data(), s.m.data(), 3.0f, n); });
-  const double triad_stream = 24.0 * n / tt.best * gb;
-  const double triad_wa = 32.0 * n / tt.best * gb;
-  std::printf("triad      : %8.3f s best, %8.3f s mean, %7.1f GB/s STREAM (24 B/elem), %7.1f GB/s with write-allocate (32 B/elem)\n",
+  // Bytes per element for fp32 arrays (STREAM's 24 and 32 are for doubles).
+  constexpr double kTriadBytes = 3 * sizeof(float), kTriadWaBytes = 4 * sizeof(float);
+  const double triad_stream = kTriadBytes * n / tt.best * gb;
+  const double triad_wa = kTriadWaBytes * n / tt.best * gb;
+  std::printf("triad      : %8.3f s best, %8.3f s mean, %7.1f GB/s STREAM (12 B/elem), %7.1f GB/s with write-allocate (16 B/elem)\n",
               tt.best, tt.mean, triad_stream, triad_wa);
   std::fflush(stdout);
   result["triad"] = {{"best_s", tt.best},
                      {"mean_s", tt.mean},
                      {"gbps_stream", triad_stream},
                      {"gbps_write_allocate", triad_wa},
-                     {"gbps_stream_mean", 24.0 * n / tt.mean * gb},
-                     {"gbps_write_allocate_mean", 32.0 * n / tt.mean * gb}};
+                     {"gbps_stream_mean", kTriadBytes * n / tt.mean * gb},
+                     {"gbps_write_allocate_mean", kTriadWaBytes * n / tt.mean * gb}};
   init_state(s, n);
 
   // 2. The AdamW memory pattern, no arithmetic to speak of.
