@@ -42,16 +42,21 @@ namespace zt::plan {
 //             and written, the fp32 gradient read, the 16-bit copy written) at
 //             the device's AdamW bandwidth. On the host: the owned parameters
 //             at the host AdamW's rate (the node's cores shared by its ranks);
-//             exact, after the last backward; delayed, beside the next step's
-//             compute, so the step is the longer of the two (the last
-//             micro-batch's gradient copy still comes before the update).
+//             exact, after the last backward, with the next step's first
+//             forward (of a whole breadth-first group) under it (the update
+//             is streamed unit by unit into that forward; not with the
+//             optimizer on NVMe, whose update ends before the step does);
+//             delayed, beside the next step's compute, so the step is the
+//             longer of the two.
 //   offload   per micro-batch the device's compute runs beside the host
 //             traffic: the fp32 gradient shard copied to the host (4 bytes
-//             per owned parameter over PCIe), added into the host shard from
-//             the second micro-batch on (12 bytes of host memory traffic),
-//             and with parameter offload the 16-bit shard uploaded for the
-//             forward and again for the backward; a micro-batch takes the
-//             longest of compute, PCIe and host-memory time.
+//             per owned parameter over PCIe) at the end of each
+//             breadth-first group (every micro-batch with groups of 1),
+//             added into the host shard from the second landing on (12 bytes
+//             of host memory traffic), and with parameter offload the 16-bit
+//             shard uploaded for the forward and again for the backward,
+//             once a group; a micro-batch takes the longest of compute, PCIe
+//             and host-memory time.
 //   overhead  a fraction of the step outside kernels (launch gaps, host
 //             work), from the profile's wall time against its kernel time.
 //
@@ -345,9 +350,13 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
     const double host_bw = dev.host_mem_gbs * 1e9 / ranks_on_node;
     const double grad_copy = 4.0 * owned / (dev.pcie_gbs * 1e9);
     const double uploads = l.offload_param != "none" ? 2.0 * p16 * owned : 0.0;
-    for (int i = 0; i < static_cast<int>(M); ++i) {
-      const double pcie = grad_copy + uploads / (dev.pcie_gbs * 1e9);
-      const double host = (4.0 * owned + uploads + (i > 0 ? 12.0 * owned : 0.0)) / host_bw;
+    const int64_t G = std::max<int64_t>(1, std::min(l.group, l.accumulation));
+    for (int64_t i = 0; i < l.accumulation; ++i) {
+      const bool lands = (i + 1) % G == 0 || i + 1 == l.accumulation;  // the group's last micro-batch
+      const bool first_in_group = i % G == 0;
+      const double up = first_in_group ? uploads : 0.0;
+      const double pcie = (lands ? grad_copy : 0.0) + up / (dev.pcie_gbs * 1e9);
+      const double host = ((lands ? 4.0 * owned : 0.0) + up + (lands && i + 1 > G ? 12.0 * owned : 0.0)) / host_bw;
       per_mb_total += std::max({mb_compute, pcie, host});
     }
     per_mb_total += (slots - M) * mb_compute;
@@ -357,8 +366,18 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
     // NVMe: master, m and v read and written back, 24 bytes per owned parameter.
     if (l.offload_optimizer == "nvme") adam += 24.0 * owned / (dev.nvme_gbs * 1e9 / ranks_on_node);
     if (l.delayed_update) {
-      // The update of step N beside step N+1's compute: the longer of the two.
-      t.optimizer = std::max(0.0, grad_copy + adam - per_mb_total);
+      // The update of step N beside step N+1's compute: the longer of the
+      // two (the gradients landed during step N's backward).
+      t.optimizer = std::max(0.0, adam - per_mb_total);
+    } else if (l.offload_optimizer == "cpu") {
+      // Streamed: the next step's first forward runs under the update, unit
+      // by unit; a breadth-first group takes each unit through the group's
+      // micro-batches before the next unit, so the whole group's forward
+      // does. A forward is a third of a micro-batch's compute (a quarter
+      // with checkpointing, whose backward recomputes it).
+      const double forward =
+          static_cast<double>(std::min(l.group, l.accumulation)) * mb_compute / (l.checkpointing ? 4.0 : 3.0);
+      t.optimizer = std::max(0.0, adam - forward);
     } else {
       t.optimizer = adam;
     }
@@ -496,6 +515,7 @@ std::vector<ValidationRow> validate(const Figures& f) {
     l.micro_batch = r.value("micro_batch", 1);
     l.accumulation = r.value("accumulation", 1);
     l.checkpointing = r.value("checkpointing", false);
+    l.group = r.value("breadth_first_group", int64_t{1});
     const Config cfg = parse_layout(r.at("model"), r.value("dtype", "bf16"), l);
     const TimeBreakdown t = step_time(cfg, dev, l, r.value("gpus_per_node", dev.gpus_per_node));
     const double tokens = static_cast<double>(l.micro_batch * l.accumulation * l.dp * cfg.model.seq_len);
