@@ -119,16 +119,10 @@ JSON
       run 1.3b-z2-cpu-a8 b13-a8 1 "$CPU"
       run 1.3b-z2-cpu-delayed-a8 b13-a8 3 "$CPU" "${DELAY[@]}"
       ;;
-    z2a1)
-      # Accumulation 1 only: no offload, exact, delayed.
+    z2a1|z2a1off)
+      # Accumulation 1 only: no offload (not with z2a1off), exact, delayed.
       config b13-a1 24 2048 16 8 1 10
-      run 1.3b-z2-a1 b13-a1 2
-      run 1.3b-z2-cpu-a1 b13-a1 2 "$CPU"
-      run 1.3b-z2-cpu-delayed-a1 b13-a1 3 "$CPU" "${DELAY[@]}"
-      ;;
-    z2a1off)
-      # Accumulation 1, the two offloaded runs only: exact, delayed.
-      config b13-a1 24 2048 16 8 1 10
+      [ "$plan" = z2a1 ] && run 1.3b-z2-a1 b13-a1 2
       run 1.3b-z2-cpu-a1 b13-a1 2 "$CPU"
       run 1.3b-z2-cpu-delayed-a1 b13-a1 3 "$CPU" "${DELAY[@]}"
       ;;
