@@ -124,6 +124,23 @@ void init_state(State& s, int64_t n, bool one_thread = false) {
   }
 }
 
+// ztrain's AdamW over elements [off, off + k) of `s`, writing the working
+// copy named by `copy` (none, bf16 or f16).
+void adamw_at(State& s, int64_t off, int64_t k, const std::string& copy, const zt::AdamWParams& hp, int64_t step) {
+  float* p = s.p.data() + off;
+  const float* g = s.g.data() + off;
+  float* m = s.m.data() + off;
+  float* v = s.v.data() + off;
+  uint16_t* h = s.copy.data() + off;
+  if (copy == "none") {
+    zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true);
+  } else if (copy == "bf16") {
+    zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true, reinterpret_cast<zt::bf16*>(h));
+  } else {
+    zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true, reinterpret_cast<zt::f16*>(h));
+  }
+}
+
 double now() { return omp_get_wtime(); }
 
 struct Timing {
@@ -406,21 +423,7 @@ int run(int argc, char** argv) {
       const int64_t piece = tile > 0 ? tile : n;
       const Timing t = time_rounds(rounds, [&](int) {
         ++step;
-        for (int64_t o = 0; o < n; o += piece) {
-          const int64_t k = std::min(piece, n - o);
-          float* p = s.p.data() + o;
-          const float* g = s.g.data() + o;
-          float* m = s.m.data() + o;
-          float* v = s.v.data() + o;
-          uint16_t* h = s.copy.data() + o;
-          if (c == "none") {
-            zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true);
-          } else if (c == "bf16") {
-            zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true, reinterpret_cast<zt::bf16*>(h));
-          } else {
-            zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true, reinterpret_cast<zt::f16*>(h));
-          }
-        }
+        for (int64_t o = 0; o < n; o += piece) adamw_at(s, o, std::min(piece, n - o), c, hp, step);
       });
       const double gbps = bytes * n / t.best * gb;
       std::printf("adamw %-7s %-4s: %8.3f s best, %8.3f s mean, %7.3f Gparam/s, %7.1f GB/s (%2.0f B/param), %5.1f%% of triad+WA\n",
@@ -459,22 +462,10 @@ int run(int argc, char** argv) {
 #pragma omp parallel
       {
         const int id = omp_get_thread_num();
-        const int64_t off = per * id;
-        float* p = c.p.data() + off;
-        const float* g = c.g.data() + off;
-        float* m = c.m.data() + off;
-        float* v = c.v.data() + off;
-        uint16_t* h = c.copy.data() + off;
         double mine = 1e300;
         for (int r = 1; r <= reps; ++r) {
           const double t0 = now();
-          if (cp == "none") {
-            zt::adamw_update(p, g, m, v, per, hp, r, 1.0f, true);
-          } else if (cp == "bf16") {
-            zt::adamw_update(p, g, m, v, per, hp, r, 1.0f, true, reinterpret_cast<zt::bf16*>(h));
-          } else {
-            zt::adamw_update(p, g, m, v, per, hp, r, 1.0f, true, reinterpret_cast<zt::f16*>(h));
-          }
+          adamw_at(c, per * id, per, cp, hp, r);
           mine = std::min(mine, now() - t0);
         }
         best[static_cast<size_t>(id)] = mine;
