@@ -375,8 +375,7 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
       // micro-batches before the next unit, so the whole group's forward
       // does. A forward is a third of a micro-batch's compute (a quarter
       // with checkpointing, whose backward recomputes it).
-      const double forward =
-          static_cast<double>(std::min(l.group, l.accumulation)) * mb_compute / (l.checkpointing ? 4.0 : 3.0);
+      const double forward = static_cast<double>(G) * mb_compute / (l.checkpointing ? 4.0 : 3.0);
       t.optimizer = std::max(0.0, adam - forward);
     } else {
       t.optimizer = adam;
