@@ -3,6 +3,7 @@
 #include "modules/gpt.hpp"
 
 #include "modules/gpt_init.hpp"
+#include "modules/head_loss.hpp"
 #include "modules/kernels.hpp"
 
 namespace zt {
@@ -118,7 +119,7 @@ void EmbeddingUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&,
 // ---- HeadUnit -----------------------------------------------------------------
 
 namespace {
-enum HeadStash { kLnf, kLnfMean, kLnfRstd, kLse, kHeadStashSize };
+enum HeadStash { kLnf, kLnfMean, kLnfRstd, kLse, kLosses, kHeadStashSize };
 }
 
 UnitDesc HeadUnit::describe(const ModelShape& s) {
@@ -159,11 +160,10 @@ void HeadUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& params
   stash.t[kLnf] = saved.alloc(ctx.act_dtype, Shape{ctx.B, ctx.T, C});
   stash.t[kLnfMean] = saved.alloc(md, Shape{N});
   stash.t[kLnfRstd] = saved.alloc(md, Shape{N});
-  stash.t[kLse] = saved.alloc(md, Shape{N});
-  Kernels& k = *ctx.kernels;
-  k.layernorm_fwd(stash.t[kLnf], stash.t[kLnfMean], stash.t[kLnfRstd], in, params[0], params[1]);
-  // out (B, T) per-token loss; logits exist only chunk by chunk.
-  k.classifier_fwd(*ctx.scratch, out, stash.t[kLse], stash.t[kLnf], params[2], ctx.targets);
+  ctx.kernels->layernorm_fwd(stash.t[kLnf], stash.t[kLnfMean], stash.t[kLnfRstd], in, params[0], params[1]);
+  // out (B, T) per-token loss, now or in the backward; logits exist only
+  // chunk by chunk.
+  head_loss_fwd(ctx, out, stash.t[kLnf], params[2], stash.t[kLse], stash.t[kLosses]);
 }
 
 void HeadUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& params,
@@ -173,7 +173,7 @@ void HeadUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& param
   Kernels& k = *ctx.kernels;
   const Tensor dlnf = ctx.scratch->alloc(math_dtype(ctx.act_dtype), Shape{ctx.B, ctx.T, C_});
   // dlnf (B, T, C) written; the tied wte's gradient (V, C) accumulates.
-  k.classifier_bwd(*ctx.scratch, dlnf, grads[2], dout, stash.t[kLnf], params[2], ctx.targets, stash.t[kLse]);
+  head_loss_bwd(ctx, dlnf, grads[2], dout, stash.t[kLnf], params[2], stash.t[kLse], stash.t[kLosses]);
   k.layernorm_bwd(din, false, grads[0], grads[1], dlnf, in, params[0], stash.t[kLnfMean], stash.t[kLnfRstd]);
 }
 

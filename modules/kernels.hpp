@@ -178,6 +178,18 @@ class Kernels {
   virtual void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
                               const Tensor& x, const Tensor& w, const Tensor& targets,
                               const Tensor& lse) = 0;
+  // Both directions in one call, for training, where the backward always
+  // follows the forward ([Note: loss in the backward] in modules/head_loss.hpp):
+  // losses (N) written, dx (N, C) written, dw (V, C) +=, with dloss known
+  // beforehand. The default runs the two calls above in turn (the same
+  // bits); a backend may share their products.
+  virtual void classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
+                                  const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets) {
+    const ArenaScope scope(ws);
+    const Tensor lse = ws.alloc(losses.dtype, losses.shape);
+    classifier_fwd(ws, losses, lse, x, w, targets);
+    classifier_bwd(ws, dx, dw, dloss, x, w, targets, lse);
+  }
 
   // ---- token + position embedding ---------------------------------------
   // out (B, T, C) = wte[tokens[b, t]] + wpe[t - doc_start[b, t]]; wte (V, C),

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "modules/gpt_init.hpp"
+#include "modules/head_loss.hpp"
 #include "modules/kernels.hpp"
 
 namespace zt {
@@ -28,7 +29,7 @@ enum BlockStash {
   kNumBlockStash
 };
 
-enum HeadStash { kLnf, kLnfRstd, kLse2, kHeadStashSize };
+enum HeadStash { kLnf, kLnfRstd, kLse2, kLosses, kHeadStashSize };
 
 }  // namespace
 
@@ -243,10 +244,8 @@ void LlamaHeadUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p
   stash.t.resize(kHeadStashSize);
   stash.t[kLnf] = saved.alloc(ctx.act_dtype, Shape{ctx.B, ctx.T, C_});
   stash.t[kLnfRstd] = saved.alloc(md, Shape{N});
-  stash.t[kLse2] = saved.alloc(md, Shape{N});
-  Kernels& k = *ctx.kernels;
-  k.rmsnorm_fwd(stash.t[kLnf], stash.t[kLnfRstd], in, params[0], eps_);
-  k.classifier_fwd(*ctx.scratch, out, stash.t[kLse2], stash.t[kLnf], params[1], ctx.targets);
+  ctx.kernels->rmsnorm_fwd(stash.t[kLnf], stash.t[kLnfRstd], in, params[0], eps_);
+  head_loss_fwd(ctx, out, stash.t[kLnf], params[1], stash.t[kLse2], stash.t[kLosses]);
 }
 
 void LlamaHeadUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& params,
@@ -255,7 +254,7 @@ void LlamaHeadUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& 
   ZT_CHECK(grads.size() == 2 && stash.t.size() == kHeadStashSize, "llama head backward: bad grads or stash");
   Kernels& k = *ctx.kernels;
   const Tensor dlnf = ctx.scratch->alloc(math_dtype(ctx.act_dtype), Shape{ctx.B, ctx.T, C_});
-  k.classifier_bwd(*ctx.scratch, dlnf, grads[1], dout, stash.t[kLnf], params[1], ctx.targets, stash.t[kLse2]);
+  head_loss_bwd(ctx, dlnf, grads[1], dout, stash.t[kLnf], params[1], stash.t[kLse2], stash.t[kLosses]);
   k.rmsnorm_bwd(din, false, grads[0], dlnf, in, params[0], stash.t[kLnfRstd]);
 }
 

@@ -11,6 +11,8 @@ void MicroBatchState::reset() {
   std::fill(inputs.begin(), inputs.end(), Tensor());
   targets = Tensor();
   doc_start = Tensor();
+  loss_in_backward = false;
+  loss_sum = Tensor();
 }
 
 namespace {
@@ -58,6 +60,8 @@ UnitContext UnitRunner::context(MicroBatchState& mb, Arena& keep) const {
   ctx.act_dtype = act_dtype_;
   ctx.targets = mb.targets;
   ctx.doc_start = mb.doc_start;
+  ctx.loss_in_backward = mb.loss_in_backward;
+  ctx.loss_sum = mb.loss_sum;
   return ctx;
 }
 

@@ -58,6 +58,10 @@ struct MicroBatchState {
   // (B, T) i32 or undefined, owned by the caller: the documents of packed
   // rows ([Note: document masking] in kernels.hpp), for every unit's context.
   Tensor doc_start;
+  // Copied into every unit's context ([Note: loss in the backward] in
+  // modules/head_loss.hpp); set by the caller for each walk.
+  bool loss_in_backward = false;
+  Tensor loss_sum;
   int64_t B = 0, T = 0;
   // Drops everything (for reuse after an abandoned micro-batch).
   void reset();

@@ -47,6 +47,11 @@ struct UnitContext {
   DType act_dtype = DType::f32;  // storage of activations (math is fp32 or wider)
   Tensor targets;            // (B, T) i32, read by the head; a negative target is ignored
   Tensor doc_start;          // (B, T) i32 or undefined: [Note: document masking] in kernels.hpp
+  // [Note: loss in the backward] (modules/head_loss.hpp): a training walk,
+  // whose head computes its losses in its backward; and where the head adds
+  // its per-token losses (f64, one element), undefined for nowhere.
+  bool loss_in_backward = false;
+  Tensor loss_sum;
 };
 
 // What a unit's forward keeps for its backward (views into ctx.saved).

@@ -87,13 +87,14 @@ int alignment(const void* base, int64_t stride_bytes) {
 }
 
 // One cuBLASLt product shape in column-major terms:
-//   D (m, n; ldd) f32 = op(A) (m, k) . op(B) (k, n) + beta * D,
-// fp32 accumulation (CUBLAS_COMPUTE_32F is never TF32 in cuBLASLt). The
-// algorithm is chosen once for the shape and the pointer alignments given.
+//   D (m, n; ldd) = op(A) (m, k) . op(B) (k, n) + beta * D,
+// fp32 accumulation (CUBLAS_COMPUTE_32F is never TF32 in cuBLASLt); D is f32
+// unless `dt` says otherwise. The algorithm is chosen once for the shape and
+// the pointer alignments given.
 class LtGemm {
  public:
   LtGemm(const ClassifierBlas& blas, bool ta, bool tb, int m, int n, int k, cudaDataType_t ab, int64_t lda,
-         int64_t ldb, int64_t ldd, int align_a, int align_b, int align_d)
+         int64_t ldb, int64_t ldd, int align_a, int align_b, int align_d, cudaDataType_t dt = CUDA_R_32F)
       : blas_(blas) {
     ZT_CHECK(blas.handle != nullptr, "classifier: null cuBLASLt handle");
     ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -102,7 +103,7 @@ class LtGemm {
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la_, ab, ta ? k : m, ta ? m : k, lda));
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb_, ab, tb ? n : k, tb ? k : n, ldb));
-    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld_, CUDA_R_32F, m, n, ldd));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld_, dt, m, n, ldd));
     cublasLtMatmulPreference_t pref = nullptr;
     ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = blas.workspace ? blas.workspace_bytes : 0;
@@ -133,7 +134,7 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  void run(const void* A, const void* B, float beta, float* D, cudaStream_t stream) const {
+  void run(const void* A, const void* B, float beta, void* D, cudaStream_t stream) const {
     const float alpha = 1.0f;
     ZT_CUBLAS_CHECK(cublasLtMatmul(blas_.handle, op_, &alpha, A, la_, B, lb_, &beta, D, ld_, D, ld_, &algo_,
                                    blas_.workspace, blas_.workspace ? blas_.workspace_bytes : 0, stream));
@@ -335,6 +336,130 @@ Workspace take_workspace(Arena& ws, const ClsDims& d, DType storage) {
   return w;
 }
 
+// ---- forward and backward in one pass ([Note: classifier in one pass]) ------
+
+constexpr int kRowThreads = 512;
+
+template <typename T>
+struct Vec16 {  // 16 bytes of T
+  static constexpr int n = 16 / static_cast<int>(sizeof(T));
+  T v[n];
+};
+
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T of_float(float v);
+template <>
+__device__ __forceinline__ float of_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 of_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half of_float<__half>(float v) { return __float2half_rn(v); }
+
+// One block per row of a chunk. L: the chunk's logits, row-major with `ldl`
+// elements a row (a multiple of 8 and of 16 bytes; classes V .. ldl - 1 are
+// padding, never taken for logits). Pass 1: the row's max and sum of exponentials, then
+// loss = lse - logit[target]. Pass 2 reads the row again (mostly from L2: a
+// row is 100-500 KB and about two rows per SM are in flight) and writes
+// G = (softmax - onehot(target)) * dloss over it, in G's dtype, with `ldg`
+// G elements a row; padding classes get 0. When G is narrower than L the
+// two share memory (G's row r is the first half of L's row r) and each tile
+// of the row is read by the whole block before any of it is written: the
+// bytes a tile's G values go to belong to L elements of that tile or of
+// earlier ones.
+template <typename L, typename G>
+__global__ void __launch_bounds__(kRowThreads) row_loss_grad_kernel(L* logits, int64_t ldl, int64_t ldg, int V,
+                                                                    const int* __restrict__ targets,
+                                                                    const float* __restrict__ dloss,
+                                                                    float* __restrict__ losses) {
+  constexpr int kv = Vec16<L>::n;
+  static_assert(sizeof(G) <= sizeof(L), "dlogits no wider than logits");
+  __shared__ float wm[kRowThreads / 32], wsum[kRowThreads / 32];
+  __shared__ float row_lse;
+  const int row = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  L* lr = logits + int64_t{row} * ldl;
+  G* gr = reinterpret_cast<G*>(logits) + int64_t{row} * ldg;
+  const int nvec = static_cast<int>(ldl / kv);  // the padding too: G's is read (as 0) by dx's product
+  float m = -INFINITY, s = 0.0f;
+  for (int i = tid; i < nvec; i += kRowThreads) {
+    const Vec16<L> x = reinterpret_cast<const Vec16<L>*>(lr)[i];
+    float f[kv];
+    float vm = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < kv; ++e) {
+      f[e] = i * kv + e < V ? as_float(x.v[e]) : -INFINITY;
+      vm = fmaxf(vm, f[e]);
+    }
+    if (vm > m) {
+      s *= __expf(m - vm);
+      m = vm;
+    }
+#pragma unroll
+    for (int e = 0; e < kv; ++e) s += __expf(f[e] - m);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    merge_lse(m, s, m2, s2);
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    wsum[warp] = s;
+  }
+  __syncthreads();
+  const int tg = targets[row];
+  if (tid == 0) {
+    float mm = wm[0], ss = wsum[0];
+    for (int k = 1; k < kRowThreads / 32; ++k) merge_lse(mm, ss, wm[k], wsum[k]);
+    const float l = mm + logf(ss);
+    row_lse = l;
+    losses[row] = tg < 0 ? 0.0f : (tg < V ? l - as_float(lr[tg]) : NAN);
+  }
+  __syncthreads();
+  const float lse = row_lse;
+  const float g = tg < 0 ? 0.0f : (tg < V ? dloss[row] : NAN);  // ignored rows get no gradient
+  for (int base = 0; base < nvec; base += kRowThreads) {
+    const int i = base + tid;
+    float f[kv];
+    if (i < nvec) {
+      const Vec16<L> x = reinterpret_cast<const Vec16<L>*>(lr)[i];
+#pragma unroll
+      for (int e = 0; e < kv; ++e) f[e] = as_float(x.v[e]);
+    }
+    if constexpr (sizeof(G) < sizeof(L)) __syncthreads();  // the tile is read before any of it is overwritten
+    if (i < nvec) {
+      G y[kv];
+#pragma unroll
+      for (int e = 0; e < kv; ++e) {
+        const int v = i * kv + e;
+        float d = v < V && g != 0.0f ? __expf(f[e] - lse) * g : 0.0f;
+        if (v == tg) d -= g;
+        y[e] = of_float<G>(d);
+      }
+      if constexpr (sizeof(G) == sizeof(L)) {
+        *reinterpret_cast<Vec16<G>*>(gr + int64_t{i} * kv) = *reinterpret_cast<const Vec16<G>*>(y);
+      } else {  // kv G values: 8 bytes
+        *reinterpret_cast<uint2*>(gr + int64_t{i} * kv) = *reinterpret_cast<const uint2*>(y);
+      }
+    }
+  }
+}
+
+__global__ void add_f32_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] += src[i];
+}
+
+template <typename L, typename G>
+void launch_row_loss_grad(void* logits, int64_t ldl, int64_t ldg, int rows, int V, const int* targets,
+                          const float* dloss, float* losses, cudaStream_t stream) {
+  row_loss_grad_kernel<L, G><<<rows, kRowThreads, 0, stream>>>(static_cast<L*>(logits), ldl, ldg, V, targets, dloss,
+                                                                losses);
+  ZT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 // The forward walks the vocabulary in slices too ([Note: classifier backward
@@ -446,6 +571,104 @@ void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Te
     ZT_CUDA_CHECK_LAUNCH();
     p.dx->run(ws_, wk.G, v0 == 0 ? 0.0f : 1.0f, dx_p, stream);
     p.dw->run(x.data, wk.G, 1.0f, dw_p + v0 * all.C, stream);
+  }
+}
+
+// [Note: classifier in one pass] For training, where the backward always
+// follows, the loss and both gradients come from one walk over chunks of
+// rows, each holding all V classes: logits (rows, Vp) = x_c . w^T, row-major;
+// one kernel per chunk for the loss and dlogits; dx_c = dlogits . w and
+// dw += dlogits^T . x_c. That is the three products of the classifier, where
+// the separate forward and backward need four (the backward recomputes the
+// logits). Vp is V rounded up to 8: cuBLASLt's fast Hopper kernels need the
+// contiguous extent of every operand to be a multiple of 16 bytes, and with
+// GPT-2's odd V as that extent the products ran 4-8x slower on an H200
+// (logits 13.3 ms against 1.8). So for V % 8 != 0, w is copied into Vp rows
+// (zeros below), and dw's product writes a (Vp, C) f32 buffer, added into
+// dw at the end: together C * Vp * (2 + 4) bytes of workspace beside the
+// chunk. The price of chunking rows is dw read and written once per chunk,
+// which is why the chunks are large. `logits` is f32 (the loss from fp32 logits, as the separate calls)
+// or x's dtype (half the memory and traffic per chunk; the loss then comes
+// from rounded logits, as in PyTorch's autocast).
+void classifier_fwd_bwd_cuda(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
+                             const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets,
+                             const ClassifierBlas& blas, cudaStream_t stream, size_t chunk_bytes, DType logits) {
+  const ClsDims all = cls_dims(x, w, targets);
+  ZT_CHECK(logits == DType::f32 || logits == x.dtype, "classifier: logits in ", dtype_name(logits),
+           " with ", dtype_name(x.dtype), " storage (f32 or the storage dtype)");
+  float* loss_p = const_cast<float*>(f32_ptr(losses, all.N, "losses"));
+  float* dx_p = const_cast<float*>(f32_ptr(dx, int64_t{all.N} * all.C, "dx"));
+  float* dw_p = const_cast<float*>(f32_ptr(dw, int64_t{all.V} * all.C, "dw"));
+  const float* dloss_p = f32_ptr(dloss, all.N, "dloss");
+  const int* tg = static_cast<const int*>(targets.data);
+  const int64_t Vp = (int64_t{all.V} + 7) / 8 * 8, lsz = static_cast<int64_t>(dtype_size(logits));
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+  const int64_t ldg = Vp * lsz / es;  // G shares L's rows
+  // The fewest chunks the budget allows, of equal rows (a multiple of 8, the
+  // last one shorter), so that no product runs on a sliver of rows.
+  const int64_t cap = std::max<int64_t>(static_cast<int64_t>(chunk_bytes) / (Vp * lsz) / 8 * 8, 8);
+  const int64_t chunks = (all.N + cap - 1) / cap;
+  const int64_t Nc = std::min<int64_t>(((all.N + chunks - 1) / chunks + 7) / 8 * 8, all.N);
+  const ArenaScope scope(ws);
+  void* L = ws.alloc(DType::u16, Shape{Nc * Vp * lsz / 2}).data;
+  ZT_CHECK(reinterpret_cast<uintptr_t>(L) % 16 == 0, "classifier: workspace arena is not 16-byte aligned");
+  const cudaDataType_t st = cuda_type(x.dtype);
+  const bool pad = Vp != all.V;
+  const void* wd = w.data;  // w, or its copy in Vp rows
+  float* dwd = dw_p;        // dw, or the (Vp, C) buffer added into it at the end
+  if (pad) {
+    void* wp = ws.alloc(x.dtype, Shape{Vp * all.C}).data;
+    const size_t wbytes = static_cast<size_t>(all.V) * all.C * es;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(wp, w.data, wbytes, cudaMemcpyDeviceToDevice, stream));
+    ZT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(wp) + wbytes, 0, (Vp - all.V) * all.C * es, stream));
+    wd = wp;
+    dwd = static_cast<float*>(ws.alloc(DType::f32, Shape{Vp * all.C}).data);
+  }
+  struct ChunkPlans {
+    std::unique_ptr<LtGemm> logits, dx, dw;
+  };
+  auto plans_for = [&](int rr) {
+    const int ax = alignment(x.data, Nc * all.C * es), aw = alignment(wd, 0), aL = alignment(L, 0);
+    const int vp = static_cast<int>(Vp);
+    ChunkPlans p;
+    p.logits = std::make_unique<LtGemm>(blas, true, false, vp, rr, all.C, st, all.C, all.C, Vp, aw, ax, aL,
+                                        cuda_type(logits));
+    p.dx = std::make_unique<LtGemm>(blas, false, false, all.C, rr, vp, st, all.C, ldg, all.C, aw, aL,
+                                    alignment(dx_p, Nc * all.C * 4));
+    p.dw = std::make_unique<LtGemm>(blas, false, true, all.C, vp, rr, st, all.C, ldg, all.C, ax, aL,
+                                    alignment(dwd, 0));
+    return p;
+  };
+  const int tail = static_cast<int>(all.N % Nc);
+  const ChunkPlans full = plans_for(static_cast<int>(Nc));
+  const ChunkPlans last = tail ? plans_for(tail) : ChunkPlans{};
+  for (int64_t r0 = 0; r0 < all.N; r0 += Nc) {
+    const int rr = static_cast<int>(std::min<int64_t>(Nc, all.N - r0));
+    const ChunkPlans& p = rr == Nc ? full : last;
+    const char* xc = static_cast<const char*>(x.data) + r0 * all.C * es;
+    p.logits->run(wd, xc, 0.0f, L, stream);
+    const int* t = tg + r0;
+    const float* d = dloss_p + r0;
+    float* lo = loss_p + r0;
+    if (logits == DType::f32) {
+      switch (x.dtype) {
+        case DType::f32: launch_row_loss_grad<float, float>(L, Vp, ldg, rr, all.V, t, d, lo, stream); break;
+        case DType::bf16:
+          launch_row_loss_grad<float, __nv_bfloat16>(L, Vp, ldg, rr, all.V, t, d, lo, stream);
+          break;
+        default: launch_row_loss_grad<float, __half>(L, Vp, ldg, rr, all.V, t, d, lo, stream); break;
+      }
+    } else if (logits == DType::bf16) {
+      launch_row_loss_grad<__nv_bfloat16, __nv_bfloat16>(L, Vp, ldg, rr, all.V, t, d, lo, stream);
+    } else {
+      launch_row_loss_grad<__half, __half>(L, Vp, ldg, rr, all.V, t, d, lo, stream);
+    }
+    p.dx->run(wd, L, 0.0f, dx_p + r0 * all.C, stream);
+    p.dw->run(xc, L, pad && r0 == 0 ? 0.0f : 1.0f, dwd, stream);
+  }
+  if (pad) {  // dw's rows are the first V of the buffer's Vp
+    add_f32_kernel<<<1024, 256, 0, stream>>>(dw_p, dwd, int64_t{all.V} * all.C);
+    ZT_CUDA_CHECK_LAUNCH();
   }
 }
 

@@ -61,4 +61,16 @@ void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Te
                          const ClassifierBlas& blas, cudaStream_t stream,
                          size_t chunk_bytes = kClassifierChunkBytes);
 
+// Training's one pass ([Note: classifier in one pass] in classifier.cu):
+// losses (N) f32 written, dx (N, C) f32 written, dw (V, C) f32 accumulated,
+// with three products over chunks of rows (all V classes each) whose logits,
+// in `logits` (f32 or x's dtype), fit in `chunk_bytes`; for V not a multiple
+// of 8, another C * (V rounded up to 8) * 6 bytes of workspace (a padded copy
+// of w and an f32 dw buffer). Same results as
+// classifier_fwd_cuda then classifier_bwd_cuda up to rounding; with 16-bit
+// logits the loss is that of the rounded logits.
+void classifier_fwd_bwd_cuda(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
+                             const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets,
+                             const ClassifierBlas& blas, cudaStream_t stream, size_t chunk_bytes, DType logits);
+
 }  // namespace zt

@@ -59,7 +59,8 @@ CudaKernels::CudaKernels(CudaDevice& dev, cudaStream_t stream, const CudaKernels
       lt_workspace_(dev, opts.cublaslt_workspace_bytes, MemTag::workspace),
       matmul_(std::make_unique<cuda::Matmul>(lt_.get(), lt_workspace_.data(), opts.cublaslt_workspace_bytes,
                                              opts.allow_tf32)),
-      classifier_chunk_bytes_(opts.classifier_chunk_bytes) {}
+      classifier_chunk_bytes_(opts.classifier_chunk_bytes),
+      classifier_one_pass_chunk_bytes_(opts.classifier_one_pass_chunk_bytes) {}
 
 CudaKernels::~CudaKernels() = default;
 

@@ -40,6 +40,11 @@ struct CudaKernelsOptions {
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
   // Bound on the logits (and dlogits) the fused classifier holds at once.
   size_t classifier_chunk_bytes = size_t{256} << 20;  // 64 MiB chunks made the backward 2x slower (docs/perf.md)
+  // Training's one-pass classifier ([Note: classifier in one pass]): the
+  // bound on one chunk of rows' logits (dw is read and written once per
+  // chunk, so larger is faster). ZTRAIN_CLASSIFIER chooses the path
+  // (cuda_kernels_fused.cu).
+  size_t classifier_one_pass_chunk_bytes = size_t{1} << 30;
 };
 
 class CudaKernels final : public Kernels {
@@ -96,6 +101,8 @@ class CudaKernels final : public Kernels {
                       const Tensor& targets) override;
   void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss, const Tensor& x,
                       const Tensor& w, const Tensor& targets, const Tensor& lse) override;
+  void classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
+                          const Tensor& x, const Tensor& w, const Tensor& targets) override;
 
   void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& doc_start) override;
   void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, const Tensor& doc_start) override;
@@ -128,6 +135,7 @@ class CudaKernels final : public Kernels {
   std::unique_ptr<cuda::Matmul> matmul_;
   Buffer scratch_;
   size_t classifier_chunk_bytes_;
+  size_t classifier_one_pass_chunk_bytes_;
 };
 
 }  // namespace zt

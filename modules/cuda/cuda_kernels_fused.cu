@@ -1,6 +1,9 @@
 // CudaKernels: the fused attention and classifier, which delegate to their
 // launchers (attention.cuh, classifier.cuh) on the kernels' stream, sharing
 // this object's cuBLASLt handle and workspace.
+#include <cstdlib>
+#include <string>
+
 #include "modules/cuda/attention.cuh"
 #include "modules/cuda/classifier.cuh"
 #include "modules/cuda/common.cuh"
@@ -92,6 +95,26 @@ void CudaKernels::classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, 
   ArenaScope scope(ws);
   const Tensor wx = classifier_weight(ws, x, w, stream_);
   classifier_bwd_cuda(ws, dx, dw, dloss, x, wx, targets, lse, blas(), stream_, classifier_chunk_bytes_);
+}
+
+// ZTRAIN_CLASSIFIER, read at every call: unset, empty or "one-pass" is
+// [Note: classifier in one pass] with f32 logits; "one-pass-16bit" keeps the
+// logits in the 16-bit storage dtype (half the traffic; the loss of rounded
+// logits); "separate" is the forward then the backward (four products).
+void CudaKernels::classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
+                                     const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets) {
+  const char* env = std::getenv("ZTRAIN_CLASSIFIER");
+  const std::string path = env == nullptr ? "" : env;
+  if (path == "separate") {
+    Kernels::classifier_fwd_bwd(ws, losses, dx, dw, dloss, x, w, targets);
+    return;
+  }
+  if (!path.empty() && path != "one-pass" && path != "one-pass-16bit")
+    ZT_USER_ERROR("ZTRAIN_CLASSIFIER=", path, ": unknown classifier path; use one-pass, one-pass-16bit or separate");
+  ArenaScope scope(ws);
+  const Tensor wx = classifier_weight(ws, x, w, stream_);
+  classifier_fwd_bwd_cuda(ws, losses, dx, dw, dloss, x, wx, targets, blas(), stream_,
+                          classifier_one_pass_chunk_bytes_, path == "one-pass-16bit" ? x.dtype : DType::f32);
 }
 
 ClassifierBlas CudaKernels::blas() const {

@@ -226,6 +226,12 @@ void ProfiledKernels::classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& 
   timed("classifier_bwd " + dt(x) + " V " + std::to_string(rows(w)), f, 0,
         [&] { inner_->classifier_bwd(ws, dx, dw, dloss, x, w, targets, lse); });
 }
+void ProfiledKernels::classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
+                                         const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets) {
+  const double f = 6.0 * static_cast<double>(rows(x)) * static_cast<double>(rows(w)) * static_cast<double>(cols(x));
+  timed("classifier_fwd_bwd " + dt(x) + " V " + std::to_string(rows(w)), f, 0,
+        [&] { inner_->classifier_fwd_bwd(ws, losses, dx, dw, dloss, x, w, targets); });
+}
 void ProfiledKernels::embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                     const Tensor& doc_start) {
   timed("embedding_fwd", 0, 2.0 * static_cast<double>(out.bytes()),

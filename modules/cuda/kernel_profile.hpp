@@ -79,6 +79,8 @@ class ProfiledKernels final : public Kernels {
                       const Tensor& targets) override;
   void classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, const Tensor& dloss, const Tensor& x,
                       const Tensor& w, const Tensor& targets, const Tensor& lse) override;
+  void classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw, const Tensor& dloss,
+                          const Tensor& x, const Tensor& w, const Tensor& targets) override;
   void embedding_fwd(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                      const Tensor& doc_start) override;
   void embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,

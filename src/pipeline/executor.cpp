@@ -190,6 +190,15 @@ void PipelineExecutor::forward(Walk& w, int chunk, const std::vector<int>& mbs) 
     if (chunk == 0 && (stage_ == 0 || stage_ == P_ - 1 || packed))
       w.args.hooks->load_batch(mb, f.tokens.tensor(), f.targets.tensor(), packed ? f.doc_start.tensor() : Tensor());
     if (g == 0) f.in[static_cast<size_t>(chunk)] = f.tokens.tensor();
+    // The per-token losses stay on the device: the head adds them to the
+    // walk's accumulator in its forward or, when training, in its backward
+    // ([Note: loss in the backward] in modules/head_loss.hpp), so in the
+    // order of the backwards (the reverse for gpipe). No host
+    // synchronisation.
+    if (g == last) {
+      f.state.loss_in_backward = w.args.train;
+      f.state.loss_sum = w.args.loss_sum;
+    }
     fs.push_back(&f);
     x.push_back(f.in[static_cast<size_t>(chunk)]);
   }
@@ -203,12 +212,7 @@ void PipelineExecutor::forward(Walk& w, int chunk, const std::vector<int>& mbs) 
                              packed ? f.doc_start.tensor() : Tensor());
     }
   w.args.params->set_run_length(1);
-  for (size_t k = 0; k < n; ++k) {
-    fs[k]->out[static_cast<size_t>(chunk)] = x[k];
-    // The per-token losses stay on the device: no host synchronisation
-    // here. In micro-batch order, as one at a time.
-    if (g == last) kernels_.sum_into(x[k], w.args.loss_sum);
-  }
+  for (size_t k = 0; k < n; ++k) fs[k]->out[static_cast<size_t>(chunk)] = x[k];
   w.t.forward_s += now_s() - t0;
 }
 

@@ -140,6 +140,103 @@ TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
   ZT_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
+// The one pass (classifier_fwd_bwd_cuda, [Note: classifier in one pass]) on
+// the same cases, against the CPU's forward then backward. With f32 logits
+// the bounds are those above. With 16-bit logits (the storage dtype) each
+// logit carries a rounding error of up to u/2 of its size (u = 2^-8 bf16,
+// 2^-11 f16), so the loss (lse - logit of the target, logits of a few units
+// here) moves by about u/2 |logit|, i.e. ~1e-3 (bf16) relative to a loss of
+// ~8, and the softmax's probabilities by the same relative amount: bounds
+// bf16 1e-2 loss / 5e-2 gradients, f16 2e-3 / 1e-2.
+class ClassifierOnePass : public ::testing::TestWithParam<std::tuple<DType, bool, ClsCase>> {};
+
+TEST_P(ClassifierOnePass, MatchesCpuForwardThenBackward) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DType st = std::get<0>(GetParam());
+  const bool logits16 = std::get<1>(GetParam());
+  const ClsCase c = std::get<2>(GetParam());
+  if (logits16 && st == DType::f32) GTEST_SKIP() << "f32 storage has f32 logits";
+  std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.N) << 40 | uint64_t(c.V) << 8 | uint64_t(c.C)) ^
+                      static_cast<uint64_t>(st) << 56 ^ 0x5eed);
+  const std::vector<float> x_h = test::round_to(test::normal_vec(rng, size_t(c.N) * c.C, 1.0f), st);
+  const std::vector<float> w_h = test::round_to(test::normal_vec(rng, size_t(c.V) * c.C, 0.5f), st);
+  std::vector<int32_t> tg(c.N);
+  std::uniform_int_distribution<int32_t> pick(0, c.V - 1);
+  for (int n = 0; n < c.N; ++n) tg[n] = n % 10 == 3 ? -1 : pick(rng);
+  tg[0] = 0;
+  if (c.N > 1) tg[c.N - 1] = c.V - 1;
+  std::uniform_real_distribution<float> weight(0.5f, 1.5f);
+  std::vector<float> dloss_h(c.N);
+  for (float& d : dloss_h) d = weight(rng) / c.N;
+
+  CpuDevice cpu_dev;
+  Arena cpu_ws(cpu_dev, MemTag::workspace);
+  CpuKernels cpu;
+  TestTensor x_c(cpu_dev, st, Shape{c.N, c.C}), w_c(cpu_dev, st, Shape{c.V, c.C}),
+      tg_c(cpu_dev, DType::i32, Shape{c.N}), loss_c(cpu_dev, DType::f32, Shape{c.N}),
+      lse_c(cpu_dev, DType::f32, Shape{c.N}), dloss_c(cpu_dev, DType::f32, Shape{c.N}),
+      dx_c(cpu_dev, DType::f32, Shape{c.N, c.C}), dw_c(cpu_dev, DType::f32, Shape{c.V, c.C});
+  x_c.fill(cpu_dev, x_h);
+  w_c.fill(cpu_dev, w_h);
+  tg_c.fill_i32(cpu_dev, tg);
+  dloss_c.fill(cpu_dev, dloss_h);
+  // dw starts non-zero, so that overwriting instead of accumulating fails.
+  const std::vector<float> dw0 = test::normal_vec(rng, size_t(c.V) * c.C, 1e-3f);
+  dw_c.fill(cpu_dev, dw0);
+  cpu.classifier_fwd(cpu_ws, loss_c.t, lse_c.t, x_c.t, w_c.t, tg_c.t);
+  cpu.classifier_bwd(cpu_ws, dx_c.t, dw_c.t, dloss_c.t, x_c.t, w_c.t, tg_c.t, lse_c.t);
+  const std::vector<float> loss_ref = loss_c.read(cpu_dev), dx_ref = dx_c.read(cpu_dev), dw_ref = dw_c.read(cpu_dev);
+
+  test::PlainCudaDevice dev;
+  Arena ws(dev, MemTag::workspace, size_t{1} << 20);
+  TestTensor x(dev, st, Shape{c.N, c.C}), w(dev, st, Shape{c.V, c.C}), tgt(dev, DType::i32, Shape{c.N}),
+      loss(dev, DType::f32, Shape{c.N}), dloss(dev, DType::f32, Shape{c.N}), dx(dev, DType::f32, Shape{c.N, c.C}),
+      dw(dev, DType::f32, Shape{c.V, c.C}), lt_ws(dev, DType::u16, Shape{int64_t{16} << 20});
+  x.fill(dev, x_h);
+  w.fill(dev, w_h);
+  tgt.fill_i32(dev, tg);
+  dloss.fill(dev, dloss_h);
+  dw.fill(dev, dw0);
+  cudaStream_t stream = nullptr;
+  ZT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const ClassifierBlas blas{lt, lt_ws.t.data, lt_ws.t.bytes()};
+  const DType ldt = logits16 ? st : DType::f32;
+  const size_t vp = (size_t(c.V) + 7) / 8 * 8;
+  const size_t chunk = c.rows_per_chunk == 0 ? kClassifierChunkBytes : size_t(c.rows_per_chunk) * vp * dtype_size(ldt);
+  loss.poison();
+  dx.poison();
+  ZT_TEST_CUDA(cudaDeviceSynchronize());
+  classifier_fwd_bwd_cuda(ws, loss.t, dx.t, dw.t, dloss.t, x.t, w.t, tgt.t, blas, stream, chunk, ldt);
+  ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+  const std::vector<float> loss_g = loss.read(dev), dx_g = dx.read(dev), dw_g = dw.read(dev);
+  EXPECT_EQ(test::count_nonfinite(loss_g), 0);
+  EXPECT_EQ(test::count_nonfinite(dx_g), 0);
+  EXPECT_EQ(test::count_nonfinite(dw_g), 0);
+  for (int n = 0; n < c.N; ++n) {
+    if (tg[n] < 0) {
+      EXPECT_EQ(loss_g[n], 0.0f) << "ignored row " << n;
+    }
+  }
+  std::vector<float> gw_g(dw_g.size()), gw_ref(dw_g.size());
+  for (size_t i = 0; i < dw_g.size(); ++i) {
+    gw_g[i] = dw_g[i] - dw0[i];
+    gw_ref[i] = dw_ref[i] - dw0[i];
+  }
+  const double e_loss = test::rel_err(loss_g, loss_ref), e_dx = test::rel_err(dx_g, dx_ref),
+               e_dw = test::rel_err(gw_g, gw_ref);
+  const double tl = !logits16 ? 1e-5 : st == DType::bf16 ? 1e-2 : 2e-3;
+  const double tg_ = !logits16 ? grad_tol(st) : st == DType::bf16 ? 5e-2 : 1e-2;
+  EXPECT_LE(e_loss, tl);
+  EXPECT_LE(e_dx, tg_);
+  EXPECT_LE(e_dw, tg_);
+  std::printf("[ errors   ] one pass %s logits %s N=%d C=%d V=%d chunk=%d: loss %.2e dx %.2e dw %.2e\n",
+              dtype_name(st), dtype_name(ldt), c.N, c.C, c.V, c.rows_per_chunk, e_loss, e_dx, e_dw);
+  (void)cublasLtDestroy(lt);
+  ZT_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
 const ClsCase kCases[] = {
     {300, 64, 5003, 128},  // chunks of 128, 128, 44
     {300, 64, 5003, 40},   // 7 chunks of 40 and a last one of 20 (not a multiple of 8)
@@ -159,6 +256,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ClassifierParity,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
                                             ::testing::ValuesIn(kCases)),
                          case_name);
+
+std::string one_pass_name(const ::testing::TestParamInfo<std::tuple<DType, bool, ClsCase>>& info) {
+  const ClsCase c = std::get<2>(info.param);
+  return std::string(dtype_name(std::get<0>(info.param))) + (std::get<1>(info.param) ? "_L16" : "_L32") + "_N" +
+         std::to_string(c.N) + "_C" + std::to_string(c.C) + "_V" + std::to_string(c.V) + "_R" +
+         std::to_string(c.rows_per_chunk);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClassifierOnePass,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
+                                            ::testing::Bool(), ::testing::ValuesIn(kCases)),
+                         one_pass_name);
 
 }  // namespace
 }  // namespace zt

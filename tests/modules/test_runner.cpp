@@ -112,6 +112,39 @@ TEST(UnitRunner, SplitRangesMatchOneRange) {
   EXPECT_EQ(m.used, 0u);
 }
 
+// [Note: loss in the backward]: in a training walk the head's losses come
+// from its backward. The losses, the gradients and the loss accumulator end
+// with the bits of the usual order, and nothing is added before the backward.
+TEST(UnitRunner, LossInTheBackwardIsTheSameBits) {
+  for (bool ckpt : {false, true}) {
+    Harness usual(kSmall, 3, DType::f32, DType::f32, ckpt);
+    Harness late(kSmall, 3, DType::f32, DType::f32, ckpt);
+    Buffer sum_usual(*usual.dev, DType::f64, Shape{1}, MemTag::workspace);
+    Buffer sum_late(*late.dev, DType::f64, Shape{1}, MemTag::workspace);
+    usual.kernels.zero(sum_usual.tensor());
+    late.kernels.zero(sum_late.tensor());
+    usual.mb.loss_sum = sum_usual.tensor();
+    late.mb.loss_sum = sum_late.tensor();
+    late.mb.loss_in_backward = true;
+    const int H = usual.head();
+    const Tensor lu = usual.runner.forward(0, H + 1, usual.mb, usual.store, usual.tok.tensor(), usual.tg.tensor());
+    const std::vector<float> losses_usual(lu.as<float>(), lu.as<float>() + lu.numel());
+    const double after_fwd_usual = *sum_usual.tensor().as<double>();
+    const Tensor ll = late.runner.forward(0, H + 1, late.mb, late.store, late.tok.tensor(), late.tg.tensor());
+    EXPECT_EQ(*sum_late.tensor().as<double>(), 0.0) << "the losses are added before the backward";
+    EXPECT_NE(after_fwd_usual, 0.0);
+    usual.runner.backward(0, H + 1, usual.mb, usual.store, usual.store, usual.w.tensor());
+    late.runner.backward(0, H + 1, late.mb, late.store, late.store, late.w.tensor());
+    // ll lives in the saved arena, released but not reused after the backward.
+    EXPECT_EQ(0, std::memcmp(losses_usual.data(), ll.as<float>(), losses_usual.size() * sizeof(float)));
+    EXPECT_EQ(*sum_usual.tensor().as<double>(), after_fwd_usual);
+    EXPECT_EQ(*sum_late.tensor().as<double>(), after_fwd_usual);
+    const std::vector<float> a = usual.all_grads(), b = late.all_grads();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "ckpt " << ckpt;
+  }
+}
+
 TEST(UnitRunner, SteadyStateStepsAllocateNothing) {
   for (bool ckpt : {false, true}) {
     Harness h(kSmall, 2, DType::f32, DType::f32, ckpt, size_t{1} << 16);

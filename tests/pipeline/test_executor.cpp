@@ -22,6 +22,17 @@ namespace {
 constexpr int64_t kB = 2, kT = 3, kC = 2;
 constexpr int kUnits = 6;  // source, four adds, loss
 
+// Micro-batches whose losses the last unit added in its backward
+// ([Note: loss in the backward]: training walks) and in its forward.
+int& late_sums() {
+  static int n = 0;
+  return n;
+}
+int& early_sums() {
+  static int n = 0;
+  return n;
+}
+
 std::vector<std::string>& trace() {
   static std::vector<std::string> t;
   return t;
@@ -43,7 +54,7 @@ class FakeUnit final : public Unit {
   void init_param(int, int64_t, int64_t, float*, uint64_t, int) const override {}
 
   void forward(const UnitContext& ctx, const std::vector<Tensor>& p, const Tensor& in, const Tensor& out,
-               Stash&) const override {
+               Stash& stash) const override {
     trace().push_back("F" + std::to_string(index_));
     const int64_t N = ctx.B * ctx.T;
     const float* w = f32(p[0]);
@@ -58,10 +69,22 @@ class FakeUnit final : public Unit {
         for (int c = 0; c < kC; ++c) f32(out)[n * kC + c] = f32(in)[n * kC + c] + w[c];
       }
     }
+    if (last() && ctx.loss_sum.defined()) {
+      if (ctx.loss_in_backward) {
+        stash.t = {out};
+      } else {
+        ctx.kernels->sum_into(out, ctx.loss_sum);
+        ++early_sums();
+      }
+    }
   }
   void backward(const UnitContext& ctx, const std::vector<Tensor>& p, const std::vector<Tensor>& g, const Tensor& in,
-                const Tensor& dout, const Tensor& din, Stash&) const override {
+                const Tensor& dout, const Tensor& din, Stash& stash) const override {
     trace().push_back("B" + std::to_string(index_));
+    if (!stash.t.empty()) {
+      ctx.kernels->sum_into(stash.t[0], ctx.loss_sum);
+      ++late_sums();
+    }
     const int64_t N = ctx.B * ctx.T;
     for (int64_t n = 0; n < N; ++n)
       for (int c = 0; c < kC; ++c) {
@@ -213,11 +236,14 @@ TEST_F(Executor, OneStageWalksTheListInOrder) {
   if (!world_of(1)) GTEST_SKIP() << "one process";
   Topology topo(1);
   Harness h({{0, kUnits}}, 1, 1, 0, topo.pp());
+  late_sums() = early_sums() = 0;
   h.run({F(0), B(0), F(1), B(1), kReduce, kOptimizer});
   EXPECT_EQ(trace(), cat(forward_units(0), backward_units(), forward_units(1), backward_units(),
                          std::vector<std::string>{"reduce", "optimizer"}));
   const Expected e = expected(2, Harness::kWeight);
   EXPECT_DOUBLE_EQ(h.loss_sum(), e.loss);
+  EXPECT_EQ(late_sums(), 2) << "a training walk adds the losses in the head's backward";
+  EXPECT_EQ(early_sums(), 0);
   expect_grads(h.stage, e, {0, 1, 2, 3, 4, 5});
 }
 
@@ -237,9 +263,12 @@ TEST_F(Executor, EvaluationRunsForwardsOnly) {
   if (!world_of(1)) GTEST_SKIP() << "one process";
   Topology topo(1);
   Harness h({{0, kUnits}}, 1, 1, 0, topo.pp());
+  late_sums() = early_sums() = 0;
   h.run({F(0), B(0), F(1), B(1), kReduce, kOptimizer}, false);
   EXPECT_EQ(trace(), cat(forward_units(0), forward_units(1)));
   EXPECT_DOUBLE_EQ(h.loss_sum(), expected(2, 0).loss);
+  EXPECT_EQ(late_sums(), 0);
+  EXPECT_EQ(early_sums(), 2) << "an evaluation walk adds the losses in the forward";
   expect_grads(h.stage, Expected{}, {0, 5});
 }
 
