@@ -58,9 +58,8 @@ struct PipelineExecutor::Walk {
 };
 
 PipelineExecutor::PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner,
-                                   Device& dev, Kernels& kernels, Communicator& pp, int64_t B, int64_t T,
-                                   ArenaChunks arena_chunks)
-    : chunks_(std::move(chunks)), P_(P), V_(V), stage_(stage), runner_(runner), dev_(dev), kernels_(kernels), pp_(pp),
+                                   Device& dev, Communicator& pp, int64_t B, int64_t T, ArenaChunks arena_chunks)
+    : chunks_(std::move(chunks)), P_(P), V_(V), stage_(stage), runner_(runner), dev_(dev), pp_(pp),
       B_(B), T_(T), chunks_bytes_(arena_chunks), scratch_(dev, MemTag::workspace, arena_chunks.scratch) {
   ZT_CHECK(static_cast<int>(chunks_.size()) == P * V, "pipeline: ", chunks_.size(), " chunks for P=", P, " V=", V);
   ZT_CHECK(chunks_.front().first == 0 && chunks_.back().last == runner.num_units(), "pipeline: the chunks cover units [",

@@ -97,7 +97,7 @@ class PipelineExecutor {
   // `pp` (the pipeline group, ranks ordered by stage; a group of one rank
   // when P == 1).
   PipelineExecutor(std::vector<UnitRange> chunks, int P, int V, int stage, UnitRunner& runner, Device& dev,
-                   Kernels& kernels, Communicator& pp, int64_t B, int64_t T, ArenaChunks arena_chunks);
+                   Communicator& pp, int64_t B, int64_t T, ArenaChunks arena_chunks);
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
@@ -139,7 +139,6 @@ class PipelineExecutor {
   int P_, V_, stage_;
   UnitRunner& runner_;
   Device& dev_;
-  Kernels& kernels_;
   Communicator& pp_;
   int64_t B_, T_;
   ArenaChunks chunks_bytes_;

@@ -19,7 +19,7 @@ StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, Uni
     : opts_(opts), dev_(dev), kernels_(kernels), comms_(comms), zero_(zero),
       finalizer_(finalizer), schedule_(schedule), data_(data) {
   const int M = static_cast<int>(opts.accum);
-  executor_ = std::make_unique<PipelineExecutor>(plan.chunks, opts.P, opts.V, stage, runner, dev, kernels,
+  executor_ = std::make_unique<PipelineExecutor>(plan.chunks, opts.P, opts.V, stage, runner, dev,
                                                  *comms.pipeline().tensors, opts.B, opts.T, arena_chunks);
   // [Note: breadth-first walk] in groups of opts.group (one stage only).
   train_program_ = opts.group > 1 ? make_breadth_first_schedule(M, opts.group)

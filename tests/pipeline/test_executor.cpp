@@ -156,7 +156,7 @@ Expected expected(int M, float w) {
 struct Harness {
   Harness(std::vector<UnitRange> chunks, int P, int V, int stage, Communicator& pp)
       : runner(views(), kernels, dev, DType::f32, DType::f32, false),
-        exec(std::move(chunks), P, V, stage, runner, dev, kernels, pp, kB, kT, ArenaChunks{4096, 4096}),
+        exec(std::move(chunks), P, V, stage, runner, dev, pp, kB, kT, ArenaChunks{4096, 4096}),
         dloss(dev, DType::f32, Shape{kB, kT}, MemTag::activations),
         loss(dev, DType::f64, Shape{1}, MemTag::workspace) {
     for (int64_t n = 0; n < kB * kT; ++n) dloss.as<float>()[n] = kWeight;
