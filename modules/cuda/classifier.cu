@@ -348,18 +348,6 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-__device__ __forceinline__ float as_float(float v) { return v; }
-__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T of_float(float v);
-template <>
-__device__ __forceinline__ float of_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 of_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half of_float<__half>(float v) { return __float2half_rn(v); }
-
 // One block per row of a chunk. L: the chunk's logits, row-major with `ldl`
 // elements a row (a multiple of 8 and of 16 bytes; classes V .. ldl - 1 are
 // padding, never taken for logits). Pass 1: the row's max and sum of exponentials, then
@@ -391,7 +379,7 @@ __global__ void __launch_bounds__(kRowThreads) row_loss_grad_kernel(L* logits, i
     float vm = -INFINITY;
 #pragma unroll
     for (int e = 0; e < kv; ++e) {
-      f[e] = i * kv + e < V ? as_float(x.v[e]) : -INFINITY;
+      f[e] = i * kv + e < V ? cuda::to_float(x.v[e]) : -INFINITY;
       vm = fmaxf(vm, f[e]);
     }
     if (vm > m) {
@@ -417,7 +405,7 @@ __global__ void __launch_bounds__(kRowThreads) row_loss_grad_kernel(L* logits, i
     for (int k = 1; k < kRowThreads / 32; ++k) merge_lse(mm, ss, wm[k], wsum[k]);
     const float l = mm + logf(ss);
     row_lse = l;
-    losses[row] = tg < 0 ? 0.0f : (tg < V ? l - as_float(lr[tg]) : NAN);
+    losses[row] = tg < 0 ? 0.0f : (tg < V ? l - cuda::to_float(lr[tg]) : NAN);
   }
   __syncthreads();
   const float lse = row_lse;
@@ -428,7 +416,7 @@ __global__ void __launch_bounds__(kRowThreads) row_loss_grad_kernel(L* logits, i
     if (i < nvec) {
       const Pack<L, kv> x = reinterpret_cast<const Pack<L, kv>*>(lr)[i];
 #pragma unroll
-      for (int e = 0; e < kv; ++e) f[e] = as_float(x.v[e]);
+      for (int e = 0; e < kv; ++e) f[e] = cuda::to_float(x.v[e]);
     }
     if constexpr (sizeof(G) < sizeof(L)) __syncthreads();  // the tile is read before any of it is overwritten
     if (i < nvec) {
@@ -438,7 +426,7 @@ __global__ void __launch_bounds__(kRowThreads) row_loss_grad_kernel(L* logits, i
         const int v = i * kv + e;
         float d = v < V && g != 0.0f ? __expf(f[e] - lse) * g : 0.0f;
         if (v == tg) d -= g;
-        y.v[e] = of_float<G>(d);
+        y.v[e] = cuda::from_float<G>(d);
       }
       reinterpret_cast<Pack<G, kv>*>(gr)[i] = y;
     }

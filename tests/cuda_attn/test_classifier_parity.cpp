@@ -36,6 +36,66 @@ struct ClsCase {
 
 double grad_tol(DType t) { return t == DType::f32 ? 1e-5 : t == DType::bf16 ? 2e-2 : 5e-3; }
 
+// A case's inputs: x and w rounded to the storage dtype, targets with every
+// tenth row ignored and the first and last classes used, loss weights
+// around 1 / N.
+struct ClsInputs {
+  std::vector<float> x, w, dloss;
+  std::vector<int32_t> tg;
+  ClsInputs(std::mt19937_64& rng, const ClsCase& c, DType st)
+      : x(test::round_to(test::normal_vec(rng, size_t(c.N) * c.C, 1.0f), st)),
+        w(test::round_to(test::normal_vec(rng, size_t(c.V) * c.C, 0.5f), st)),
+        dloss(c.N),
+        tg(c.N) {
+    std::uniform_int_distribution<int32_t> pick(0, c.V - 1);
+    for (int n = 0; n < c.N; ++n) tg[n] = n % 10 == 3 ? -1 : pick(rng);
+    tg[0] = 0;
+    if (c.N > 1) tg[c.N - 1] = c.V - 1;
+    std::uniform_real_distribution<float> weight(0.5f, 1.5f);
+    for (float& d : dloss) d = weight(rng) / c.N;
+  }
+};
+
+// The CPU reference's tensors, inputs filled; outputs left to the test.
+struct CpuRef {
+  CpuDevice dev;
+  Arena ws{dev, MemTag::workspace};
+  CpuKernels cpu;
+  TestTensor x, w, tg, loss, lse, dloss, dx, dw;
+  CpuRef(const ClsInputs& in, const ClsCase& c, DType st)
+      : x(dev, st, Shape{c.N, c.C}), w(dev, st, Shape{c.V, c.C}), tg(dev, DType::i32, Shape{c.N}),
+        loss(dev, DType::f32, Shape{c.N}), lse(dev, DType::f32, Shape{c.N}), dloss(dev, DType::f32, Shape{c.N}),
+        dx(dev, DType::f32, Shape{c.N, c.C}), dw(dev, DType::f32, Shape{c.V, c.C}) {
+    x.fill(dev, in.x);
+    w.fill(dev, in.w);
+    tg.fill_i32(dev, in.tg);
+    dloss.fill(dev, in.dloss);
+  }
+};
+
+void expect_finite_and_ignored_rows_zero(const std::vector<float>& loss, const std::vector<float>& dx,
+                                         const std::vector<float>& dw, const std::vector<int32_t>& tg) {
+  EXPECT_EQ(test::count_nonfinite(loss), 0);
+  EXPECT_EQ(test::count_nonfinite(dx), 0);
+  EXPECT_EQ(test::count_nonfinite(dw), 0);
+  for (size_t n = 0; n < tg.size(); ++n) {
+    if (tg[n] < 0) {
+      EXPECT_EQ(loss[n], 0.0f) << "ignored row " << n;
+    }
+  }
+}
+
+// dw's gradient part, relative to the gradient (the start dw0 cancels).
+double dw_gradient_error(const std::vector<float>& dw, const std::vector<float>& dw_ref,
+                         const std::vector<float>& dw0) {
+  std::vector<float> g(dw.size()), r(dw.size());
+  for (size_t i = 0; i < dw.size(); ++i) {
+    g[i] = dw[i] - dw0[i];
+    r[i] = dw_ref[i] - dw0[i];
+  }
+  return test::rel_err(g, r);
+}
+
 class ClassifierParity : public ::testing::TestWithParam<std::tuple<DType, ClsCase>> {};
 
 TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
@@ -44,30 +104,18 @@ TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
   const ClsCase c = std::get<1>(GetParam());
   std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.N) << 40 | uint64_t(c.V) << 8 | uint64_t(c.C)) ^
                       static_cast<uint64_t>(st) << 56);
-  const std::vector<float> x_h = test::round_to(test::normal_vec(rng, size_t(c.N) * c.C, 1.0f), st);
-  const std::vector<float> w_h = test::round_to(test::normal_vec(rng, size_t(c.V) * c.C, 0.5f), st);
-  std::vector<int32_t> tg(c.N);
-  std::uniform_int_distribution<int32_t> pick(0, c.V - 1);
-  for (int n = 0; n < c.N; ++n) tg[n] = n % 10 == 3 ? -1 : pick(rng);
-  tg[0] = 0;
-  if (c.N > 1) tg[c.N - 1] = c.V - 1;
-  std::uniform_real_distribution<float> weight(0.5f, 1.5f);
-  std::vector<float> dloss_h(c.N);
-  for (float& d : dloss_h) d = weight(rng) / c.N;
+  const ClsInputs in(rng, c, st);
+  const std::vector<float>&x_h = in.x, &w_h = in.w, &dloss_h = in.dloss;
+  const std::vector<int32_t>& tg = in.tg;
 
   // CPU reference: once from dw = 0 to learn the gradient's scale, then from
   // a start of that scale, so that overwriting instead of accumulating fails.
-  CpuDevice cpu_dev;
-  Arena cpu_ws(cpu_dev, MemTag::workspace);
-  CpuKernels cpu;
-  TestTensor x_c(cpu_dev, st, Shape{c.N, c.C}), w_c(cpu_dev, st, Shape{c.V, c.C}),
-      tg_c(cpu_dev, DType::i32, Shape{c.N}), loss_c(cpu_dev, DType::f32, Shape{c.N}),
-      lse_c(cpu_dev, DType::f32, Shape{c.N}), dloss_c(cpu_dev, DType::f32, Shape{c.N}),
-      dx_c(cpu_dev, DType::f32, Shape{c.N, c.C}), dw_c(cpu_dev, DType::f32, Shape{c.V, c.C});
-  x_c.fill(cpu_dev, x_h);
-  w_c.fill(cpu_dev, w_h);
-  tg_c.fill_i32(cpu_dev, tg);
-  dloss_c.fill(cpu_dev, dloss_h);
+  CpuRef ref(in, c, st);
+  CpuKernels& cpu = ref.cpu;
+  CpuDevice& cpu_dev = ref.dev;
+  Arena& cpu_ws = ref.ws;
+  TestTensor &x_c = ref.x, &w_c = ref.w, &tg_c = ref.tg, &loss_c = ref.loss, &lse_c = ref.lse, &dloss_c = ref.dloss,
+             &dx_c = ref.dx, &dw_c = ref.dw;
   cpu.classifier_fwd(cpu_ws, loss_c.t, lse_c.t, x_c.t, w_c.t, tg_c.t);
   dw_c.fill(cpu_dev, std::vector<float>(size_t(c.V) * c.C, 0.0f));
   cpu.classifier_bwd(cpu_ws, dx_c.t, dw_c.t, dloss_c.t, x_c.t, w_c.t, tg_c.t, lse_c.t);
@@ -113,23 +161,10 @@ TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
   ZT_TEST_CUDA(cudaStreamSynchronize(stream));
   const std::vector<float> loss_g = loss.read(dev), lse_g = lse.read(dev), dx_g = dx.read(dev),
                            dw_g = dw.read(dev);
-  EXPECT_EQ(test::count_nonfinite(loss_g), 0);
   EXPECT_EQ(test::count_nonfinite(lse_g), 0);
-  EXPECT_EQ(test::count_nonfinite(dx_g), 0);
-  EXPECT_EQ(test::count_nonfinite(dw_g), 0);
-  for (int n = 0; n < c.N; ++n) {
-    if (tg[n] < 0) {
-      EXPECT_EQ(loss_g[n], 0.0f) << "ignored row " << n;
-    }
-  }
-  // dw's gradient part, relative to the gradient (the start cancels).
-  std::vector<float> gw_g(dw_g.size()), gw_ref(dw_g.size());
-  for (size_t i = 0; i < dw_g.size(); ++i) {
-    gw_g[i] = dw_g[i] - dw0[i];
-    gw_ref[i] = dw_ref[i] - dw0[i];
-  }
+  expect_finite_and_ignored_rows_zero(loss_g, dx_g, dw_g, tg);
   const double e_loss = test::rel_err(loss_g, loss_ref), e_lse = test::rel_err(lse_g, lse_ref),
-               e_dx = test::rel_err(dx_g, dx_ref), e_dw = test::rel_err(gw_g, gw_ref);
+               e_dx = test::rel_err(dx_g, dx_ref), e_dw = dw_gradient_error(dw_g, dw_ref, dw0);
   EXPECT_LE(e_loss, 1e-5);
   EXPECT_LE(e_lse, 1e-5);
   EXPECT_LE(e_dx, grad_tol(st));
@@ -158,44 +193,26 @@ TEST_P(ClassifierOnePass, MatchesCpuForwardThenBackward) {
   if (logits16 && st == DType::f32) GTEST_SKIP() << "f32 storage has f32 logits";
   std::mt19937_64 rng(test::test_seed() ^ (uint64_t(c.N) << 40 | uint64_t(c.V) << 8 | uint64_t(c.C)) ^
                       static_cast<uint64_t>(st) << 56 ^ 0x5eed);
-  const std::vector<float> x_h = test::round_to(test::normal_vec(rng, size_t(c.N) * c.C, 1.0f), st);
-  const std::vector<float> w_h = test::round_to(test::normal_vec(rng, size_t(c.V) * c.C, 0.5f), st);
-  std::vector<int32_t> tg(c.N);
-  std::uniform_int_distribution<int32_t> pick(0, c.V - 1);
-  for (int n = 0; n < c.N; ++n) tg[n] = n % 10 == 3 ? -1 : pick(rng);
-  tg[0] = 0;
-  if (c.N > 1) tg[c.N - 1] = c.V - 1;
-  std::uniform_real_distribution<float> weight(0.5f, 1.5f);
-  std::vector<float> dloss_h(c.N);
-  for (float& d : dloss_h) d = weight(rng) / c.N;
-
-  CpuDevice cpu_dev;
-  Arena cpu_ws(cpu_dev, MemTag::workspace);
-  CpuKernels cpu;
-  TestTensor x_c(cpu_dev, st, Shape{c.N, c.C}), w_c(cpu_dev, st, Shape{c.V, c.C}),
-      tg_c(cpu_dev, DType::i32, Shape{c.N}), loss_c(cpu_dev, DType::f32, Shape{c.N}),
-      lse_c(cpu_dev, DType::f32, Shape{c.N}), dloss_c(cpu_dev, DType::f32, Shape{c.N}),
-      dx_c(cpu_dev, DType::f32, Shape{c.N, c.C}), dw_c(cpu_dev, DType::f32, Shape{c.V, c.C});
-  x_c.fill(cpu_dev, x_h);
-  w_c.fill(cpu_dev, w_h);
-  tg_c.fill_i32(cpu_dev, tg);
-  dloss_c.fill(cpu_dev, dloss_h);
+  const ClsInputs in(rng, c, st);
+  const std::vector<int32_t>& tg = in.tg;
+  CpuRef ref(in, c, st);
   // dw starts non-zero, so that overwriting instead of accumulating fails.
   const std::vector<float> dw0 = test::normal_vec(rng, size_t(c.V) * c.C, 1e-3f);
-  dw_c.fill(cpu_dev, dw0);
-  cpu.classifier_fwd(cpu_ws, loss_c.t, lse_c.t, x_c.t, w_c.t, tg_c.t);
-  cpu.classifier_bwd(cpu_ws, dx_c.t, dw_c.t, dloss_c.t, x_c.t, w_c.t, tg_c.t, lse_c.t);
-  const std::vector<float> loss_ref = loss_c.read(cpu_dev), dx_ref = dx_c.read(cpu_dev), dw_ref = dw_c.read(cpu_dev);
+  ref.dw.fill(ref.dev, dw0);
+  ref.cpu.classifier_fwd(ref.ws, ref.loss.t, ref.lse.t, ref.x.t, ref.w.t, ref.tg.t);
+  ref.cpu.classifier_bwd(ref.ws, ref.dx.t, ref.dw.t, ref.dloss.t, ref.x.t, ref.w.t, ref.tg.t, ref.lse.t);
+  const std::vector<float> loss_ref = ref.loss.read(ref.dev), dx_ref = ref.dx.read(ref.dev),
+                           dw_ref = ref.dw.read(ref.dev);
 
   test::PlainCudaDevice dev;
   Arena ws(dev, MemTag::workspace, size_t{1} << 20);
   TestTensor x(dev, st, Shape{c.N, c.C}), w(dev, st, Shape{c.V, c.C}), tgt(dev, DType::i32, Shape{c.N}),
       loss(dev, DType::f32, Shape{c.N}), dloss(dev, DType::f32, Shape{c.N}), dx(dev, DType::f32, Shape{c.N, c.C}),
       dw(dev, DType::f32, Shape{c.V, c.C}), lt_ws(dev, DType::u16, Shape{int64_t{16} << 20});
-  x.fill(dev, x_h);
-  w.fill(dev, w_h);
+  x.fill(dev, in.x);
+  w.fill(dev, in.w);
   tgt.fill_i32(dev, tg);
-  dloss.fill(dev, dloss_h);
+  dloss.fill(dev, in.dloss);
   dw.fill(dev, dw0);
   cudaStream_t stream = nullptr;
   ZT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -211,21 +228,9 @@ TEST_P(ClassifierOnePass, MatchesCpuForwardThenBackward) {
   classifier_fwd_bwd_cuda(ws, loss.t, dx.t, dw.t, dloss.t, x.t, w.t, tgt.t, blas, stream, chunk, ldt);
   ZT_TEST_CUDA(cudaStreamSynchronize(stream));
   const std::vector<float> loss_g = loss.read(dev), dx_g = dx.read(dev), dw_g = dw.read(dev);
-  EXPECT_EQ(test::count_nonfinite(loss_g), 0);
-  EXPECT_EQ(test::count_nonfinite(dx_g), 0);
-  EXPECT_EQ(test::count_nonfinite(dw_g), 0);
-  for (int n = 0; n < c.N; ++n) {
-    if (tg[n] < 0) {
-      EXPECT_EQ(loss_g[n], 0.0f) << "ignored row " << n;
-    }
-  }
-  std::vector<float> gw_g(dw_g.size()), gw_ref(dw_g.size());
-  for (size_t i = 0; i < dw_g.size(); ++i) {
-    gw_g[i] = dw_g[i] - dw0[i];
-    gw_ref[i] = dw_ref[i] - dw0[i];
-  }
+  expect_finite_and_ignored_rows_zero(loss_g, dx_g, dw_g, tg);
   const double e_loss = test::rel_err(loss_g, loss_ref), e_dx = test::rel_err(dx_g, dx_ref),
-               e_dw = test::rel_err(gw_g, gw_ref);
+               e_dw = dw_gradient_error(dw_g, dw_ref, dw0);
   const double tl = !logits16 ? 1e-5 : st == DType::bf16 ? 1e-2 : 2e-3;
   const double tg_ = !logits16 ? grad_tol(st) : st == DType::bf16 ? 5e-2 : 1e-2;
   EXPECT_LE(e_loss, tl);
