@@ -1,6 +1,7 @@
 // Parity of CudaKernels with CpuKernels: GELU, add, cast, scale, zero, and
 // the reductions for the optimizer and the loss (sum of squares, sum,
 // overflow check).
+#include <cmath>
 #include <limits>
 
 #include "cuda_test_support.hpp"
@@ -15,7 +16,7 @@ const int64_t kCounts[] = {4096, 1001};
 
 using CudaElementwise = GpuFixture;
 
-TEST_F(CudaElementwise, GeluForwardAndBackwardAreBitIdentical) {
+TEST_F(CudaElementwise, GeluMatchesTheCpu) {
   for (DType t : kStorage) {
     for (int64_t n : kCounts) {
       for (int64_t offset : {0, 1}) {
@@ -26,8 +27,24 @@ TEST_F(CudaElementwise, GeluForwardAndBackwardAreBitIdentical) {
         poison(out_d);
         cpu_k->gelu_fwd(out, x);
         gpu_k->gelu_fwd(out_d, x_d);
-        // [Note: GELU parity]: same operations, no contraction on either side.
-        EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << what;
+        // [Note: GELU parity]: same operations, no contraction on either
+        // side, in f32. The 16-bit forward: within one unit of its dtype of
+        // GELU computed in double (not of the CPU's, whose 1 - 2 / (1 +
+        // e^{2u}) loses all relative precision below x = -4, where the
+        // values are under 1e-6).
+        if (t == DType::f32) {
+          EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << what;
+        } else {
+          const std::vector<double> got = values(out_d), xs = values(x);
+          const double unit = t == DType::bf16 ? 0x1p-7 : 0x1p-10, tiny = t == DType::bf16 ? 0.0 : 0x1p-24;
+          int64_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double v = xs[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+            const double want = 0.5 * v * (1.0 + std::tanh(u));
+            bad += !(std::fabs(got[i] - want) <= unit * std::fabs(want) + tiny);
+          }
+          EXPECT_EQ(bad, 0) << what << ": elements more than one unit from GELU";
+        }
 
         for (bool alias : {false, true}) {
           const Tensor dout = host_random(DType::f32, Shape{n});
