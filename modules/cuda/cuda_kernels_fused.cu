@@ -97,10 +97,12 @@ void CudaKernels::classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, 
   classifier_bwd_cuda(ws, dx, dw, dloss, x, wx, targets, lse, blas(), stream_, classifier_chunk_bytes_);
 }
 
-// ZTRAIN_CLASSIFIER, read at every call: unset, empty or "one-pass" is
-// [Note: classifier in one pass] with f32 logits; "one-pass-16bit" keeps the
-// logits in the 16-bit storage dtype (half the traffic; the loss of rounded
-// logits); "separate" is the forward then the backward (four products).
+// ZTRAIN_CLASSIFIER, read at every call: unset or empty is [Note: classifier
+// in one pass] with the logits in the storage dtype (f32 logits for f32
+// storage): the loss of rounded logits, as under PyTorch's autocast and
+// torch.compile, for half the traffic; "one-pass-f32" keeps f32 logits for
+// 16-bit storage too; "separate" is the forward then the backward (four
+// products).
 void CudaKernels::classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
                                      const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets) {
   const char* env = std::getenv("ZTRAIN_CLASSIFIER");
@@ -109,12 +111,13 @@ void CudaKernels::classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tens
     Kernels::classifier_fwd_bwd(ws, losses, dx, dw, dloss, x, w, targets);
     return;
   }
-  if (!path.empty() && path != "one-pass" && path != "one-pass-16bit")
-    ZT_USER_ERROR("ZTRAIN_CLASSIFIER=", path, ": unknown classifier path; use one-pass, one-pass-16bit or separate");
+  if (!path.empty() && path != "one-pass-f32")
+    ZT_USER_ERROR("ZTRAIN_CLASSIFIER=", path, ": unknown classifier path; leave it unset (one pass, logits in the "
+                  "storage dtype) or use one-pass-f32 or separate");
   ArenaScope scope(ws);
   const Tensor wx = classifier_weight(ws, x, w, stream_);
   classifier_fwd_bwd_cuda(ws, losses, dx, dw, dloss, x, wx, targets, blas(), stream_,
-                          classifier_one_pass_chunk_bytes_, path == "one-pass-16bit" ? x.dtype : DType::f32);
+                          classifier_one_pass_chunk_bytes_, path == "one-pass-f32" ? DType::f32 : x.dtype);
 }
 
 ClassifierBlas CudaKernels::blas() const {
