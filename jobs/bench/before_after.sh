@@ -5,6 +5,8 @@
 # micro-batches per step. Runs alternate A, B, A, B so drift hits both alike;
 # each run takes BENCH_STEPS steps (default 30) printed every 10, and its
 # tokens/s is the mean over the windows after the first (steps 11..).
+# BENCH_CASES picks cases (default: gpt2-124m-mb16 gpt2-1.3b-mb8
+# gpt2-124m-mb16x4).
 #
 #   jobs/bench/before_after.sh ZTRAIN_A ZTRAIN_B OUT_DIR [rounds]
 set -uo pipefail
@@ -51,7 +53,7 @@ print(f"{case}\t{label}\t{rnd}\t{tok:.0f}\t{ms:.2f}\t{peak:.2f}\t{loss:.4f}")
 PY
 }
 
-for c in gpt2-124m-mb16 gpt2-1.3b-mb8 gpt2-124m-mb16x4; do
+for c in ${BENCH_CASES:-gpt2-124m-mb16 gpt2-1.3b-mb8 gpt2-124m-mb16x4}; do
   n=$rounds
   [ "$c" = gpt2-124m-mb16x4 ] && n=1
   for r in $(seq 1 "$n"); do
