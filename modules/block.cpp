@@ -17,8 +17,11 @@ enum BlockParam {
   kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
 };
 
-// What forward keeps for backward. The GELU output (B, T, 4C) is not kept:
-// backward recomputes it from fch, which is cheaper than storing it.
+// What forward keeps for backward. The GELU output is kept beside its
+// input: on the GPU the product before it writes both in its epilogue
+// ([Note: GELU in the epilogue] in modules/cuda/matmul.cuh), so a recompute
+// in the backward would be a pass of its own (4C more bytes a token in the
+// storage dtype, about a third of the block's stash).
 enum BlockStash {
   kLn1, kMean1, kRstd1,  // (B, T, C), (B*T), (B*T)
   kQkv,                  // (B, T, 3C)
@@ -26,6 +29,7 @@ enum BlockStash {
   kRes,                  // (B, T, C) x + attention branch
   kLn2, kMean2, kRstd2,  // (B, T, C), (B*T), (B*T)
   kFch,                  // (B, T, 4C) pre-GELU
+  kFcg,                  // (B, T, 4C) GELU output
   kNumBlockStash
 };
 
@@ -54,12 +58,13 @@ UnitDesc BlockUnit::describe(const ModelShape& s, int layer) {
       {"mlp.c_proj.weight", Shape{C, 4 * C}, true, hf + "mlp.c_proj.weight", conv1d},
       {"mlp.c_proj.bias", Shape{C}, false, hf + "mlp.c_proj.bias"},
   };
-  // BlockStash per token: ln1, atty, res, ln2 C each, qkv 3C, fch 4C (11C);
-  // fp32: two LayerNorms' mean and rstd, the attention's log-sum-exp per
-  // head. Backward temporaries: the recomputed GELU output 4C, and in fp32
-  // dfc 4C, dln C and dqkv 3C.
+  // BlockStash per token: ln1, atty, res, ln2 C each, qkv 3C, fch and fcg
+  // 4C each (15C); fp32: two LayerNorms' mean and rstd, the attention's
+  // log-sum-exp per head. Backward temporaries: the 16-bit operands (the
+  // widest, GELU's gradient, 4C), and in fp32 GELU's gradient 4C where it is
+  // not in the product's epilogue, dln C and dqkv 3C.
   d.act.output = {C, 0};
-  d.act.stash = {11 * C, 4 + s.n_head};
+  d.act.stash = {15 * C, 4 + s.n_head};
   d.act.backward = {4 * C, 8 * C};
   return d;
 }
@@ -129,10 +134,9 @@ void BlockUnit::forward(const UnitContext& ctx, const std::vector<Tensor>& p, co
   s[kRstd2] = saved.alloc(md, Shape{N});
   k.layernorm_fwd(s[kLn2], s[kMean2], s[kRstd2], s[kRes], p[kLn2W], p[kLn2B], out);  // out = res, then += mlp
   s[kFch] = saved.alloc(act, Shape{B, T, 4 * C});
-  k.matmul(ws, s[kFch], s[kLn2], false, p[kFcW], true, false, p[kFcB]);  // (B, T, 4C)
-  const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
-  k.gelu_fwd(fcg, s[kFch]);
-  k.matmul(ws, out, fcg, false, p[kFcProjW], true, true, p[kFcProjB]);  // out = res + mlp
+  s[kFcg] = saved.alloc(act, Shape{B, T, 4 * C});
+  k.matmul_bias_gelu(ws, s[kFcg], s[kFch], s[kLn2], p[kFcW], true, p[kFcB]);  // (B, T, 4C) each
+  k.matmul(ws, out, s[kFcg], false, p[kFcProjW], true, true, p[kFcProjB]);  // out = res + mlp
 }
 
 void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
@@ -150,25 +154,20 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   // norm's backward writes din = dout + its input gradient.
 
   // MLP branch: out = res + fcg Wp^T + bp, fcg = gelu(fch), fch = ln2 Wfc^T + bfc.
-  const Tensor fcg = ws.alloc(act, Shape{B, T, 4 * C});
-  k.gelu_fwd(fcg, s[kFch]);
+  const Tensor& fcg = s[kFcg];
   // Each f32 gradient below feeds its bias gradient and two products, which
   // read it converted once: one pass over it (bias_grad_and_operand, the
   // operand in a scope of ws that ends after the products).
-  const Tensor dfc = ws.alloc(md, Shape{B, T, 4 * C});
+  const Tensor dln = ws.alloc(md, Shape{B, T, C});
   {
     ArenaScope scope(ws);
     const Tensor dout_m =
         k.bias_grad_and_operand(ws, g[kFcProjB], dout, shared_partner(dout, {fcg.dtype, p[kFcProjW].dtype}));
     k.matmul(ws, g[kFcProjW], dout_m, true, fcg, false, true);  // (C, 4C) += dout^T fcg
-    k.matmul(ws, dfc, dout_m, false, p[kFcProjW], false, false);  // (B, T, 4C) = dout Wp
-  }
-  const Tensor dln = ws.alloc(md, Shape{B, T, C});
-  {
-    ArenaScope scope(ws);
-    // d fch = d fcg * gelu'(fch), its bias gradient and its operand in one pass.
-    const Tensor dfc_m = k.gelu_bwd_bias_grad_and_operand(ws, g[kFcB], dfc, s[kFch],
-                                                          shared_partner(dfc, {s[kLn2].dtype, p[kFcW].dtype}));
+    // d fch = (dout Wp) * gelu'(fch), its bias gradient and its operand: the
+    // product and GELU's backward in one call where the backend fuses them.
+    const Tensor dfc_m = k.matmul_gelu_bwd_bias_grad_and_operand(
+        ws, g[kFcB], md, dout_m, p[kFcProjW], false, s[kFch], shared_partner(dout, {s[kLn2].dtype, p[kFcW].dtype}));
     k.matmul(ws, g[kFcW], dfc_m, true, s[kLn2], false, true);  // (4C, C) += dfch^T ln2
     k.matmul(ws, dln, dfc_m, false, p[kFcW], false, false);    // (B, T, C) = dfch Wfc
   }

@@ -165,6 +165,31 @@ class Kernels {
     gelu_bwd(dout, dout, x);
     return bias_grad_and_operand(ws, dbias, dout, partner);
   }
+  // The MLP's first product and its activation: pre (N, F) = a op(w) +
+  // bias, out (N, F) = gelu(pre), a (N, K), w (K, F) or, trans_w, (F, K).
+  // The default is matmul then gelu_fwd; a backend may apply GELU in the
+  // product's epilogue (CUDA: [Note: GELU in the epilogue]).
+  virtual void matmul_bias_gelu(Arena& ws, const Tensor& out, const Tensor& pre, const Tensor& a,
+                                const Tensor& w, bool trans_w, const Tensor& bias) {
+    matmul(ws, pre, a, false, w, trans_w, false, bias);
+    gelu_fwd(out, pre);
+  }
+  // The MLP's backward through GELU from the product that gives it: d =
+  // gelu'(pre) * (dout op(w)) with dout (N, K) (usually itself an operand),
+  // w (K, F) or, trans_w, (F, K), pre (N, F); dbias (F) += column sums of d;
+  // returns d as the operand of the products that read it, as
+  // gelu_bwd_bias_grad_and_operand would. The default computes d in the math
+  // dtype `math` (in `ws`) and calls that. A backend may instead apply GELU's
+  // derivative in the product's epilogue and round d once to `partner`,
+  // summing dbias from the rounded values (CUDA: [Note: GELU in the epilogue]
+  // in modules/cuda/matmul.cuh).
+  virtual Tensor matmul_gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, DType math,
+                                                       const Tensor& dout, const Tensor& w, bool trans_w,
+                                                       const Tensor& pre, DType partner) {
+    const Tensor d = ws.alloc(math, pre.shape);
+    matmul(ws, d, dout, false, w, trans_w, false);
+    return gelu_bwd_bias_grad_and_operand(ws, dbias, d, pre, partner);
+  }
 
   // ---- classifier fused with softmax cross-entropy -------------------------
   // Row n: logits = x[n] · w^T (V), lse[n] = logsumexp(logits),

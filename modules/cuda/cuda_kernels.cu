@@ -10,6 +10,9 @@
 #include "modules/cuda/matmul.cuh"
 #include "modules/cuda/reduce.cuh"
 
+#include <cstdlib>
+#include <string>
+
 namespace zt {
 
 using cuda::check_dtype;
@@ -327,6 +330,44 @@ Tensor CudaKernels::gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbia
                                     static_cast<const float*>(dout.data), x.data, x.dtype, R, N,
                                     scratch(cuda::bias_grad_workspace_bytes(R, N)), stream_);
   return out;
+}
+
+namespace {
+// ZTRAIN_GELU: unset, empty or "epilogue" puts GELU in the products'
+// epilogues where they can take it; "separate" never does.
+bool gelu_in_epilogue() {
+  const char* env = std::getenv("ZTRAIN_GELU");
+  const std::string path = env == nullptr ? "" : env;
+  if (!path.empty() && path != "epilogue" && path != "separate")
+    ZT_USER_ERROR("ZTRAIN_GELU=", path, ": unknown GELU path; use epilogue or separate");
+  return path != "separate";
+}
+}  // namespace
+
+void CudaKernels::matmul_bias_gelu(Arena& ws, const Tensor& out, const Tensor& pre, const Tensor& a,
+                                   const Tensor& w, bool trans_w, const Tensor& bias) {
+  if (gelu_in_epilogue() && bias.defined() && matmul_->run_bias_gelu(out, pre, a, false, w, trans_w, bias, stream_))
+    return;
+  Kernels::matmul_bias_gelu(ws, out, pre, a, w, trans_w, bias);
+}
+
+Tensor CudaKernels::matmul_gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, DType math,
+                                                          const Tensor& dout, const Tensor& w, bool trans_w,
+                                                          const Tensor& pre, DType partner) {
+  const bool fusable = gelu_in_epilogue() && (partner == DType::bf16 || partner == DType::f16) &&
+                       dout.dtype == partner && w.dtype == partner && pre.dtype == partner &&
+                       dbias.dtype == DType::f32 && dbias.numel() == cols(pre);
+  if (fusable) {
+    const Tensor out = ws.alloc(partner, pre.shape);
+    if (matmul_->run_dgelu(out, dout, false, w, trans_w, pre, stream_)) {
+      check_on_device(dbias, "dbias");
+      const int64_t R = rows(out), F = cols(out);
+      cuda::bias_grad_16(static_cast<float*>(dbias.data), out.data, partner, R, F,
+                         scratch(cuda::bias_grad_workspace_bytes(R, F)), stream_);
+      return out;
+    }
+  }
+  return Kernels::matmul_gelu_bwd_bias_grad_and_operand(ws, dbias, math, dout, w, trans_w, pre, partner);
 }
 
 void CudaKernels::zero(const Tensor& t) {

@@ -270,6 +270,24 @@ Tensor ProfiledKernels::gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& 
         [&] { out = inner_->gelu_bwd_bias_grad_and_operand(ws, dbias, dout, x, partner); });
   return out;
 }
+void ProfiledKernels::matmul_bias_gelu(Arena& ws, const Tensor& out, const Tensor& pre, const Tensor& a,
+                                       const Tensor& w, bool trans_w, const Tensor& bias) {
+  const int64_t M = rows(pre), N = cols(pre), K = cols(a);
+  timed("matmul+bias+gelu " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " " + dt(a),
+        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K), 0,
+        [&] { inner_->matmul_bias_gelu(ws, out, pre, a, w, trans_w, bias); });
+}
+Tensor ProfiledKernels::matmul_gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, DType math,
+                                                              const Tensor& dout, const Tensor& w, bool trans_w,
+                                                              const Tensor& pre, DType partner) {
+  Tensor out;
+  const int64_t M = rows(pre), N = cols(pre), K = cols(dout);
+  timed("matmul+gelu_bwd+bias_grad " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " " +
+            dt(dout) + "->" + dtype_name(partner),
+        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K), 0,
+        [&] { out = inner_->matmul_gelu_bwd_bias_grad_and_operand(ws, dbias, math, dout, w, trans_w, pre, partner); });
+  return out;
+}
 Tensor ProfiledKernels::attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv,
                                                             const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                                             const Tensor& lse, int n_head, const Tensor& doc_start,

@@ -94,6 +94,11 @@ class ProfiledKernels final : public Kernels {
                                              const Tensor& doc_start, DType partner) override;
   Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, const Tensor& x,
                                         DType partner) override;
+  void matmul_bias_gelu(Arena& ws, const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w,
+                        bool trans_w, const Tensor& bias) override;
+  Tensor matmul_gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, DType math, const Tensor& dout,
+                                               const Tensor& w, bool trans_w, const Tensor& pre,
+                                               DType partner) override;
   void zero(const Tensor& t) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;

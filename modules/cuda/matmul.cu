@@ -66,7 +66,7 @@ Matmul::~Matmul() = default;
 Matmul::Plan* Matmul::plan(const Key& wanted) {
   auto it = plans_.find(wanted);
   if (it != plans_.end()) return it->second.get();
-  const auto [m, n, k, lda, ldb, ta, tb, in_i, d_i, bias, al_a, al_b, al_c] = wanted;
+  const auto [m, n, k, lda, ldb, ta, tb, in_i, d_i, epi_i, al_a, al_b, al_c, al_aux] = wanted;
   const DType in_type = static_cast<DType>(in_i), d_type = static_cast<DType>(d_i);
   auto p = std::make_unique<Plan>();
   const cublasComputeType_t compute =
@@ -76,9 +76,21 @@ Matmul::Plan* Matmul::plan(const Key& wanted) {
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (bias) {
+  if (static_cast<Epi>(epi_i) == Epi::bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  } else if (static_cast<Epi>(epi_i) == Epi::dgelu || static_cast<Epi>(epi_i) == Epi::bias_gelu_aux) {
+    // The pre-activation: D's shape, type and leading dimension (m).
+    const cublasLtEpilogue_t epi =
+        static_cast<Epi>(epi_i) == Epi::dgelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const int64_t ld = static_cast<int64_t>(m);
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    // The heuristic reads the pointer's alignment only: a stand-in with the
+    // aux input's alignment (part of the key) until the call sets it.
+    const void* aux = reinterpret_cast<const void*>(static_cast<uintptr_t>(al_aux));
+    ZT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
   // Stored shapes, column-major: A = b is (ldb x rows(b)), B = a is (lda x rows(a)).
   const uint64_t a_rows = tb ? k : m, a_cols = tb ? m : k;  // op(A) is (m x k)
@@ -116,18 +128,25 @@ Matmul::Plan* Matmul::plan(const Key& wanted) {
 }
 
 Matmul::Key Matmul::key(const void* d, DType d_type, const void* a, bool ta, const void* b, bool tb,
-                        DType in_type, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, bool bias) {
-  return Key{N, M, K, lda, ldb, ta, tb, static_cast<int>(in_type), static_cast<int>(d_type), bias,
-             alignment(b), alignment(a), alignment(d)};
+                        DType in_type, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, Epi epi,
+                        const void* aux) {
+  return Key{N, M, K, lda, ldb, ta, tb, static_cast<int>(in_type), static_cast<int>(d_type), static_cast<int>(epi),
+             alignment(b), alignment(a), alignment(d), aux != nullptr ? alignment(aux) : 0};
 }
 
 bool Matmul::gemm(void* d, DType d_type, const void* a, bool ta, const void* b, bool tb, DType in_type, int64_t M,
                   int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta, const void* bias,
-                  cudaStream_t stream) {
-  Plan* p = plan(key(d, d_type, a, ta, b, tb, in_type, M, N, K, lda, ldb, bias != nullptr));
+                  cudaStream_t stream, const void* aux) {
+  const Epi epi = aux != nullptr ? (bias != nullptr ? Epi::bias_gelu_aux : Epi::dgelu)
+                                  : bias != nullptr ? Epi::bias : Epi::none;
+  Plan* p = plan(key(d, d_type, a, ta, b, tb, in_type, M, N, K, lda, ldb, epi, aux));
   if (!p->found) return false;
   if (bias != nullptr) {
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  if (aux != nullptr) {
+    ZT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
   const float alpha = 1.0f;
   ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, p->op, &alpha, b, p->la, a, p->lb, &beta, d, p->lc, d, p->lc, &p->algo,
@@ -149,7 +168,7 @@ bool Matmul::product(Arena& ws, void* d, DType d_type, const Tensor& a, bool ta,
   }
   // No epilogue: D = [D +] bias first, then D += product, once it is known
   // that the product can run.
-  if (!plan(key(d, d_type, A, ta, B, tb, in_type, M, N, K, lda, ldb, false))->found) return false;
+  if (!plan(key(d, d_type, A, ta, B, tb, in_type, M, N, K, lda, ldb, Epi::none))->found) return false;
   bias_broadcast(d, d_type, bias.data, bias.dtype, M, N, accumulate, stream);
   return gemm(d, d_type, A, ta, B, tb, in_type, M, N, K, lda, ldb, 1.0f, nullptr, stream);
 }
@@ -203,6 +222,38 @@ void Matmul::run(Arena& ws, const Tensor& out, const Tensor& a, bool ta, const T
              "cuBLASLt has no algorithm for ", M, "x", N, "x", K, " f32 (trans_a ", ta, ", trans_b ", tb, ")");
   }
   if (d != out.data) cast(out.data, out.dtype, d, DType::f32, M * N, stream);
+}
+
+bool Matmul::run_dgelu(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& pre,
+                       cudaStream_t stream) {
+  const int64_t M = rows(out), N = cols(out);
+  const int64_t K = ta ? rows(a) : cols(a);
+  ZT_CHECK((ta ? cols(a) : rows(a)) == M && (tb ? cols(b) : rows(b)) == K && (tb ? rows(b) : cols(b)) == N,
+           "matmul dgelu: a ", a.shape.str(), ta ? "^T" : "", " b ", b.shape.str(), tb ? "^T" : "", " out ",
+           out.shape.str());
+  ZT_CHECK(pre.numel() == M * N, "matmul dgelu: pre ", pre.shape.str(), " for out ", out.shape.str());
+  const DType t = out.dtype;
+  if (!is_16bit(t) || a.dtype != t || b.dtype != t || pre.dtype != t) return false;
+  if (M == 0 || N == 0 || K == 0 || N % 8 != 0 || alignment(pre.data) < 16) return false;
+  for (const Tensor* x : {&out, &a, &b, &pre}) check_on_device(*x, "matmul dgelu operand");
+  return gemm(out.data, t, a.data, ta, b.data, tb, t, M, N, K, cols(a), cols(b), 0.0f, nullptr, stream, pre.data);
+}
+
+bool Matmul::run_bias_gelu(const Tensor& out, const Tensor& pre, const Tensor& a, bool ta, const Tensor& b,
+                           bool tb, const Tensor& bias, cudaStream_t stream) {
+  const int64_t M = rows(out), N = cols(out);
+  const int64_t K = ta ? rows(a) : cols(a);
+  ZT_CHECK((ta ? cols(a) : rows(a)) == M && (tb ? cols(b) : rows(b)) == K && (tb ? rows(b) : cols(b)) == N,
+           "matmul bias gelu: a ", a.shape.str(), ta ? "^T" : "", " b ", b.shape.str(), tb ? "^T" : "", " out ",
+           out.shape.str());
+  ZT_CHECK(pre.numel() == M * N && bias.numel() == N, "matmul bias gelu: pre ", pre.shape.str(), ", bias ",
+           bias.shape.str(), " for out ", out.shape.str());
+  const DType t = out.dtype;
+  if (!is_16bit(t) || a.dtype != t || b.dtype != t || pre.dtype != t || bias.dtype != t) return false;
+  if (M == 0 || N == 0 || K == 0 || N % 8 != 0 || alignment(pre.data) < 16 || alignment(bias.data) < 16)
+    return false;
+  for (const Tensor* x : {&out, &pre, &a, &b, &bias}) check_on_device(*x, "matmul bias gelu operand");
+  return gemm(out.data, t, a.data, ta, b.data, tb, t, M, N, K, cols(a), cols(b), 0.0f, bias.data, stream, pre.data);
 }
 
 }  // namespace zt::cuda

@@ -15,6 +15,19 @@
 // the product added with beta = 1. Where cuBLASLt has no 16-bit algorithm
 // for the leading dimensions or pointer alignments at hand, the product runs
 // in fp32 on converted copies.
+//
+// [Note: GELU in the epilogue] In 16 bits the MLP's GELU lives in the
+// epilogues of its products. Forward, GELU_AUX_BIAS: the first product adds
+// the bias and writes both the pre-activation (the aux output, kept for the
+// backward) and its GELU (the next product's input, also kept, so the
+// backward does not recompute it). Backward, DGELU: the product that gives
+// the GELU output's gradient multiplies each fp32 accumulator by GELU's
+// derivative at the kept pre-activation and rounds once to the 16-bit
+// output, the operand of the next two products; neither the fp32 gradient
+// nor a separate pass over it exists, and the bias gradient is summed from
+// the rounded operand (what the weight gradient reads too). cuBLASLt's GELU
+// is the tanh form, the CPU's formula to fp32 rounding (cuda_kernels_parity
+// GeluForwardInTheEpilogue and GeluBackwardInTheEpilogue).
 #pragma once
 
 #include <cublasLt.h>
@@ -41,17 +54,35 @@ class Matmul {
   // staging output) come from `ws` and are released before returning.
   void run(Arena& ws, const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
            bool accumulate, const Tensor& bias, cudaStream_t stream);
+  // out (M, N) = gelu'(pre) * (a op(b)) ([Note: GELU in the epilogue]):
+  // out, a, b and pre (M, N) of one 16-bit dtype, N a multiple of 8 and pre
+  // 16-byte aligned. False (nothing enqueued) where those do not hold or
+  // cuBLASLt has no algorithm.
+  bool run_dgelu(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                 const Tensor& pre, cudaStream_t stream);
+  // pre (M, N) = a op(b) + bias and out = gelu(pre) in one product
+  // (GELU_AUX_BIAS): out, pre, a, b and bias (N) of one 16-bit dtype, N a
+  // multiple of 8, pre and bias 16-byte aligned; false (nothing enqueued)
+  // otherwise or where cuBLASLt has no algorithm.
+  bool run_bias_gelu(const Tensor& out, const Tensor& pre, const Tensor& a, bool trans_a, const Tensor& b,
+                     bool trans_b, const Tensor& bias, cudaStream_t stream);
 
  private:
   struct Plan;
-  // (m, n, k, lda, ldb, ta, tb, in type, out type, bias, alignments of A, B, C)
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int, bool, int, int, int>;
+  enum class Epi { none, bias, dgelu, bias_gelu_aux };
+  // (m, n, k, lda, ldb, ta, tb, in type, out type, epilogue, alignments of
+  // A, B, C, alignment of the epilogue's aux input)
+  using Key =
+      std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int, int, int, int, int, int>;
   static Key key(const void* d, DType d_type, const void* a, bool ta, const void* b, bool tb, DType in_type,
-                 int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, bool bias);
+                 int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, Epi epi, const void* aux = nullptr);
   // D (col-major N x M) = op(b) op(a) [+ beta D] [+ bias] on pointers of one
-  // input type; false (and nothing enqueued) when cuBLASLt has no algorithm.
+  // input type; with aux (D's shape and type), the DGELU epilogue reading it
+  // or, given a bias too, GELU_AUX_BIAS writing it. False (and nothing
+  // enqueued) when cuBLASLt has no algorithm.
   bool gemm(void* d, DType d_type, const void* a, bool ta, const void* b, bool tb, DType in_type, int64_t M,
-            int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta, const void* bias, cudaStream_t stream);
+            int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta, const void* bias, cudaStream_t stream,
+            const void* aux = nullptr);
   // D = [D +] op(a) op(b) [+ bias] with both inputs brought to in_type: the
   // bias epilogue, else the bias written first; false (D untouched) when no
   // algorithm exists.

@@ -2,6 +2,9 @@
 // LayerNorm and the embedding. Fresh random inputs on every run, GPU outputs
 // poisoned with NaN before each call (every element must be written), and
 // the error bounds of [Note: parity tolerances].
+#include <cstdio>
+#include <tuple>
+
 #include "cuda_test_support.hpp"
 #include "modules/cuda/attention_cudnn.cuh"
 
@@ -145,6 +148,126 @@ TEST_F(CudaDense, FusedBiasGradAndOperandAreTheSeparateCallsBits) {
   }
 }
 
+// The MLP's first product with GELU in its epilogue ([Note: GELU in the
+// epilogue]). First with a weight that picks one input column per output
+// (bias 0), so the pre-activation is exact and the GELU output must be
+// within one unit of its dtype of tanh-form GELU computed in double, plus
+// |x| 2^-21 (cuBLASLt, like the CPU, computes 1 + tanh(u), which loses its
+// relative precision below x = -4, where GELU is under 1e-4; an erf-form
+// GELU is 4.7e-4 off at x = -2.7), an f16 output under 2^-14 possibly
+// flushed to zero; then random operands against the
+// CPU's product and GELU: the pre-activations are one rounding of nearly
+// equal sums (1e-3 / 2.5e-4 in norm, as below), the outputs GELU of the
+// fp32 sum on the GPU and of the rounded pre-activation on the CPU, two
+// roundings apart: tolerance(). An F that is not a multiple of 8 takes the
+// product, then GELU's pass.
+TEST_F(CudaDense, GeluForwardInTheEpilogue) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    const double unit = t == DType::bf16 ? 0x1p-7 : 0x1p-10, tiny = t == DType::bf16 ? 0.0 : 0x1p-24;
+    for (bool trans_w : {false, true}) {
+      {  // exact pre-activations
+        const int64_t R = 512, K = 64, F = 1024;
+        const Tensor a = host_random(t, Shape{R, K}, 6.0), w = host_tensor(t, trans_w ? Shape{F, K} : Shape{K, F});
+        std::vector<double> wv(static_cast<size_t>(K * F), 0.0);
+        for (int64_t f = 0; f < F; ++f) wv[static_cast<size_t>(trans_w ? f * K + f % K : (f % K) * F + f)] = 1.0;
+        set_values(w, wv);
+        const Tensor bias = host_tensor(t, Shape{F});
+        set_values(bias, std::vector<double>(static_cast<size_t>(F), 0.0));
+        const Tensor out_d = gpu_tensor(t, Shape{R, F}), pre_d = gpu_tensor(t, Shape{R, F});
+        poison(out_d);
+        poison(pre_d);
+        gpu_k->matmul_bias_gelu(*gpu_ws, out_d, pre_d, to_gpu(a), to_gpu(w), trans_w, to_gpu(bias));
+        const std::vector<double> av = values(a), pre = values(pre_d), out = values(out_d);
+        int64_t pre_bad = 0, out_bad = 0;
+        for (int64_t r = 0; r < R; ++r) {
+          for (int64_t f = 0; f < F; ++f) {
+            const size_t i = static_cast<size_t>(r * F + f);
+            const double v = av[static_cast<size_t>(r * K + f % K)];
+            pre_bad += pre[i] != v;
+            const double g = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+            // f16 outputs below its smallest normal (2^-14) may be flushed to zero.
+            const bool flushed = t == DType::f16 && out[i] == 0.0 && std::fabs(g) < 0x1p-14;
+            const bool ok = flushed || std::fabs(out[i] - g) <= unit * std::fabs(g) + tiny + 0x1p-21 * std::fabs(v);
+            if (!ok && out_bad < 5)
+              std::printf("GeluForwardInTheEpilogue %s: x %.9g gave %.9g, GELU %.9g\n", dtype_name(t), v, out[i], g);
+            out_bad += !ok;
+          }
+        }
+        EXPECT_EQ(pre_bad, 0) << dtype_name(t) << " trans_w " << trans_w << ": pre-activations not exact";
+        EXPECT_EQ(out_bad, 0) << dtype_name(t) << " trans_w " << trans_w << ": outputs more than one unit from GELU";
+        gpu_ws->reset();
+      }
+      for (const auto& [R, K, F] : {std::tuple<int64_t, int64_t, int64_t>{1000, 256, 1024}, {4099, 768, 3072},
+                                    {333, 64, 77}}) {
+        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(R) + "x" + std::to_string(K) +
+                                 "x" + std::to_string(F) + " trans_w " + std::to_string(trans_w);
+        const Tensor a = host_random(t, Shape{R, K}), w = host_random(t, trans_w ? Shape{F, K} : Shape{K, F});
+        const Tensor bias = host_random(t, Shape{F});
+        const Tensor out = host_tensor(t, Shape{R, F}), pre = host_tensor(t, Shape{R, F});
+        cpu_k->matmul_bias_gelu(*host_ws, out, pre, a, w, trans_w, bias);
+        const Tensor out_d = gpu_tensor(t, Shape{R, F}), pre_d = gpu_tensor(t, Shape{R, F});
+        poison(out_d);
+        poison(pre_d);
+        gpu_k->matmul_bias_gelu(*gpu_ws, out_d, pre_d, to_gpu(a), to_gpu(w), trans_w, to_gpu(bias));
+        const double pre_err = rel_error(values(pre_d), values(pre)), out_err = rel_error(values(out_d), values(out));
+        // The fallback (F % 8 != 0) is matmul's fp32 product on converted
+        // copies, which differs from the CPU's in bf16 by ~3e-3: tolerance().
+        EXPECT_LT(pre_err, F % 8 != 0 ? tolerance(t) : t == DType::bf16 ? 1e-3 : 2.5e-4) << what;
+        EXPECT_LT(out_err, tolerance(t)) << what;
+        std::printf("GeluForwardInTheEpilogue %s: pre-activation error %.2e, output error %.2e\n", what.c_str(),
+                    pre_err, out_err);
+        gpu_ws->reset();
+        host_ws->reset();
+      }
+    }
+  }
+}
+
+// The MLP's backward through GELU with the derivative in the product's
+// epilogue ([Note: GELU in the epilogue]) against the CPU's product, exact
+// GELU backward and f32 bias sums, its operand rounded to the same 16-bit
+// dtype. The two sides round nearly equal f32 values (the sums' order and
+// GELU's formula differ in the last fp32 bits), so a few elements differ by
+// one unit: a norm error bound of 1e-3 (bf16) and 2.5e-4 (f16), which an
+// erf-based or missing derivative would exceed. The bias gradient is summed
+// from the rounded operand on the GPU: tolerance(). Where the epilogue runs,
+// the call takes only the operand from the arena (no f32 gradient); an F
+// that is not a multiple of 8 takes the product and the fused pass instead.
+TEST_F(CudaDense, GeluBackwardInTheEpilogue) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (bool trans_w : {false, true}) {
+      for (const auto& [R, K, F] : {std::tuple<int64_t, int64_t, int64_t>{1000, 256, 1024},
+                                    {4099, 768, 3072}, {333, 64, 77}}) {
+        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(R) + "x" + std::to_string(K) +
+                                 "x" + std::to_string(F) + " trans_w " + std::to_string(trans_w);
+        const Tensor dout = host_random(t, Shape{R, K}), w = host_random(t, trans_w ? Shape{F, K} : Shape{K, F});
+        const Tensor pre = host_random(t, Shape{R, F}, 4.0), db = host_random(DType::f32, Shape{F});
+        const Tensor db_cpu = host_tensor(DType::f32, Shape{F});
+        std::memcpy(db_cpu.data, db.data, db.bytes());
+        const Tensor op_cpu =
+            cpu_k->matmul_gelu_bwd_bias_grad_and_operand(*host_ws, db_cpu, DType::f32, dout, w, trans_w, pre, t);
+        const Tensor op_cpu_t = host_tensor(t, Shape{R, F});
+        cpu_k->cast(op_cpu_t, op_cpu);
+        const Tensor dout_d = to_gpu(dout), w_d = to_gpu(w), pre_d = to_gpu(pre), db_d = to_gpu(db);
+        Arena ws(*gpu, MemTag::workspace, size_t{256} << 20);  // one chunk holds either path's allocations
+        const Tensor op_d =
+            gpu_k->matmul_gelu_bwd_bias_grad_and_operand(ws, db_d, DType::f32, dout_d, w_d, trans_w, pre_d, t);
+        const Arena::Mark after = ws.mark();
+        ASSERT_EQ(op_d.dtype, t) << what;
+        const double err = rel_error(values(op_d), values(op_cpu_t));
+        EXPECT_LT(err, t == DType::bf16 ? 1e-3 : 2.5e-4) << what;
+        EXPECT_LT(rel_error(values(db_d), values(db_cpu)), tolerance(t)) << what;
+        if (F % 8 == 0) {
+          EXPECT_TRUE(after.chunk == 0 && after.used < static_cast<size_t>(R * F) * 4)
+              << what << ": an f32 gradient was allocated, so the epilogue did not run";
+        }
+        std::printf("GeluBackwardInTheEpilogue %s: operand error %.2e\n", what.c_str(), err);
+        host_ws->reset();
+      }
+    }
+  }
+}
+
 // Attention's backward with its bias gradient and operand in one call: where
 // cuDNN runs, its 16-bit gradients are the operand as they come, with the
 // bits of the f32 gradients (widened) going through bias_grad_and_operand.
@@ -201,9 +324,11 @@ TEST_F(CudaDense, LayerNormForward) {
 TEST_F(CudaDense, LayerNormBackward) {
   for (DType xt : kStorage) {
     for (DType wt : {xt, DType::f32}) {
-      for (int64_t C : {768, 1000, 2048, 75}) {  // vector path (C % 8 == 0), scalar path
+      // Vector path (C % 8 == 0) and scalar path; N 4099 spans many chunks
+      // of the column sums.
+      for (const auto& [N, C] : {std::pair<int64_t, int64_t>{203, 768}, {4099, 768}, {203, 1024}, {203, 256},
+                                 {203, 1000}, {203, 2048}, {203, 75}}) {
         for (int mode = 0; mode < 3; ++mode) {  // write dx, accumulate into dx, dx aliasing dout
-          const int64_t N = 203;
           const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(wt, Shape{C}), b = host_random(wt, Shape{C});
           const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
                        rstd = host_tensor(DType::f32, Shape{N});
