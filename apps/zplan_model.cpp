@@ -23,7 +23,8 @@ namespace zt::plan {
 //             its rate, and the memory-bound work (norms, activations,
 //             residuals, bias gradients) in proportion to the bytes the blocks
 //             save for the backward (the estimator's per-token activation
-//             facts). Activation checkpointing adds the blocks' forward once
+//             facts), less what products write in their epilogues (GPT-2's
+//             kept GELU output). Activation checkpointing adds the blocks' forward once
 //             more (a third of their products and attention, half of the
 //             memory-bound work). A pipeline stage runs 1/P of the blocks
 //             plus the classifier (the last stage, the slowest), for M + (P-1)/V
@@ -123,7 +124,7 @@ Work model_work(const ModelDesc& m, int64_t act_size) {
     for (const TensorDesc& t : u.tensors)
       if (t.shape.rank() == 2) matrices += t.shape.numel();
     block_params += matrices;
-    act += u.act.output.bytes(act_size) + u.act.stash.bytes(act_size);
+    act += u.act.output.bytes(act_size) + u.act.stash.bytes(act_size) - u.act.stash_from_products.bytes(act_size);
   }
   w.gemm_flops = 6.0 * static_cast<double>(block_params);
   w.attn_flops = 12.0 * static_cast<double>(s.n_layer * s.d_model * s.seq_len);

@@ -65,6 +65,7 @@ UnitDesc BlockUnit::describe(const ModelShape& s, int layer) {
   // not in the product's epilogue, dln C and dqkv 3C.
   d.act.output = {C, 0};
   d.act.stash = {15 * C, 4 + s.n_head};
+  d.act.stash_from_products = {4 * C, 0};  // fcg, written by the first MLP product's epilogue on the GPU
   d.act.backward = {4 * C, 8 * C};
   return d;
 }

@@ -88,6 +88,11 @@ struct UnitActivations {
   TokenBytes stash;
   TokenBytes backward;       // scratch of the backward, released at its end
   int64_t logits_width = 0;  // head: V, the fp32 row of the fused classifier's logits chunks
+  // The part of the stash that products write in their epilogues (GPT-2's
+  // kept GELU output) rather than a memory-bound pass of its own: zplan's
+  // time model leaves it out of the memory-bound work ([Note: plan time
+  // model] in apps/zplan_model.cpp).
+  TokenBytes stash_from_products;
 };
 
 struct UnitDesc {
