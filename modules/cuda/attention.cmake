@@ -12,6 +12,7 @@ add_library(zt_cuda_attention STATIC
   ${CMAKE_CURRENT_LIST_DIR}/attention_mma_bwd.cu
   ${CMAKE_CURRENT_LIST_DIR}/attention_simt.cu
   ${CMAKE_CURRENT_LIST_DIR}/classifier.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lt_tune.cu
 )
 zt_layer(zt_cuda_attention modules)
 target_link_libraries(zt_cuda_attention PUBLIC zt_cuda_runtime zt_runtime CUDA::cudart CUDA::cublasLt)

@@ -22,10 +22,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "core/error.hpp"
 #include "modules/cuda/common.cuh"
+#include "modules/cuda/lt_tune.cuh"
 
 namespace zt {
 namespace {
@@ -86,16 +91,20 @@ int alignment(const void* base, int64_t stride_bytes) {
   return al;
 }
 
+}  // namespace
+
 // One cuBLASLt product shape in column-major terms:
 //   D (m, n; ldd) = op(A) (m, k) . op(B) (k, n) + beta * D,
 // fp32 accumulation (CUBLAS_COMPUTE_32F is never TF32 in cuBLASLt); D is f32
 // unless `dt` says otherwise. The algorithm is chosen once for the shape and
-// the pointer alignments given.
+// the pointer alignments given: the heuristic's first, or with a plan cache
+// ([Note: timed algorithm choice] in lt_tune.cuh) the fastest bit-identical
+// candidate at the first call with beta = 0.
 class LtGemm {
  public:
   LtGemm(const ClassifierBlas& blas, bool ta, bool tb, int m, int n, int k, cudaDataType_t ab, int64_t lda,
-         int64_t ldb, int64_t ldd, int align_a, int align_b, int align_d, cudaDataType_t dt = CUDA_R_32F)
-      : blas_(blas) {
+         int64_t ldb, int64_t ldd, int align_a, int align_b, int align_d, cudaDataType_t dt, bool timed)
+      : blas_(blas), d_bytes_(cuda::lt_span_bytes(m, n, ldd, dt == CUDA_R_32F ? 4 : 2)) {
     ZT_CHECK(blas.handle != nullptr, "classifier: null cuBLASLt handle");
     ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -116,14 +125,22 @@ class LtGemm {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
       st = cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al[std::min(i, 2)], sizeof al[0]);
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(blas.handle, op_, la_, lb_, ld_, ld_, pref, 1, &result, &found);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      try {
+        candidates_ = cuda::lt_candidates(blas.handle, op_, la_, lb_, ld_, pref, timed ? cuda::kLtCandidates : 1);
+      } catch (...) {
+        (void)cublasLtMatmulPreferenceDestroy(pref);
+        throw;
+      }
+    }
     (void)cublasLtMatmulPreferenceDestroy(pref);
     ZT_CUBLAS_CHECK(st);
-    ZT_CHECK(found > 0, "classifier: cuBLASLt has no algorithm for (", m, " x ", k, ") . (", k, " x ", n, ")");
-    algo_ = result.algo;
+    ZT_CHECK(!candidates_.empty(), "classifier: cuBLASLt has no algorithm for (", m, " x ", k, ") . (", k, " x ", n,
+             ")");
+    algo_ = candidates_.front();
+    chosen_ = candidates_.size() == 1;
+    shape_ = std::string(ta ? "T" : "N") + (tb ? "T " : "N ") + std::to_string(m) + "x" + std::to_string(n) + "x" +
+             std::to_string(k) + (dt == CUDA_R_32F ? " ->f32" : " ->16-bit");
   }
   ~LtGemm() {
     if (ld_) (void)cublasLtMatrixLayoutDestroy(ld_);
@@ -134,18 +151,72 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  void run(const void* A, const void* B, float beta, void* D, cudaStream_t stream) const {
+  void run(const void* A, const void* B, float beta, void* D, cudaStream_t stream) {
+    void* const work = blas_.workspace;
+    const size_t work_bytes = blas_.workspace ? blas_.workspace_bytes : 0;
+    if (!chosen_ && beta == 0.0f) {
+      cuda::LtCall call;
+      call.handle = blas_.handle;
+      call.op = op_;
+      call.la = la_;
+      call.lb = lb_;
+      call.ld = ld_;
+      call.a = A;
+      call.b = B;
+      call.d = D;
+      call.d_bytes = d_bytes_;
+      call.workspace = work;
+      call.workspace_bytes = work_bytes;
+      const cuda::LtChoice choice = cuda::lt_choose(call, candidates_, stream);
+      algo_ = candidates_[choice.index];
+      chosen_ = true;
+      cuda::lt_record("classifier " + shape_, choice);
+    }
     const float alpha = 1.0f;
-    ZT_CUBLAS_CHECK(cublasLtMatmul(blas_.handle, op_, &alpha, A, la_, B, lb_, &beta, D, ld_, D, ld_, &algo_,
-                                   blas_.workspace, blas_.workspace ? blas_.workspace_bytes : 0, stream));
+    ZT_CUBLAS_CHECK(cublasLtMatmul(blas_.handle, op_, &alpha, A, la_, B, lb_, &beta, D, ld_, D, ld_, &algo_, work,
+                                   work_bytes, stream));
   }
 
  private:
   ClassifierBlas blas_;
+  size_t d_bytes_;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, ld_ = nullptr;
+  std::vector<cublasLtMatmulAlgo_t> candidates_;
   cublasLtMatmulAlgo_t algo_{};
+  bool chosen_ = true;
+  std::string shape_;
 };
+
+// Plans by shape, alignments and types, kept for the life of the owner's
+// cuBLASLt handle, so a step neither builds descriptors nor asks the
+// heuristic again, and each product's timed choice is made once.
+struct ClassifierPlans {
+  using Key = std::tuple<bool, bool, int, int, int, int, int64_t, int64_t, int64_t, int, int, int, int>;
+  std::map<Key, std::shared_ptr<LtGemm>> plans;
+};
+
+std::shared_ptr<ClassifierPlans> make_classifier_plans() { return std::make_shared<ClassifierPlans>(); }
+
+namespace {
+
+// The plan for a product: from the cache when `blas` has one, else built for
+// this call with the heuristic's first choice.
+std::shared_ptr<LtGemm> lt_gemm(const ClassifierBlas& blas, bool ta, bool tb, int m, int n, int k,
+                                cudaDataType_t ab, int64_t lda, int64_t ldb, int64_t ldd, int align_a, int align_b,
+                                int align_d, cudaDataType_t dt = CUDA_R_32F) {
+  if (blas.plans == nullptr)
+    return std::make_shared<LtGemm>(blas, ta, tb, m, n, k, ab, lda, ldb, ldd, align_a, align_b, align_d, dt, false);
+  const ClassifierPlans::Key key{ta, tb, m, n, k, static_cast<int>(ab), lda, ldb, ldd, align_a, align_b, align_d,
+                                 static_cast<int>(dt)};
+  auto it = blas.plans->plans.find(key);
+  if (it == blas.plans->plans.end()) {
+    auto g = std::make_shared<LtGemm>(blas, ta, tb, m, n, k, ab, lda, ldb, ldd, align_a, align_b, align_d, dt,
+                                      cuda::lt_timed_choice());
+    it = blas.plans->plans.emplace(key, std::move(g)).first;
+  }
+  return it->second;
+}
 
 __device__ __forceinline__ void merge_lse(float& m, float& s, float m2, float s2) {
   if (m2 == -INFINITY) return;
@@ -467,12 +538,12 @@ void classifier_fwd_cuda(Arena& ws, const Tensor& losses, const Tensor& lse, con
   ZT_CHECK(reinterpret_cast<uintptr_t>(L) % 16 == 0, "classifier: workspace arena is not 16-byte aligned");
   const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
   auto plan_for = [&](int64_t vc) {
-    return std::make_unique<LtGemm>(blas, true, false, all.N, static_cast<int>(vc), all.C, cuda_type(x.dtype), all.C,
+    return lt_gemm(blas, true, false, all.N, static_cast<int>(vc), all.C, cuda_type(x.dtype), all.C,
                                     all.C, Np, alignment(x.data, 0), alignment(w.data, Vc * all.C * es),
                                     alignment(L, 0));
   };
   const int64_t tail = all.V % Vc;
-  const std::unique_ptr<LtGemm> full = plan_for(Vc), last = tail ? plan_for(tail) : nullptr;
+  const std::shared_ptr<LtGemm> full = plan_for(Vc), last = tail ? plan_for(tail) : nullptr;
   for (int64_t v0 = 0; v0 < all.V; v0 += Vc) {
     const int vc = static_cast<int>(std::min<int64_t>(Vc, all.V - v0));
     (vc == Vc ? full : last)->run(x.data, static_cast<const char*>(w.data) + v0 * all.C * es, 0.0f, L, stream);
@@ -516,7 +587,7 @@ void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Te
   // Plans for a slice: logits L (N, vc) = x . w_s^T; dx^T (C, N) (+)= w_s^T
   // (C, vc) . G^T; dw_s^T (C, vc) += x^T (C, N) . G (N, vc), column-major.
   struct SlicePlans {
-    std::unique_ptr<LtGemm> logits, dx, dw;
+    std::shared_ptr<LtGemm> logits, dx, dw;
   };
   auto plans_for = [&](const ClsDims& s) {
     const cudaDataType_t st = cuda_type(x.dtype);
@@ -524,10 +595,10 @@ void classifier_bwd_cuda(Arena& ws, const Tensor& dx, const Tensor& dw, const Te
     const int aw = alignment(w.data, Vc * all.C * es), adw = alignment(dw_p, Vc * all.C * 4);
     const int ax = alignment(x.data, 0), aL = alignment(wk.L, 0), aG = alignment(wk.G, 0);
     SlicePlans p;
-    p.logits = std::make_unique<LtGemm>(blas, true, false, all.N, s.V, all.C, st, all.C, all.C, s.R, ax, aw, aL);
-    p.dx = std::make_unique<LtGemm>(blas, false, true, all.C, all.N, s.V, st, all.C, s.R, all.C, aw, aG,
+    p.logits = lt_gemm(blas, true, false, all.N, s.V, all.C, st, all.C, all.C, s.R, ax, aw, aL);
+    p.dx = lt_gemm(blas, false, true, all.C, all.N, s.V, st, all.C, s.R, all.C, aw, aG,
                                     alignment(dx_p, 0));
-    p.dw = std::make_unique<LtGemm>(blas, false, false, all.C, s.V, all.N, st, all.C, s.R, all.C, ax, aG, adw);
+    p.dw = lt_gemm(blas, false, false, all.C, s.V, all.N, st, all.C, s.R, all.C, ax, aG, adw);
     return p;
   };
   const SlicePlans full = plans_for(d);
@@ -611,17 +682,17 @@ void classifier_fwd_bwd_cuda(Arena& ws, const Tensor& losses, const Tensor& dx, 
     dwd = static_cast<float*>(ws.alloc(DType::f32, Shape{Vp * all.C}).data);
   }
   struct ChunkPlans {
-    std::unique_ptr<LtGemm> logits, dx, dw;
+    std::shared_ptr<LtGemm> logits, dx, dw;
   };
   auto plans_for = [&](int rr) {
     const int ax = alignment(x.data, Nc * all.C * es), aw = alignment(wd, 0), aL = alignment(L, 0);
     const int vp = static_cast<int>(Vp);
     ChunkPlans p;
-    p.logits = std::make_unique<LtGemm>(blas, true, false, vp, rr, all.C, st, all.C, all.C, Vp, aw, ax, aL,
+    p.logits = lt_gemm(blas, true, false, vp, rr, all.C, st, all.C, all.C, Vp, aw, ax, aL,
                                         cuda_type(logits));
-    p.dx = std::make_unique<LtGemm>(blas, false, false, all.C, rr, vp, st, all.C, ldg, all.C, aw, aL,
+    p.dx = lt_gemm(blas, false, false, all.C, rr, vp, st, all.C, ldg, all.C, aw, aL,
                                     alignment(dx_p, Nc * all.C * 4));
-    p.dw = std::make_unique<LtGemm>(blas, false, true, all.C, vp, rr, st, all.C, ldg, all.C, ax, aL,
+    p.dw = lt_gemm(blas, false, true, all.C, vp, rr, st, all.C, ldg, all.C, ax, aL,
                                     alignment(dwd, 0));
     return p;
   };

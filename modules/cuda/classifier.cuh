@@ -30,16 +30,25 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <memory>
 
 #include "core/tensor.hpp"
 #include "runtime/device.hpp"
 
 namespace zt {
 
+// The products' plans, kept across calls by whoever owns the handle
+// (CudaKernels): each shape's descriptors are built and its algorithm chosen
+// once ([Note: timed algorithm choice] in lt_tune.cuh). Without them every
+// call builds its plans and takes the heuristic's first choice.
+struct ClassifierPlans;
+std::shared_ptr<ClassifierPlans> make_classifier_plans();
+
 struct ClassifierBlas {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  ClassifierPlans* plans = nullptr;  // may be null
 };
 
 // Default bound on one slice's logits (f32) plus, in the backward with

@@ -1,5 +1,6 @@
 // CudaKernels: argument checks (the CPU reference's, plus "in GPU memory")
 // and dispatch to the launchers of this folder.
+#include "modules/cuda/classifier.cuh"
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/cuda_kernels.hpp"
 #include "modules/cuda/elementwise.cuh"
@@ -62,6 +63,7 @@ CudaKernels::CudaKernels(CudaDevice& dev, cudaStream_t stream, const CudaKernels
       lt_workspace_(dev, opts.cublaslt_workspace_bytes, MemTag::workspace),
       matmul_(std::make_unique<cuda::Matmul>(lt_.get(), lt_workspace_.data(), opts.cublaslt_workspace_bytes,
                                              opts.allow_tf32)),
+      classifier_plans_(make_classifier_plans()),
       classifier_chunk_bytes_(opts.classifier_chunk_bytes),
       classifier_one_pass_chunk_bytes_(opts.classifier_one_pass_chunk_bytes) {}
 
@@ -358,6 +360,7 @@ Tensor CudaKernels::matmul_gelu_bwd_bias_grad_and_operand(Arena& ws, const Tenso
                        dout.dtype == partner && w.dtype == partner && pre.dtype == partner &&
                        dbias.dtype == DType::f32 && dbias.numel() == cols(pre);
   if (fusable) {
+    const Arena::Mark before = ws.mark();
     const Tensor out = ws.alloc(partner, pre.shape);
     if (matmul_->run_dgelu(out, dout, false, w, trans_w, pre, stream_)) {
       check_on_device(dbias, "dbias");
@@ -366,6 +369,7 @@ Tensor CudaKernels::matmul_gelu_bwd_bias_grad_and_operand(Arena& ws, const Tenso
                          scratch(cuda::bias_grad_workspace_bytes(R, F)), stream_);
       return out;
     }
+    ws.release_to(before);  // nothing was enqueued on `out`: the fallback takes its own
   }
   return Kernels::matmul_gelu_bwd_bias_grad_and_operand(ws, dbias, math, dout, w, trans_w, pre, partner);
 }

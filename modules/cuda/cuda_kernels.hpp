@@ -31,6 +31,7 @@ namespace cuda {
 class Matmul;
 }
 struct ClassifierBlas;
+struct ClassifierPlans;
 
 struct CudaKernelsOptions {
   // f32 x f32 products on TF32 tensor cores: faster, but ~1e-3 relative
@@ -141,6 +142,7 @@ class CudaKernels final : public Kernels {
   CublasLtHandle lt_;
   Buffer lt_workspace_;
   std::unique_ptr<cuda::Matmul> matmul_;
+  std::shared_ptr<ClassifierPlans> classifier_plans_;  // the classifier's products, by shape
   Buffer scratch_;
   size_t classifier_chunk_bytes_;
   size_t classifier_one_pass_chunk_bytes_;

@@ -121,7 +121,7 @@ void CudaKernels::classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tens
 }
 
 ClassifierBlas CudaKernels::blas() const {
-  return ClassifierBlas{lt_.get(), lt_workspace_.data(), lt_workspace_.bytes()};
+  return ClassifierBlas{lt_.get(), lt_workspace_.data(), lt_workspace_.bytes(), classifier_plans_.get()};
 }
 
 }  // namespace zt

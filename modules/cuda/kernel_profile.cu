@@ -1,5 +1,6 @@
 // ProfiledKernels: see [Note: kernel profile] in kernel_profile.hpp.
 #include "modules/cuda/kernel_profile.hpp"
+#include "modules/cuda/lt_tune.cuh"
 
 #include <algorithm>
 #include <chrono>
@@ -127,6 +128,9 @@ std::string ProfiledKernels::report(int64_t steps, double wall_seconds) {
                 "outside Kernels (optimizer, communication, copies, gaps)", wall_ms - total / n,
                 wall_ms > 0 ? 100.0 * (wall_ms - total / n) / wall_ms : 0.0);
   os << line;
+  const std::vector<cuda::LtChoiceRecord> choices = cuda::lt_choices_made();
+  if (!choices.empty()) os << "cuBLASLt algorithms chosen by timing ([Note: timed algorithm choice]):\n";
+  for (const cuda::LtChoiceRecord& r : choices) os << "  " << r.what << ": " << r.choice.str() << "\n";
   return os.str();
 }
 

@@ -2,6 +2,7 @@
 #include "core/log.hpp"
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/elementwise.cuh"
+#include "modules/cuda/lt_tune.cuh"
 #include "modules/cuda/matmul.cuh"
 
 namespace zt::cuda {
@@ -50,6 +51,10 @@ struct Matmul::Plan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
+  // The heuristic's candidates, and whether the choice among them is made
+  // ([Note: timed algorithm choice] in lt_tune.cuh).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool chosen = true;
   ~Plan() {
     if (lc) (void)cublasLtMatrixLayoutDestroy(lc);
     if (lb) (void)cublasLtMatrixLayoutDestroy(lb);
@@ -112,16 +117,20 @@ Matmul::Plan* Matmul::plan(const Key& wanted) {
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], 4);
-  cublasLtMatmulHeuristicResult_t result{};
-  int count = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &result, &count);
+    try {
+      p->candidates = lt_candidates(handle_, p->op, p->la, p->lb, p->lc, pref);
+    } catch (...) {
+      (void)cublasLtMatmulPreferenceDestroy(pref);
+      throw;
+    }
   }
   (void)cublasLtMatmulPreferenceDestroy(pref);
-  // NOT_SUPPORTED from the heuristic means "no algorithm", like count == 0.
+  // NOT_SUPPORTED from the preference means "no algorithm", like none found.
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CUBLAS_CHECK(st);
-  p->found = st == CUBLAS_STATUS_SUCCESS && count > 0;
-  if (p->found) p->algo = result.algo;
+  p->found = !p->candidates.empty();
+  if (p->found) p->algo = p->candidates.front();
+  p->chosen = p->candidates.size() <= 1 || !lt_timed_choice();
   Plan* raw = p.get();
   plans_.emplace(wanted, std::move(p));
   return raw;
@@ -147,6 +156,31 @@ bool Matmul::gemm(void* d, DType d_type, const void* a, bool ta, const void* b, 
   if (aux != nullptr) {
     ZT_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  }
+  if (!p->chosen && beta == 0.0f) {
+    LtCall call;
+    call.handle = handle_;
+    call.op = p->op;
+    call.la = p->la;
+    call.lb = p->lb;
+    call.ld = p->lc;
+    call.a = b;
+    call.b = a;
+    call.d = d;
+    call.d_bytes = static_cast<size_t>(M * N) * dtype_size(d_type);
+    if (epi == Epi::bias_gelu_aux) {
+      call.aux_out = aux;
+      call.aux_bytes = call.d_bytes;
+    }
+    call.workspace = workspace_;
+    call.workspace_bytes = workspace_bytes_;
+    const LtChoice choice = lt_choose(call, p->candidates, stream);
+    p->algo = p->candidates[choice.index];
+    p->chosen = true;
+    static const char* const kEpi[] = {"", " bias", " dgelu", " bias_gelu_aux"};
+    lt_record(detail::concat("matmul ", M, "x", N, "x", K, " ", dtype_name(in_type), "->", dtype_name(d_type),
+                             ta ? " ta" : "", tb ? " tb" : "", kEpi[static_cast<int>(epi)]),
+              choice);
   }
   const float alpha = 1.0f;
   ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, p->op, &alpha, b, p->la, a, p->lb, &beta, d, p->lc, d, p->lc, &p->algo,

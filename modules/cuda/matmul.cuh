@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "core/tensor.hpp"
 #include "runtime/device.hpp"

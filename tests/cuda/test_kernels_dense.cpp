@@ -255,6 +255,14 @@ TEST_F(CudaDense, GeluBackwardInTheEpilogue) {
             gpu_k->matmul_gelu_bwd_bias_grad_and_operand(ws, db_d, DType::f32, dout_d, w_d, trans_w, pre_d, t);
         const Arena::Mark after = ws.mark();
         ASSERT_EQ(op_d.dtype, t) << what;
+        {  // the same bits again
+          const Tensor db2_d = to_gpu(db);
+          const Tensor op2_d =
+              gpu_k->matmul_gelu_bwd_bias_grad_and_operand(ws, db2_d, DType::f32, dout_d, w_d, trans_w, pre_d, t);
+          EXPECT_EQ(max_abs_diff(values(op2_d), values(op_d)), 0.0) << what << ": operand not deterministic";
+          EXPECT_EQ(max_abs_diff(values(db2_d), values(db_d)), 0.0) << what << ": bias gradient not deterministic";
+          ws.release_to(after);
+        }
         const double err = rel_error(values(op_d), values(op_cpu_t));
         EXPECT_LT(err, t == DType::bf16 ? 1e-3 : 2.5e-4) << what;
         EXPECT_LT(rel_error(values(db_d), values(db_cpu)), tolerance(t)) << what;
@@ -297,6 +305,58 @@ TEST_F(CudaDense, AttentionBackwardOperandIsTheSeparateCallsBits) {
       EXPECT_EQ(max_abs_diff(values(db_fused), values(db_sep)), 0.0) << what;
       gpu_ws->reset();
     }
+  }
+}
+
+// [Note: timed algorithm choice]: a product whose algorithm was chosen by
+// running the candidates gives the bits of the heuristic's first choice, for
+// the plain, bias, GELU_AUX_BIAS and DGELU products at the shapes of a GPT-2
+// block (fresh CudaKernels each way, so each builds and chooses its own
+// plans), and a second call with the chosen plan gives them again. An unknown
+// ZTRAIN_GEMM_ALGO is refused by name.
+TEST_F(CudaDense, TimedAlgorithmChoiceKeepsTheHeuristicsBits) {
+  const int64_t R = 2048, C = 768, F = 3072;
+  for (DType t : {DType::bf16, DType::f16}) {
+    const Tensor x = to_gpu(host_random(t, Shape{R, C})), w1 = to_gpu(host_random(t, Shape{F, C}, 0.05));
+    const Tensor b1 = to_gpu(host_random(t, Shape{F})), w2 = to_gpu(host_random(t, Shape{C, F}, 0.05));
+    const Tensor dy = to_gpu(host_random(t, Shape{R, C})), b2 = to_gpu(host_random(t, Shape{C}));
+    // Every product's outputs, as raw bits, with the choice `algo`.
+    auto products = [&](const char* algo) {
+      ZT_CHECK(setenv("ZTRAIN_GEMM_ALGO", algo, 1) == 0, "setenv");
+      CudaKernels k(*gpu);
+      std::vector<std::vector<uint16_t>> outs;
+      const Tensor h = gpu_tensor(t, Shape{R, F}), pre = gpu_tensor(t, Shape{R, F});
+      const Tensor y = gpu_tensor(t, Shape{R, C}), yb = gpu_tensor(t, Shape{R, C});
+      const Tensor dw = gpu_tensor(DType::f32, Shape{C, F}), db = gpu_tensor(DType::f32, Shape{F});
+      k.zero(db);
+      for (int round = 0; round < 2; ++round) {
+        k.matmul_bias_gelu(*gpu_ws, h, pre, x, w1, true, b1);      // GELU_AUX_BIAS
+        k.matmul(*gpu_ws, y, h, false, w2, true, false, Tensor());  // plain
+        k.matmul(*gpu_ws, yb, h, false, w2, true, false, b2);       // BIAS
+        k.matmul(*gpu_ws, dw, dy, true, h, false, false, Tensor());  // f32 out from 16-bit
+        const Tensor g = k.matmul_gelu_bwd_bias_grad_and_operand(*gpu_ws, db, DType::f32, dy, w2, false, pre, t);
+        gpu->synchronize();
+        for (const Tensor* o : {&h, &pre, &y, &yb, &dw, &g, &db}) {
+          std::vector<uint16_t> bits(o->bytes() / 2);
+          ZT_CUDA_CHECK(cudaMemcpy(bits.data(), o->data, o->bytes(), cudaMemcpyDeviceToHost));
+          outs.push_back(std::move(bits));
+        }
+        gpu_ws->reset();
+      }
+      return outs;
+    };
+    const auto heuristic = products("heuristic");
+    const auto timed = products("timed");
+    ASSERT_EQ(heuristic.size(), timed.size());
+    for (size_t i = 0; i < heuristic.size(); ++i)
+      EXPECT_TRUE(heuristic[i] == timed[i]) << dtype_name(t) << ": output " << i % 7 << " of round " << i / 7
+                                            << " differs between the heuristic's and the timed choice";
+    ZT_CHECK(setenv("ZTRAIN_GEMM_ALGO", "fastest", 1) == 0, "setenv");
+    CudaKernels k(*gpu);
+    const Tensor y = gpu_tensor(t, Shape{R, F});
+    EXPECT_THROW(k.matmul(*gpu_ws, y, x, false, w2, false, false, Tensor()), UserError);
+    ZT_CHECK(unsetenv("ZTRAIN_GEMM_ALGO") == 0, "unsetenv");
+    gpu_ws->reset();
   }
 }
 

@@ -13,6 +13,7 @@
 //                2^-11, random sign), a few u/2 in the norm.
 // Seen on an H200: losses, lse <= 4e-7; dx, dw f32 <= 8e-7, bf16 <= 2.2e-3,
 // f16 <= 4e-4.
+#include <cstring>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -96,6 +97,29 @@ double dw_gradient_error(const std::vector<float>& dw, const std::vector<float>&
   return test::rel_err(g, r);
 }
 
+// A stream and a cuBLASLt handle with a 32 MiB workspace, released with the
+// object; a failure to make them throws.
+struct GpuBlas {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  TestTensor ws;
+  explicit GpuBlas(Device& dev) : ws(dev, DType::u16, Shape{int64_t{16} << 20}) {
+    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ZT_CUBLAS_CHECK(cublasLtCreate(&lt));
+  }
+  ~GpuBlas() {
+    (void)cublasLtDestroy(lt);
+    (void)cudaStreamDestroy(stream);
+  }
+  GpuBlas(const GpuBlas&) = delete;
+  GpuBlas& operator=(const GpuBlas&) = delete;
+  ClassifierBlas blas() const { return ClassifierBlas{lt, ws.t.data, ws.t.bytes()}; }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 class ClassifierParity : public ::testing::TestWithParam<std::tuple<DType, ClsCase>> {};
 
 TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
@@ -133,18 +157,15 @@ TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
   Arena ws(dev, MemTag::workspace, size_t{1} << 20);
   TestTensor x(dev, st, Shape{c.N, c.C}), w(dev, st, Shape{c.V, c.C}), tgt(dev, DType::i32, Shape{c.N}),
       loss(dev, DType::f32, Shape{c.N}), lse(dev, DType::f32, Shape{c.N}), dloss(dev, DType::f32, Shape{c.N}),
-      dx(dev, DType::f32, Shape{c.N, c.C}), dw(dev, DType::f32, Shape{c.V, c.C}),
-      lt_ws(dev, DType::u16, Shape{int64_t{16} << 20});  // 32 MiB
+      dx(dev, DType::f32, Shape{c.N, c.C}), dw(dev, DType::f32, Shape{c.V, c.C});
   x.fill(dev, x_h);
   w.fill(dev, w_h);
   tgt.fill_i32(dev, tg);
   dloss.fill(dev, dloss_h);
   dw.fill(dev, dw0);
-  cudaStream_t stream = nullptr;
-  ZT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasLtHandle_t lt = nullptr;
-  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
-  const ClassifierBlas blas{lt, lt_ws.t.data, lt_ws.t.bytes()};
+  const GpuBlas gb(dev);
+  cudaStream_t stream = gb.stream;
+  const ClassifierBlas blas = gb.blas();
   // The launcher rounds rows per chunk down to a multiple of 8 (at least 8).
   const size_t chunk = c.rows_per_chunk == 0 ? kClassifierChunkBytes
                                              : size_t(c.rows_per_chunk) * c.V * (st == DType::f32 ? 4 : 6);
@@ -171,8 +192,6 @@ TEST_P(ClassifierParity, LossAndGradientsMatchCpu) {
   EXPECT_LE(e_dw, grad_tol(st));
   std::printf("[ errors   ] %s N=%d C=%d V=%d chunk=%d: loss %.2e lse %.2e dx %.2e dw %.2e\n", dtype_name(st), c.N,
               c.C, c.V, c.rows_per_chunk, e_loss, e_lse, e_dx, e_dw);
-  (void)cublasLtDestroy(lt);
-  ZT_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 // The one pass (classifier_fwd_bwd_cuda, [Note: classifier in one pass]) on
@@ -208,17 +227,15 @@ TEST_P(ClassifierOnePass, MatchesCpuForwardThenBackward) {
   Arena ws(dev, MemTag::workspace, size_t{1} << 20);
   TestTensor x(dev, st, Shape{c.N, c.C}), w(dev, st, Shape{c.V, c.C}), tgt(dev, DType::i32, Shape{c.N}),
       loss(dev, DType::f32, Shape{c.N}), dloss(dev, DType::f32, Shape{c.N}), dx(dev, DType::f32, Shape{c.N, c.C}),
-      dw(dev, DType::f32, Shape{c.V, c.C}), lt_ws(dev, DType::u16, Shape{int64_t{16} << 20});
+      dw(dev, DType::f32, Shape{c.V, c.C});
   x.fill(dev, in.x);
   w.fill(dev, in.w);
   tgt.fill_i32(dev, tg);
   dloss.fill(dev, in.dloss);
   dw.fill(dev, dw0);
-  cudaStream_t stream = nullptr;
-  ZT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasLtHandle_t lt = nullptr;
-  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
-  const ClassifierBlas blas{lt, lt_ws.t.data, lt_ws.t.bytes()};
+  const GpuBlas gb(dev);
+  cudaStream_t stream = gb.stream;
+  const ClassifierBlas blas = gb.blas();
   const DType ldt = logits16 ? st : DType::f32;
   const size_t vp = (size_t(c.V) + 7) / 8 * 8;
   const size_t chunk = c.rows_per_chunk == 0 ? kClassifierChunkBytes : size_t(c.rows_per_chunk) * vp * dtype_size(ldt);
@@ -238,8 +255,22 @@ TEST_P(ClassifierOnePass, MatchesCpuForwardThenBackward) {
   EXPECT_LE(e_dw, tg_);
   std::printf("[ errors   ] one pass %s logits %s N=%d C=%d V=%d chunk=%d: loss %.2e dx %.2e dw %.2e\n",
               dtype_name(st), dtype_name(ldt), c.N, c.C, c.V, c.rows_per_chunk, e_loss, e_dx, e_dw);
-  (void)cublasLtDestroy(lt);
-  ZT_TEST_CUDA(cudaStreamDestroy(stream));
+
+  // With a plan cache the products' algorithms are chosen by timing ([Note:
+  // timed algorithm choice]): the same bits at the call that chooses and at
+  // the next, which uses the choice.
+  const std::shared_ptr<ClassifierPlans> plans = make_classifier_plans();
+  ClassifierBlas cached = blas;
+  cached.plans = plans.get();
+  for (int call = 0; call < 2; ++call) {
+    dw.fill(dev, dw0);
+    loss.poison();
+    dx.poison();
+    classifier_fwd_bwd_cuda(ws, loss.t, dx.t, dw.t, dloss.t, x.t, w.t, tgt.t, cached, stream, chunk, ldt);
+    ZT_TEST_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(same_bits(loss.read(dev), loss_g) && same_bits(dx.read(dev), dx_g) && same_bits(dw.read(dev), dw_g))
+        << "call " << call << " with the plan cache gave other bits than the heuristic's algorithms";
+  }
 }
 
 const ClsCase kCases[] = {

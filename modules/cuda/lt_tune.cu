@@ -1,0 +1,155 @@
+// [Note: timed algorithm choice] in lt_tune.cuh.
+#include "modules/cuda/lt_tune.cuh"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.hpp"
+
+namespace zt::cuda {
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {  // a 64-bit finaliser (splitmix64's)
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// out += sum over 16-bit words i of mix(i, word i): every value at every
+// position moves the sum, and the sum of integers mod 2^64 is independent of
+// the order the blocks add in.
+__global__ void hash_kernel(const uint16_t* __restrict__ p, int64_t n, uint64_t salt,
+                            unsigned long long* __restrict__ out) {
+  uint64_t h = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    h += mix64((static_cast<uint64_t>(i) << 16) ^ p[i] ^ salt);
+  }
+  for (int o = 16; o > 0; o >>= 1) h += __shfl_down_sync(0xffffffffu, h, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(out, static_cast<unsigned long long>(h));
+}
+
+void hash_into(const void* p, size_t bytes, uint64_t salt, unsigned long long* out, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(bytes / 2);
+  if (n == 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
+  hash_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t*>(p), n, salt, out);
+  ZT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool lt_timed_choice() {
+  const char* env = std::getenv("ZTRAIN_GEMM_ALGO");
+  const std::string v = env == nullptr ? "" : env;
+  if (v.empty() || v == "timed") return true;
+  if (v == "heuristic") return false;
+  ZT_USER_ERROR("ZTRAIN_GEMM_ALGO=", v, ": unknown choice of cuBLASLt algorithm; use timed or heuristic");
+}
+
+std::vector<cublasLtMatmulAlgo_t> lt_candidates(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+                                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                                cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
+                                                int max_count) {
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_count));
+  int count = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, lc, lc, pref, max_count, results.data(), &count);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return {};
+  ZT_CUBLAS_CHECK(st);
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < count; ++i) {
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[static_cast<size_t>(i)].algo);
+  }
+  return algos;
+}
+
+namespace {
+std::mutex g_choices_mu;
+std::vector<LtChoiceRecord>& g_choices() {
+  static std::vector<LtChoiceRecord> v;
+  return v;
+}
+}  // namespace
+
+void lt_record(std::string what, const LtChoice& choice) {
+  const std::lock_guard<std::mutex> lock(g_choices_mu);
+  g_choices().push_back({std::move(what), choice});
+}
+
+std::vector<LtChoiceRecord> lt_choices_made() {
+  const std::lock_guard<std::mutex> lock(g_choices_mu);
+  return g_choices();
+}
+
+std::string LtChoice::str() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "candidate %zu of %d: %.1f us against the heuristic's %.1f (%d bit-identical, %d other bits, %d refused)",
+                index, identical + differed + failed, chosen_us, first_us, identical, differed, failed);
+  return buf;
+}
+
+LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t stream) {
+  LtChoice choice;
+  if (candidates.empty()) return choice;
+  unsigned long long* hash_d = nullptr;
+  ZT_CUDA_CHECK(cudaMalloc(&hash_d, sizeof(unsigned long long)));
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  ZT_CUDA_CHECK(cudaEventCreate(&t0));
+  ZT_CUDA_CHECK(cudaEventCreate(&t1));
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(c.handle, c.op, &alpha, c.a, c.la, c.b, c.lb, &beta, c.d, c.ld, c.d, c.ld, &algo,
+                          c.workspace, c.workspace_bytes, stream);
+  };
+  auto hash = [&]() {
+    ZT_CUDA_CHECK(cudaMemsetAsync(hash_d, 0, sizeof(unsigned long long), stream));
+    hash_into(c.d, c.d_bytes, 0, hash_d, stream);
+    if (c.aux_out != nullptr) hash_into(c.aux_out, c.aux_bytes, 0x5bd1e995ull, hash_d, stream);
+    unsigned long long h = 0;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(&h, hash_d, sizeof h, cudaMemcpyDeviceToHost, stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return h;
+  };
+  auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
+    ZT_CUDA_CHECK(cudaEventRecord(t0, stream));
+    for (int r = 0; r < kLtTimedRuns; ++r) ZT_CUBLAS_CHECK(run(algo));
+    ZT_CUDA_CHECK(cudaEventRecord(t1, stream));
+    ZT_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0.0f;
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    return 1000.0f * ms / kLtTimedRuns;
+  };
+  ZT_CUBLAS_CHECK(run(candidates[0]));
+  const unsigned long long reference = hash();
+  choice.identical = 1;
+  choice.first_us = time_us(candidates[0]);
+  choice.chosen_us = choice.first_us;
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    if (run(candidates[i]) != CUBLAS_STATUS_SUCCESS) {
+      ++choice.failed;
+      (void)cudaGetLastError();
+      continue;
+    }
+    if (hash() != reference) {
+      ++choice.differed;
+      continue;
+    }
+    ++choice.identical;
+    const float us = time_us(candidates[i]);
+    if (us < choice.chosen_us) {
+      choice.chosen_us = us;
+      choice.index = i;
+    }
+  }
+  ZT_CUDA_CHECK(cudaEventDestroy(t1));
+  ZT_CUDA_CHECK(cudaEventDestroy(t0));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ZT_CUDA_CHECK(cudaFree(hash_d));
+  return choice;
+}
+
+}  // namespace zt::cuda
