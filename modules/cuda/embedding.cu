@@ -76,17 +76,41 @@ __global__ void position_keys_kernel(uint32_t* keys, int32_t* positions, const i
 
 // Block i handles the run of equal keys that starts at sorted index i (and
 // does nothing when i does not start a run).
+// One block per sorted position; the first of each token's run adds the
+// run's rows in order. A frequent token's run is long (hundreds of positions
+// in real text), so its end is found by the whole block, blockDim keys at a
+// time, and the rows' loads are issued kAhead at a time before their adds,
+// which keep the order: with one dependent load after another, the longest
+// run set the kernel's time.
 __global__ void embedding_wte_bwd_kernel(float* dwte, const float* dout, const uint32_t* keys,
                                          const int32_t* positions, int64_t N, int64_t C, int64_t V) {
+  constexpr int kAhead = 8;
+  __shared__ int64_t run_end;
   const int64_t i = blockIdx.x;
   const uint32_t key = keys[i];
-  if (key >= V || (i > 0 && keys[i - 1] == key)) return;
-  int64_t end = i + 1;
-  while (end < N && keys[end] == key) ++end;
+  if (key >= V || (i > 0 && keys[i - 1] == key)) return;  // the whole block returns alike
+  if (threadIdx.x == 0) run_end = N;
+  __syncthreads();
+  for (int64_t base = i + 1; base < N; base += blockDim.x) {
+    const int64_t j = base + threadIdx.x;
+    if (j < N && keys[j] != key) atomicMin(reinterpret_cast<unsigned long long*>(&run_end), static_cast<unsigned long long>(j));
+    __syncthreads();
+    if (run_end < base + blockDim.x) break;  // every thread reads the same value
+    __syncthreads();
+  }
+  const int64_t end = run_end;
   float* row = dwte + static_cast<int64_t>(key) * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = row[c];
-    for (int64_t j = i; j < end; ++j) acc += dout[static_cast<int64_t>(positions[j]) * C + c];
+    int64_t j = i;
+    for (; j + kAhead <= end; j += kAhead) {
+      float v[kAhead];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) v[a] = dout[static_cast<int64_t>(positions[j + a]) * C + c];
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) acc += v[a];
+    }
+    for (; j < end; ++j) acc += dout[static_cast<int64_t>(positions[j]) * C + c];
     row[c] = acc;
   }
 }

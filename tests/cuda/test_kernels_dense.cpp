@@ -453,30 +453,35 @@ TEST_F(CudaDense, LayerNormWithResidualStream) {
 }
 
 TEST_F(CudaDense, EmbeddingForwardAndExactBackward) {
-  const int64_t B = 4, T = 33, Tmax = 40, V = 13;  // few tokens: many repeats
-  for (DType wt : kStorage) {
-    for (DType ot : {wt, DType::bf16}) {
-      for (int64_t C : {64, 36}) {
-        const Tensor tok = host_tensor(DType::i32, Shape{B, T});
-        fill_tokens(tok, rng_key(seed, ++draws), static_cast<int>(V));
-        const Tensor wte = host_random(wt, Shape{V, C}), wpe = host_random(wt, Shape{Tmax, C});
-        const Tensor out = host_tensor(ot, Shape{B, T, C});
-        const Tensor tok_d = to_gpu(tok), out_d = gpu_tensor(ot, Shape{B, T, C});
-        poison(out_d);
-        cpu_k->embedding_fwd(out, tok, wte, wpe, Tensor());
-        gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), to_gpu(wpe), Tensor());
-        const std::string what = std::string(dtype_name(wt)) + " -> " + dtype_name(ot) + " C " + std::to_string(C);
-        // One sum of two values, rounded once: the same on both sides.
-        EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << what;
+  // Few tokens: many repeats; with V 3, runs of ~400 positions, longer than
+  // a block (the search for a run's end goes over several blocks' widths).
+  for (const auto& [T, V] : {std::pair<int64_t, int64_t>{33, 13}, {300, 3}}) {
+    const int64_t B = 4, Tmax = T + 7;
+    for (DType wt : kStorage) {
+      for (DType ot : {wt, DType::bf16}) {
+        for (int64_t C : {64, 36}) {
+          const Tensor tok = host_tensor(DType::i32, Shape{B, T});
+          fill_tokens(tok, rng_key(seed, ++draws), static_cast<int>(V));
+          const Tensor wte = host_random(wt, Shape{V, C}), wpe = host_random(wt, Shape{Tmax, C});
+          const Tensor out = host_tensor(ot, Shape{B, T, C});
+          const Tensor tok_d = to_gpu(tok), out_d = gpu_tensor(ot, Shape{B, T, C});
+          poison(out_d);
+          cpu_k->embedding_fwd(out, tok, wte, wpe, Tensor());
+          gpu_k->embedding_fwd(out_d, tok_d, to_gpu(wte), to_gpu(wpe), Tensor());
+          const std::string what = std::string(dtype_name(wt)) + " -> " + dtype_name(ot) + " C " + std::to_string(C) +
+                                   " T " + std::to_string(T) + " V " + std::to_string(V);
+          // One sum of two values, rounded once: the same on both sides.
+          EXPECT_EQ(max_abs_diff(values(out_d), values(out)), 0.0) << what;
 
-        const Tensor dout = host_random(DType::f32, Shape{B, T, C});
-        const Tensor dwte = host_random(DType::f32, Shape{V, C}), dwpe = host_random(DType::f32, Shape{Tmax, C});
-        const Tensor dwte_d = to_gpu(dwte), dwpe_d = to_gpu(dwpe);
-        cpu_k->embedding_bwd(dwte, dwpe, dout, tok, Tensor());
-        gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), tok_d, Tensor());
-        // [Note: embedding backward]: the CPU's order of additions, bit for bit.
-        EXPECT_EQ(max_abs_diff(values(dwte_d), values(dwte)), 0.0) << what;
-        EXPECT_EQ(max_abs_diff(values(dwpe_d), values(dwpe)), 0.0) << what;
+          const Tensor dout = host_random(DType::f32, Shape{B, T, C});
+          const Tensor dwte = host_random(DType::f32, Shape{V, C}), dwpe = host_random(DType::f32, Shape{Tmax, C});
+          const Tensor dwte_d = to_gpu(dwte), dwpe_d = to_gpu(dwpe);
+          cpu_k->embedding_bwd(dwte, dwpe, dout, tok, Tensor());
+          gpu_k->embedding_bwd(dwte_d, dwpe_d, to_gpu(dout), tok_d, Tensor());
+          // [Note: embedding backward]: the CPU's order of additions, bit for bit.
+          EXPECT_EQ(max_abs_diff(values(dwte_d), values(dwte)), 0.0) << what;
+          EXPECT_EQ(max_abs_diff(values(dwpe_d), values(dwpe)), 0.0) << what;
+        }
       }
     }
   }
