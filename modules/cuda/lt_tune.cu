@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -86,41 +87,59 @@ std::vector<LtChoiceRecord> lt_choices_made() {
 }
 
 std::string LtChoice::str() const {
+  if (untimed) return "the heuristic's first choice kept: no device memory for the comparison";
   char buf[160];
   std::snprintf(buf, sizeof buf, "candidate %zu of %d: %.1f us against the heuristic's %.1f (%d bit-identical, %d other bits, %d refused)",
                 index, identical + differed + failed, chosen_us, first_us, identical, differed, failed);
   return buf;
 }
 
+namespace {
+// The comparison's device word and timing events, released on every exit.
+struct ChooseScratch {
+  unsigned long long* hash_d = nullptr;
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  ~ChooseScratch() {
+    if (t1) (void)cudaEventDestroy(t1);
+    if (t0) (void)cudaEventDestroy(t0);
+    if (hash_d) (void)cudaFree(hash_d);
+  }
+};
+}  // namespace
+
 LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t stream) {
   LtChoice choice;
   if (candidates.empty()) return choice;
-  unsigned long long* hash_d = nullptr;
-  ZT_CUDA_CHECK(cudaMalloc(&hash_d, sizeof(unsigned long long)));
-  cudaEvent_t t0 = nullptr, t1 = nullptr;
-  ZT_CUDA_CHECK(cudaEventCreate(&t0));
-  ZT_CUDA_CHECK(cudaEventCreate(&t1));
+  ChooseScratch s;
+  if (cudaMalloc(&s.hash_d, sizeof(unsigned long long)) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it and keep the first choice
+    s.hash_d = nullptr;
+    choice.untimed = true;
+    return choice;
+  }
+  ZT_CUDA_CHECK(cudaEventCreate(&s.t0));
+  ZT_CUDA_CHECK(cudaEventCreate(&s.t1));
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](const cublasLtMatmulAlgo_t& algo) {
     return cublasLtMatmul(c.handle, c.op, &alpha, c.a, c.la, c.b, c.lb, &beta, c.d, c.ld, c.d, c.ld, &algo,
                           c.workspace, c.workspace_bytes, stream);
   };
   auto hash = [&]() {
-    ZT_CUDA_CHECK(cudaMemsetAsync(hash_d, 0, sizeof(unsigned long long), stream));
-    hash_into(c.d, c.d_bytes, 0, hash_d, stream);
-    if (c.aux_out != nullptr) hash_into(c.aux_out, c.aux_bytes, 0x5bd1e995ull, hash_d, stream);
+    ZT_CUDA_CHECK(cudaMemsetAsync(s.hash_d, 0, sizeof(unsigned long long), stream));
+    hash_into(c.d, c.d_bytes, 0, s.hash_d, stream);
+    if (c.aux_out != nullptr) hash_into(c.aux_out, c.aux_bytes, 0x5bd1e995ull, s.hash_d, stream);
     unsigned long long h = 0;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(&h, hash_d, sizeof h, cudaMemcpyDeviceToHost, stream));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(&h, s.hash_d, sizeof h, cudaMemcpyDeviceToHost, stream));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
     return h;
   };
   auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
-    ZT_CUDA_CHECK(cudaEventRecord(t0, stream));
+    ZT_CUDA_CHECK(cudaEventRecord(s.t0, stream));
     for (int r = 0; r < kLtTimedRuns; ++r) ZT_CUBLAS_CHECK(run(algo));
-    ZT_CUDA_CHECK(cudaEventRecord(t1, stream));
-    ZT_CUDA_CHECK(cudaEventSynchronize(t1));
+    ZT_CUDA_CHECK(cudaEventRecord(s.t1, stream));
+    ZT_CUDA_CHECK(cudaEventSynchronize(s.t1));
     float ms = 0.0f;
-    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, s.t0, s.t1));
     return 1000.0f * ms / kLtTimedRuns;
   };
   ZT_CUBLAS_CHECK(run(candidates[0]));
@@ -145,11 +164,24 @@ LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& can
       choice.index = i;
     }
   }
-  ZT_CUDA_CHECK(cudaEventDestroy(t1));
-  ZT_CUDA_CHECK(cudaEventDestroy(t0));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  ZT_CUDA_CHECK(cudaFree(hash_d));
   return choice;
+}
+
+LtAlgo::LtAlgo(std::vector<cublasLtMatmulAlgo_t> candidates, bool timed, std::string what)
+    : candidates_(std::move(candidates)), chosen_(!timed || candidates_.size() <= 1), what_(std::move(what)) {}
+
+void LtAlgo::run(const LtCall& c, float beta, cudaStream_t stream) {
+  ZT_CHECK(found(), "cuBLASLt: ", what_, " has no algorithm");
+  if (!chosen_ && beta == 0.0f) {
+    const LtChoice choice = lt_choose(c, candidates_, stream);
+    in_use_ = choice.index;
+    chosen_ = true;
+    lt_record(what_, choice);
+  }
+  const float alpha = 1.0f;
+  ZT_CUBLAS_CHECK(cublasLtMatmul(c.handle, c.op, &alpha, c.a, c.la, c.b, c.lb, &beta, c.d, c.ld, c.d, c.ld,
+                                 &candidates_[in_use_], c.workspace, c.workspace_bytes, stream));
 }
 
 }  // namespace zt::cuda

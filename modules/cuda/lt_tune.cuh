@@ -62,6 +62,23 @@ struct LtCall {
   size_t workspace_bytes = 0;
 };
 
+// The part of an LtCall every call of a product shares (each call sets the
+// operand pointers, and the aux output where its epilogue writes one).
+inline LtCall lt_shared_call(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                             cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t d_bytes, void* workspace,
+                             size_t workspace_bytes) {
+  LtCall c;
+  c.handle = handle;
+  c.op = op;
+  c.la = la;
+  c.lb = lb;
+  c.ld = ld;
+  c.d_bytes = d_bytes;
+  c.workspace = workspace;
+  c.workspace_bytes = workspace_bytes;
+  return c;
+}
+
 // What a choice found, for the log.
 struct LtChoice {
   size_t index = 0;         // into the candidates
@@ -70,14 +87,37 @@ struct LtChoice {
   int failed = 0;           // candidates cuBLASLt refused to run
   float first_us = 0.0f;    // the heuristic's first choice, per run
   float chosen_us = 0.0f;   // the one kept
+  bool untimed = false;     // no device memory for the comparison: the first choice kept
   std::string str() const;
 };
 
 // Runs the candidates of `call` on `stream` as [Note: timed algorithm choice]
 // says and returns the chosen one; waits for the stream. D and the aux output
 // hold some candidate's result afterwards: the caller then runs the product
-// with the chosen algorithm.
+// with the chosen algorithm. Where the 8 bytes the comparison needs cannot be
+// allocated (a full device), the heuristic's first choice is kept (`untimed`).
 LtChoice lt_choose(const LtCall& call, const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t stream);
+
+// A product's algorithm: the heuristic's candidates and the one in use. With
+// the timed choice on and more than one candidate, `run`'s first call with
+// beta = 0 chooses (lt_choose) and records the choice under `what`; every
+// call then runs the product with the algorithm in use. Both cuda::Matmul
+// and the classifier hold their products' algorithms in one.
+class LtAlgo {
+ public:
+  LtAlgo() = default;
+  LtAlgo(std::vector<cublasLtMatmulAlgo_t> candidates, bool timed, std::string what);
+  bool found() const { return !candidates_.empty(); }
+  size_t candidate_count() const { return candidates_.size(); }
+  // D = A . B (+ beta D) on `call`'s operands, C being D; throws if !found().
+  void run(const LtCall& call, float beta, cudaStream_t stream);
+
+ private:
+  std::vector<cublasLtMatmulAlgo_t> candidates_;
+  size_t in_use_ = 0;
+  bool chosen_ = true;
+  std::string what_;
+};
 
 // Every choice made in this process, in order, for `--profile`'s report;
 // lt_record adds one.

@@ -49,12 +49,11 @@ const void* as_type(Arena& ws, const Tensor& t, DType want, cudaStream_t stream)
 struct Matmul::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool found = false;
-  // The heuristic's candidates, and whether the choice among them is made
-  // ([Note: timed algorithm choice] in lt_tune.cuh).
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  bool chosen = true;
+  // The algorithm ([Note: timed algorithm choice] in lt_tune.cuh); found()
+  // is false where cuBLASLt has none.
+  LtAlgo algo;
+  // What every call of the product shares; each call sets its pointers.
+  LtCall call;
   ~Plan() {
     if (lc) (void)cublasLtMatrixLayoutDestroy(lc);
     if (lb) (void)cublasLtMatrixLayoutDestroy(lb);
@@ -117,9 +116,10 @@ Matmul::Plan* Matmul::plan(const Key& wanted) {
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], 4);
+  std::vector<cublasLtMatmulAlgo_t> candidates;
   if (st == CUBLAS_STATUS_SUCCESS) {
     try {
-      p->candidates = lt_candidates(handle_, p->op, p->la, p->lb, p->lc, pref);
+      candidates = lt_candidates(handle_, p->op, p->la, p->lb, p->lc, pref);
     } catch (...) {
       (void)cublasLtMatmulPreferenceDestroy(pref);
       throw;
@@ -128,9 +128,14 @@ Matmul::Plan* Matmul::plan(const Key& wanted) {
   (void)cublasLtMatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED from the preference means "no algorithm", like none found.
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CUBLAS_CHECK(st);
-  p->found = !p->candidates.empty();
-  if (p->found) p->algo = p->candidates.front();
-  p->chosen = p->candidates.size() <= 1 || !lt_timed_choice();
+  static const char* const kEpi[] = {"", " bias", " dgelu", " bias_gelu_aux"};
+  // The caller's M x N x K: cuBLASLt's m is the caller's N.
+  p->algo = LtAlgo(std::move(candidates), lt_timed_choice(),
+                   detail::concat("matmul ", n, "x", m, "x", k, " ", dtype_name(in_type), "->", dtype_name(d_type),
+                                  ta ? " ta" : "", tb ? " tb" : "", kEpi[epi_i]));
+  p->call = lt_shared_call(handle_, p->op, p->la, p->lb, p->lc, static_cast<size_t>(m * n) * dtype_size(d_type),
+                           workspace_, workspace_bytes_);
+  if (static_cast<Epi>(epi_i) == Epi::bias_gelu_aux) p->call.aux_bytes = p->call.d_bytes;  // aux written
   Plan* raw = p.get();
   plans_.emplace(wanted, std::move(p));
   return raw;
@@ -149,7 +154,7 @@ bool Matmul::gemm(void* d, DType d_type, const void* a, bool ta, const void* b, 
   const Epi epi = aux != nullptr ? (bias != nullptr ? Epi::bias_gelu_aux : Epi::dgelu)
                                   : bias != nullptr ? Epi::bias : Epi::none;
   Plan* p = plan(key(d, d_type, a, ta, b, tb, in_type, M, N, K, lda, ldb, epi, aux));
-  if (!p->found) return false;
+  if (!p->algo.found()) return false;
   if (bias != nullptr) {
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
@@ -157,34 +162,12 @@ bool Matmul::gemm(void* d, DType d_type, const void* a, bool ta, const void* b, 
     ZT_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
-  if (!p->chosen && beta == 0.0f) {
-    LtCall call;
-    call.handle = handle_;
-    call.op = p->op;
-    call.la = p->la;
-    call.lb = p->lb;
-    call.ld = p->lc;
-    call.a = b;
-    call.b = a;
-    call.d = d;
-    call.d_bytes = static_cast<size_t>(M * N) * dtype_size(d_type);
-    if (epi == Epi::bias_gelu_aux) {
-      call.aux_out = aux;
-      call.aux_bytes = call.d_bytes;
-    }
-    call.workspace = workspace_;
-    call.workspace_bytes = workspace_bytes_;
-    const LtChoice choice = lt_choose(call, p->candidates, stream);
-    p->algo = p->candidates[choice.index];
-    p->chosen = true;
-    static const char* const kEpi[] = {"", " bias", " dgelu", " bias_gelu_aux"};
-    lt_record(detail::concat("matmul ", M, "x", N, "x", K, " ", dtype_name(in_type), "->", dtype_name(d_type),
-                             ta ? " ta" : "", tb ? " tb" : "", kEpi[static_cast<int>(epi)]),
-              choice);
-  }
-  const float alpha = 1.0f;
-  ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, p->op, &alpha, b, p->la, a, p->lb, &beta, d, p->lc, d, p->lc, &p->algo,
-                                 workspace_, workspace_bytes_, stream));
+  LtCall call = p->call;
+  call.a = b;  // cuBLASLt's A is our b
+  call.b = a;
+  call.d = d;
+  if (call.aux_bytes != 0) call.aux_out = aux;  // GELU_AUX_BIAS writes it
+  p->algo.run(call, beta, stream);
   return true;
 }
 
@@ -202,7 +185,7 @@ bool Matmul::product(Arena& ws, void* d, DType d_type, const Tensor& a, bool ta,
   }
   // No epilogue: D = [D +] bias first, then D += product, once it is known
   // that the product can run.
-  if (!plan(key(d, d_type, A, ta, B, tb, in_type, M, N, K, lda, ldb, Epi::none))->found) return false;
+  if (!plan(key(d, d_type, A, ta, B, tb, in_type, M, N, K, lda, ldb, Epi::none))->algo.found()) return false;
   bias_broadcast(d, d_type, bias.data, bias.dtype, M, N, accumulate, stream);
   return gemm(d, d_type, A, ta, B, tb, in_type, M, N, K, lda, ldb, 1.0f, nullptr, stream);
 }
