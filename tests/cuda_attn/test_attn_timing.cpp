@@ -197,6 +197,15 @@ TEST(CudaAttnTiming, Classifier) {
       std::printf("[ timing   ] classifier products bf16 N=%d C=%d V=%d: logits %.3f, dx %.3f, dw %.3f ms, "
                   "%.3f ms (%.1f TFLOP/s)\n",
                   N, C, V, a, b, c, gemms, 3 * f / gemms * 1e-9);
+      // The same products over the V classes alone, the leading dimensions
+      // still Vp (what the one pass runs: no padded copy of w, dw written
+      // in place).
+      const float a2 = lt_gemm_ms(lt, lt_ws, s, true, false, V, N, C, w.t.data, C, x.t.data, C, logits.t.data, Vp);
+      const float b2 = lt_gemm_ms(lt, lt_ws, s, false, false, C, N, V, w.t.data, C, logits.t.data, Vp, dx16.t.data, C);
+      const float c2 = lt_gemm_ms(lt, lt_ws, s, false, true, C, V, N, x.t.data, C, logits.t.data, Vp, dw16.t.data, C);
+      std::printf("[ timing   ] classifier products bf16 N=%d C=%d V=%d over V (ld %lld): logits %.3f, dx %.3f, "
+                  "dw %.3f ms, %.3f ms (%.1f TFLOP/s)\n",
+                  N, C, V, static_cast<long long>(Vp), a2, b2, c2, a2 + b2 + c2, 3 * f / (a2 + b2 + c2) * 1e-9);
     }
     if (profile) {
       {

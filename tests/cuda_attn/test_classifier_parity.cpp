@@ -280,6 +280,7 @@ const ClsCase kCases[] = {
     {256, 32, 2051, 64},   // chunks divide N
     {77, 40, 1001, 7},     // C not a multiple of 16; chunks of 8, the last of 5
     {5, 24, 3, 2},         // V smaller than a warp, one chunk of 5
+    {40, 32, 60001, 16},   // rows too long for shared memory (120 KB at 16 bits): the one pass's other row kernel
 };
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<DType, ClsCase>>& info) {
