@@ -7,6 +7,7 @@
 
 #include "cuda_test_support.hpp"
 #include "modules/cuda/attention_cudnn.cuh"
+#include "modules/cuda/lt_tune.cuh"
 
 namespace zt::test {
 namespace {
@@ -345,8 +346,22 @@ TEST_F(CudaDense, TimedAlgorithmChoiceKeepsTheHeuristicsBits) {
       }
       return outs;
     };
+    const size_t before = cuda::lt_choices_made().size();
     const auto heuristic = products("heuristic");
+    EXPECT_EQ(cuda::lt_choices_made().size(), before) << "the heuristic's run timed a product";
     const auto timed = products("timed");
+    // The timing ran: each product with a choice recorded one, and the
+    // block's 2048 x 3072 x 768 products had more than one candidate to time
+    // (5-8 on the H200), so a choice that never ran cannot pass as bits kept.
+    const auto made = cuda::lt_choices_made();
+    int block_choices = 0;
+    for (size_t i = before; i < made.size(); ++i) {
+      const cuda::LtChoice& c = made[i].choice;
+      EXPECT_FALSE(c.untimed) << made[i].what;
+      if (made[i].what.find("2048x3072x768") != std::string::npos && c.identical > 1) ++block_choices;
+    }
+    EXPECT_GE(block_choices, 2) << dtype_name(t) << ": GELU_AUX_BIAS and DGELU at 2048x3072x768 chose among "
+                                << "fewer than two bit-identical candidates, or no choice ran";
     ASSERT_EQ(heuristic.size(), timed.size());
     for (size_t i = 0; i < heuristic.size(); ++i)
       EXPECT_TRUE(heuristic[i] == timed[i]) << dtype_name(t) << ": output " << i % 7 << " of round " << i / 7
