@@ -431,6 +431,40 @@ TEST_F(CudaDense, LayerNormBackward) {
   }
 }
 
+// [Note: LayerNorm backward in one pass]: the fused kernel's dw and db are
+// the separate column sums' bits. dout one float off alignment sends the same
+// inputs down the separate kernels (scalar column sums, which the vector
+// sums match bit for bit), at 4099 rows (65 chunks, the last one short) for
+// each width of the fused kernel.
+TEST_F(CudaDense, LayerNormBackwardInOnePassKeepsTheColumnSumsBits) {
+  for (DType xt : kStorage) {
+    for (int64_t C : {768, 1000, 1024}) {
+      const int64_t N = 4099;
+      const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(xt, Shape{C}), b = host_random(xt, Shape{C});
+      const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
+                   rstd = host_tensor(DType::f32, Shape{N});
+      cpu_k->layernorm_fwd(y, mean, rstd, x, w, b);
+      const Tensor dout = host_random(DType::f32, Shape{N, C}), dw0 = host_random(DType::f32, Shape{C}),
+                   db0 = host_random(DType::f32, Shape{C});
+      const Tensor x_d = to_gpu(x), w_d = to_gpu(w), mean_d = to_gpu(mean), rstd_d = to_gpu(rstd);
+      std::vector<double> got[2][3];
+      for (int off = 0; off < 2; ++off) {  // 0: one pass, 1: the separate kernels
+        const Tensor dout_d = to_gpu(dout, off), dx_d = gpu_tensor(DType::f32, Shape{N, C}, off);
+        const Tensor dw_d = to_gpu(dw0), db_d = to_gpu(db0);
+        gpu_k->layernorm_bwd(dx_d, false, dw_d, db_d, dout_d, x_d, w_d, mean_d, rstd_d);
+        got[off][0] = values(dw_d);
+        got[off][1] = values(db_d);
+        got[off][2] = values(dx_d);
+      }
+      const std::string what = std::string(dtype_name(xt)) + " C " + std::to_string(C);
+      EXPECT_EQ(max_abs_diff(got[0][0], got[1][0]), 0.0) << what << ": dw";
+      EXPECT_EQ(max_abs_diff(got[0][1], got[1][1]), 0.0) << what << ": db";
+      EXPECT_LT(rel_error(got[0][2], got[1][2]), 1e-6) << what << ": dx";
+      gpu_ws->reset();
+    }
+  }
+}
+
 // [Note: residual stream]: the norm's copy of x is exact, and dx = dres + the
 // norm's gradient (dx apart from or aliasing dres) matches the CPU's copy
 // then accumulate.
