@@ -19,21 +19,18 @@ class DeviceAdamW final : public OptimizerPlacement {
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
     AdamWParams hp = hp_;
     hp.lr = s.lr;
+    // The whole shard at once (one parallel region on the CPU, one launch per
+    // 32 spans on the GPU), its spans in shard-local offsets.
+    ranges_.clear();
+    for (const DecaySpan& span : sh.spans) ranges_.push_back({span.begin - sh.begin, span.end - sh.begin, span.decay});
 #if ZT_HAVE_CUDA
     if (dev_.kind() == DeviceKind::cuda) {
-      for (const DecaySpan& span : sh.spans) {
-        const int64_t off = span.begin - sh.begin;
-        adamw_update_cuda(sh.master + off, sh.grad + off, sh.exp_avg + off, sh.exp_avg_sq + off,
-                          span.end - span.begin, hp, s.step, s.grad_scale, span.decay, nullptr, DType::f32,
-                          static_cast<CudaDevice&>(dev_).stream());
-      }
+      adamw_update_ranges_cuda(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step,
+                               s.grad_scale, static_cast<CudaDevice&>(dev_).stream());
       return;
     }
 #endif
     ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
-    // The whole shard in one parallel region, its spans in shard-local offsets.
-    ranges_.clear();
-    for (const DecaySpan& span : sh.spans) ranges_.push_back({span.begin - sh.begin, span.end - sh.begin, span.decay});
     adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale);
   }
 

@@ -86,6 +86,47 @@ TEST_F(CudaAdamW, MatchesCpuBitForBit) {
   }
 }
 
+// A shard of 70 decay ranges (three launches of up to 32), with ends that
+// split float4 accesses and ranges of one element, against the CPU's
+// adamw_update_ranges, bit for bit; aligned and one float off alignment.
+// Ranges that do not tile the shard are refused.
+TEST_F(CudaAdamW, RangesInOneLaunchMatchCpuBitForBit) {
+  std::vector<DecayRange> ranges;
+  int64_t at = 0;
+  for (int r = 0; r < 70; ++r) {
+    const int64_t len = r % 7 == 3 ? 1 : 1 + (r * 7919) % 4099;
+    ranges.push_back({at, at + len, r % 3 != 0});
+    at += len;
+  }
+  const int64_t n = at;
+  AdamWParams hp;
+  hp.lr = 1e-3;
+  hp.weight_decay = 0.1;
+  for (int64_t offset : {0, 1}) {
+    const Tensor p = host_random(DType::f32, Shape{n}), g = host_random(DType::f32, Shape{n}, 4.0);
+    const Tensor m = host_random(DType::f32, Shape{n}, 0.1), v = host_random(DType::f32, Shape{n}, 0.01);
+    float* vh = v.as<float>();
+    for (int64_t i = 0; i < n; ++i) vh[i] = std::fabs(vh[i]);
+    const Tensor p_d = to_gpu(p, offset), g_d = to_gpu(g, offset), m_d = to_gpu(m, offset), v_d = to_gpu(v, offset);
+    adamw_update_ranges(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, ranges, hp, 5, 0.5f);
+    adamw_update_ranges_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
+                             static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, ranges, hp, 5, 0.5f,
+                             gpu->stream());
+    for (const auto& [host_t, dev_t, name] : {std::make_tuple(p, p_d, "param"), std::make_tuple(m, m_d, "m"),
+                                              std::make_tuple(v, v_d, "v")}) {
+      std::vector<float> back(static_cast<size_t>(n));
+      gpu->copy_to_host(back.data(), dev_t.data, dev_t.bytes());
+      EXPECT_EQ(bit_mismatches(back.data(), host_t.data, n, 4), 0) << name << ", offset " << offset;
+    }
+  }
+  const Tensor x = gpu_tensor(DType::f32, Shape{n});
+  float* xp = static_cast<float*>(x.data);
+  std::vector<DecayRange> gap = ranges;
+  gap[5].begin += 1;
+  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n, gap, hp, 1, 1.0f, gpu->stream()), Error);
+  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n + 1, ranges, hp, 1, 1.0f, gpu->stream()), Error);
+}
+
 TEST_F(CudaAdamW, FloatWorkingCopyIsTheParameters) {
   const int64_t n = 77;
   AdamWParams hp;

@@ -20,12 +20,36 @@ __device__ __forceinline__ void store_copy(float* dst, float v) { *dst = v; }
 __device__ __forceinline__ void store_copy(__nv_bfloat16* dst, float v) { *dst = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_copy(__half* dst, float v) { *dst = __float2half_rn(v); }
 
-// Copy is void for "no working copy". decay_factor is s.decay_factor, or
-// exactly 1 without decay. vec: every pointer 16-byte aligned, so four
-// elements move per access (the copy's stores stay element by element).
+// Up to kMaxRanges decay ranges of one launch: exclusive ends (relative to
+// the launch's first element, ascending, the last = n) and each range's
+// decay factor (s.decay_factor, or exactly 1 without decay).
+constexpr int kMaxRanges = 32;
+struct DecayTable {
+  int count;
+  int64_t end[kMaxRanges];
+  float factor[kMaxRanges];
+};
+
+// The range holding element e: the first with end > e.
+__device__ __forceinline__ int range_of(const DecayTable& t, int64_t e) {
+  int lo = 0, hi = t.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (t.end[mid] > e) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// Copy is void for "no working copy". vec: every pointer 16-byte aligned, so
+// four elements move per access (the copy's stores stay element by element);
+// the four take their decay factors from their own ranges.
 template <bool kLerpFromStart, typename Copy>
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWScalars s,
-                             float decay_factor, Copy* copy, bool vec) {
+                             const __grid_constant__ DecayTable t, Copy* copy, bool vec) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
@@ -36,10 +60,15 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
       float4 mm = reinterpret_cast<float4*>(m)[i];
       float4 vv = reinterpret_cast<float4*>(v)[i];
       const float4 g = reinterpret_cast<const float4*>(grad)[i];
-      adamw_element<kLerpFromStart>(p.x, mm.x, vv.x, g.x, decay_factor, s);
-      adamw_element<kLerpFromStart>(p.y, mm.y, vv.y, g.y, decay_factor, s);
-      adamw_element<kLerpFromStart>(p.z, mm.z, vv.z, g.z, decay_factor, s);
-      adamw_element<kLerpFromStart>(p.w, mm.w, vv.w, g.w, decay_factor, s);
+      const int k = range_of(t, 4 * i);
+      float f[4] = {t.factor[k], t.factor[k], t.factor[k], t.factor[k]};
+      if (4 * i + 3 >= t.end[k]) {  // the four straddle a range's end
+        for (int j = 1; j < 4; ++j) f[j] = t.factor[range_of(t, 4 * i + j)];
+      }
+      adamw_element<kLerpFromStart>(p.x, mm.x, vv.x, g.x, f[0], s);
+      adamw_element<kLerpFromStart>(p.y, mm.y, vv.y, g.y, f[1], s);
+      adamw_element<kLerpFromStart>(p.z, mm.z, vv.z, g.z, f[2], s);
+      adamw_element<kLerpFromStart>(p.w, mm.w, vv.w, g.w, f[3], s);
       reinterpret_cast<float4*>(param)[i] = p;
       reinterpret_cast<float4*>(m)[i] = mm;
       reinterpret_cast<float4*>(v)[i] = vv;
@@ -53,7 +82,7 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
     done = nv * 4;
   }
   for (int64_t i = done + tid; i < n; i += stride) {
-    const float p = adamw_element<kLerpFromStart>(param[i], m[i], v[i], grad[i], decay_factor, s);
+    const float p = adamw_element<kLerpFromStart>(param[i], m[i], v[i], grad[i], t.factor[range_of(t, i)], s);
     if constexpr (!std::is_void_v<Copy>) store_copy(copy + i, p);
   }
 }
@@ -62,13 +91,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& hp,
-                       int64_t step, float grad_scale, bool decay, void* param_copy, DType copy_dtype,
-                       cudaStream_t stream) {
-  ZT_CHECK(n >= 0, "negative length ", n);
-  const AdamWScalars s = adamw_scalars(hp, step, grad_scale);
-  if (n == 0) return;
-  const float decay_factor = decay ? s.decay_factor : 1.0f;
+namespace {
+
+// One launch over n elements whose decay the table gives.
+void launch_adamw(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s,
+                  const DecayTable& t, void* param_copy, DType copy_dtype, cudaStream_t stream) {
   const bool vec = aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v);
   // A grid-stride loop over at most 8192 blocks of 256 threads.
   constexpr int kThreads = 256;
@@ -76,9 +103,9 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int6
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(8192, (work + kThreads - 1) / kThreads));
   auto run = [&](auto copy) {
     if (s.lerp_from_start) {
-      adamw_kernel<true><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, decay_factor, copy, vec);
+      adamw_kernel<true><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec);
     } else {
-      adamw_kernel<false><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, decay_factor, copy, vec);
+      adamw_kernel<false><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec);
     }
     ZT_CUDA_CHECK_LAUNCH();
   };
@@ -91,6 +118,46 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int6
     case DType::f16: run(static_cast<__half*>(param_copy)); return;
     case DType::f32: run(static_cast<float*>(param_copy)); return;
     default: ZT_THROW("adamw_update_cuda: working copy must be bf16, f16 or f32, got ", dtype_name(copy_dtype));
+  }
+}
+
+}  // namespace
+
+void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& hp,
+                       int64_t step, float grad_scale, bool decay, void* param_copy, DType copy_dtype,
+                       cudaStream_t stream) {
+  ZT_CHECK(n >= 0, "negative length ", n);
+  const AdamWScalars s = adamw_scalars(hp, step, grad_scale);
+  if (n == 0) return;
+  DecayTable t{};
+  t.count = 1;
+  t.end[0] = n;
+  t.factor[0] = decay ? s.decay_factor : 1.0f;
+  launch_adamw(param, grad, m, v, n, s, t, param_copy, copy_dtype, stream);
+}
+
+void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
+                              const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
+                              float grad_scale, cudaStream_t stream) {
+  ZT_CHECK(n >= 0, "negative length ", n);
+  const AdamWScalars s = adamw_scalars(hp, step, grad_scale);
+  int64_t at = 0;
+  for (const DecayRange& r : ranges) {
+    ZT_CHECK(r.begin == at && r.end > r.begin, "AdamW decay ranges must tile [0, ", n, ") in order: got [",
+             r.begin, ", ", r.end, ") after ", at);
+    at = r.end;
+  }
+  ZT_CHECK(at == n, "AdamW decay ranges end at ", at, ", not at the shard's ", n, " elements");
+  for (size_t b = 0; b < ranges.size(); b += kMaxRanges) {
+    const size_t count = std::min<size_t>(kMaxRanges, ranges.size() - b);
+    const int64_t base = ranges[b].begin;
+    DecayTable t{};
+    t.count = static_cast<int>(count);
+    for (size_t j = 0; j < count; ++j) {
+      t.end[j] = ranges[b + j].end - base;
+      t.factor[j] = ranges[b + j].decay ? s.decay_factor : 1.0f;
+    }
+    launch_adamw(param + base, grad + base, m + base, v + base, t.end[count - 1], s, t, nullptr, DType::f32, stream);
   }
 }
 

@@ -8,8 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.hpp"
+#include "optim/adamw.hpp"
 #include "optim/adamw_math.hpp"
 
 namespace zt {
@@ -22,5 +24,13 @@ namespace zt {
 void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& hp,
                        int64_t step, float grad_scale, bool decay, void* param_copy, DType copy_dtype,
                        cudaStream_t stream);
+
+// The same update over one flat shard of n elements whose weight decay
+// `ranges` describe (tiling [0, n) in order, as adamw_update_ranges on the
+// CPU takes them), in one launch per 32 ranges rather than one per range:
+// the bits of adamw_update_cuda range by range.
+void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
+                              const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
+                              float grad_scale, cudaStream_t stream);
 
 }  // namespace zt
