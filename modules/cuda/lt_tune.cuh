@@ -108,7 +108,6 @@ class LtAlgo {
   LtAlgo() = default;
   LtAlgo(std::vector<cublasLtMatmulAlgo_t> candidates, bool timed, std::string what);
   bool found() const { return !candidates_.empty(); }
-  size_t candidate_count() const { return candidates_.size(); }
   // D = A . B (+ beta D) on `call`'s operands, C being D; throws if !found().
   void run(const LtCall& call, float beta, cudaStream_t stream);
 
