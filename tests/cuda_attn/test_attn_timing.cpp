@@ -198,8 +198,9 @@ TEST(CudaAttnTiming, Classifier) {
                   "%.3f ms (%.1f TFLOP/s)\n",
                   N, C, V, a, b, c, gemms, 3 * f / gemms * 1e-9);
       // The same products over the V classes alone, the leading dimensions
-      // still Vp (what the one pass runs: no padded copy of w, dw written
-      // in place).
+      // still Vp: why the one pass pads an odd vocabulary ([Note: classifier
+      // in one pass]; cuBLASLt's fast kernels want the contiguous extent a
+      // multiple of 16 bytes).
       const float a2 = lt_gemm_ms(lt, lt_ws, s, true, false, V, N, C, w.t.data, C, x.t.data, C, logits.t.data, Vp);
       const float b2 = lt_gemm_ms(lt, lt_ws, s, false, false, C, N, V, w.t.data, C, logits.t.data, Vp, dx16.t.data, C);
       const float c2 = lt_gemm_ms(lt, lt_ws, s, false, true, C, V, N, x.t.data, C, logits.t.data, Vp, dw16.t.data, C);
