@@ -87,7 +87,7 @@ std::vector<LtChoiceRecord> lt_choices_made() {
 }
 
 std::string LtChoice::str() const {
-  if (untimed) return "the heuristic's first choice kept: no device memory for the comparison";
+  if (untimed) return "the heuristic's first choice kept: no device memory for the comparison (or D over the 512 MiB kept aside)";
   char buf[160];
   std::snprintf(buf, sizeof buf, "candidate %zu of %d: %.1f us against the heuristic's %.1f (%d bit-identical, %d other bits, %d refused)",
                 index, identical + differed + failed, chosen_us, first_us, identical, differed, failed);
@@ -98,28 +98,45 @@ namespace {
 // The comparison's device word and timing events, released on every exit.
 struct ChooseScratch {
   unsigned long long* hash_d = nullptr;
+  void* d_saved = nullptr;  // beta != 0: the call's D
   cudaEvent_t t0 = nullptr, t1 = nullptr;
   ~ChooseScratch() {
     if (t1) (void)cudaEventDestroy(t1);
     if (t0) (void)cudaEventDestroy(t0);
+    if (d_saved) (void)cudaFree(d_saved);
     if (hash_d) (void)cudaFree(hash_d);
   }
 };
 }  // namespace
 
-LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t stream) {
+LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& candidates, float beta,
+                   cudaStream_t stream) {
   LtChoice choice;
   if (candidates.empty()) return choice;
   ChooseScratch s;
-  if (cudaMalloc(&s.hash_d, sizeof(unsigned long long)) != cudaSuccess) {
+  auto no_memory = [&]() {
     (void)cudaGetLastError();  // out of memory is not sticky: clear it and keep the first choice
-    s.hash_d = nullptr;
     choice.untimed = true;
     return choice;
+  };
+  if (beta != 0.0f && c.d_bytes > kLtKeepAsideBytes) return no_memory();
+  if (cudaMalloc(&s.hash_d, sizeof(unsigned long long)) != cudaSuccess) {
+    s.hash_d = nullptr;
+    return no_memory();
   }
+  if (beta != 0.0f) {  // D is an input too: every run starts from the call's D, which the end puts back
+    if (cudaMalloc(&s.d_saved, c.d_bytes) != cudaSuccess) {
+      s.d_saved = nullptr;
+      return no_memory();
+    }
+    ZT_CUDA_CHECK(cudaMemcpyAsync(s.d_saved, c.d, c.d_bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+  auto restore = [&]() {
+    if (s.d_saved != nullptr) ZT_CUDA_CHECK(cudaMemcpyAsync(c.d, s.d_saved, c.d_bytes, cudaMemcpyDeviceToDevice, stream));
+  };
   ZT_CUDA_CHECK(cudaEventCreate(&s.t0));
   ZT_CUDA_CHECK(cudaEventCreate(&s.t1));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f;
   auto run = [&](const cublasLtMatmulAlgo_t& algo) {
     return cublasLtMatmul(c.handle, c.op, &alpha, c.a, c.la, c.b, c.lb, &beta, c.d, c.ld, c.d, c.ld, &algo,
                           c.workspace, c.workspace_bytes, stream);
@@ -144,10 +161,12 @@ LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& can
   };
   ZT_CUBLAS_CHECK(run(candidates[0]));
   const unsigned long long reference = hash();
+  restore();
   choice.identical = 1;
   choice.first_us = time_us(candidates[0]);
   choice.chosen_us = choice.first_us;
   for (size_t i = 1; i < candidates.size(); ++i) {
+    restore();
     if (run(candidates[i]) != CUBLAS_STATUS_SUCCESS) {
       ++choice.failed;
       (void)cudaGetLastError();
@@ -164,6 +183,7 @@ LtChoice lt_choose(const LtCall& c, const std::vector<cublasLtMatmulAlgo_t>& can
       choice.index = i;
     }
   }
+  restore();
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return choice;
 }
@@ -173,8 +193,8 @@ LtAlgo::LtAlgo(std::vector<cublasLtMatmulAlgo_t> candidates, bool timed, std::st
 
 void LtAlgo::run(const LtCall& c, float beta, cudaStream_t stream) {
   ZT_CHECK(found(), "cuBLASLt: ", what_, " has no algorithm");
-  if (!chosen_ && beta == 0.0f) {
-    const LtChoice choice = lt_choose(c, candidates_, stream);
+  if (!chosen_) {
+    const LtChoice choice = lt_choose(c, candidates_, beta, stream);
     in_use_ = choice.index;
     chosen_ = true;
     lt_record(what_, choice);

@@ -4,8 +4,9 @@
 // with a model of the GPU; it runs none of them, and its first choice is not
 // always the fastest for a shape and its epilogue. So a product's plan keeps
 // the heuristic's candidates (up to kLtCandidates), and at the product's
-// first call that only writes its output (beta = 0), each candidate runs on
-// that call's own operands: those whose output differs in any bit from the
+// first call each candidate runs on that call's own operands (with beta != 0
+// the output D is an input too: it is kept aside and put back before each
+// run and at the end): those whose output differs in any bit from the
 // first choice's (compared through a 64-bit hash of every byte written, the
 // epilogue's aux output included) are left out, the others are timed
 // (kLtTimedRuns runs each after the run that is hashed) and the fastest is
@@ -14,9 +15,10 @@
 // which one won: what differs between candidates that are kept is the tiling,
 // not the order of the sums (split-K and stream-K reductions give other
 // bits and are left out). The choice waits for the GPU, which a first step
-// may do (docs/perf.md, "Host round trips in the step"); a product first
-// called with beta = 1 keeps the heuristic's choice until a call with
-// beta = 0 comes.
+// may do (docs/perf.md, "Host round trips in the step"). The device memory
+// it takes (8 bytes, and D's size for beta != 0, at most kLtKeepAsideBytes)
+// is allocated and freed around it, outside ztrain's allocator; where it is
+// not to be had, the heuristic's choice is kept.
 //
 // ZTRAIN_GEMM_ALGO: unset, empty or "timed" is the above; "heuristic" keeps
 // the heuristic's first choice; anything else is refused by name.
@@ -94,14 +96,19 @@ struct LtChoice {
 // Runs the candidates of `call` on `stream` as [Note: timed algorithm choice]
 // says and returns the chosen one; waits for the stream. D and the aux output
 // hold some candidate's result afterwards: the caller then runs the product
-// with the chosen algorithm. Where the 8 bytes the comparison needs cannot be
-// allocated (a full device), the heuristic's first choice is kept (`untimed`).
-LtChoice lt_choose(const LtCall& call, const std::vector<cublasLtMatmulAlgo_t>& candidates, cudaStream_t stream);
+// with the chosen algorithm. With beta != 0, D is an input as well: it is
+// kept aside first (d_bytes of device memory for the choice's duration, at
+// most kLtKeepAsideBytes) and put back before each run and at the end. Where
+// that or the 8 bytes the comparison needs cannot be allocated (a full
+// device), the heuristic's first choice is kept (`untimed`).
+constexpr size_t kLtKeepAsideBytes = size_t{512} << 20;
+LtChoice lt_choose(const LtCall& call, const std::vector<cublasLtMatmulAlgo_t>& candidates, float beta,
+                   cudaStream_t stream);
 
 // A product's algorithm: the heuristic's candidates and the one in use. With
-// the timed choice on and more than one candidate, `run`'s first call with
-// beta = 0 chooses (lt_choose) and records the choice under `what`; every
-// call then runs the product with the algorithm in use. Both cuda::Matmul
+// the timed choice on and more than one candidate, `run`'s first call
+// chooses (lt_choose, with that call's beta) and records the choice under
+// `what`; every call then runs the product with the algorithm in use. Both cuda::Matmul
 // and the classifier hold their products' algorithms in one.
 class LtAlgo {
  public:

@@ -313,14 +313,16 @@ TEST_F(CudaDense, AttentionBackwardOperandIsTheSeparateCallsBits) {
 // running the candidates gives the bits of the heuristic's first choice, for
 // the plain, bias, GELU_AUX_BIAS and DGELU products at the shapes of a GPT-2
 // block (fresh CudaKernels each way, so each builds and chooses its own
-// plans), and a second call with the chosen plan gives them again. An unknown
-// ZTRAIN_GEMM_ALGO is refused by name.
+// plans), for an f32 product accumulated into (chosen at a call with beta = 1,
+// its output kept aside and put back), and a second call with the chosen plan
+// gives them again. An unknown ZTRAIN_GEMM_ALGO is refused by name.
 TEST_F(CudaDense, TimedAlgorithmChoiceKeepsTheHeuristicsBits) {
   const int64_t R = 2048, C = 768, F = 3072;
   for (DType t : {DType::bf16, DType::f16}) {
     const Tensor x = to_gpu(host_random(t, Shape{R, C})), w1 = to_gpu(host_random(t, Shape{F, C}, 0.05));
     const Tensor b1 = to_gpu(host_random(t, Shape{F})), w2 = to_gpu(host_random(t, Shape{C, F}, 0.05));
     const Tensor dy = to_gpu(host_random(t, Shape{R, C})), b2 = to_gpu(host_random(t, Shape{C}));
+    const Tensor dwc0 = host_random(DType::f32, Shape{C, C});
     // Every product's outputs, as raw bits, with the choice `algo`.
     auto products = [&](const char* algo) {
       ZT_CHECK(setenv("ZTRAIN_GEMM_ALGO", algo, 1) == 0, "setenv");
@@ -329,6 +331,7 @@ TEST_F(CudaDense, TimedAlgorithmChoiceKeepsTheHeuristicsBits) {
       const Tensor h = gpu_tensor(t, Shape{R, F}), pre = gpu_tensor(t, Shape{R, F});
       const Tensor y = gpu_tensor(t, Shape{R, C}), yb = gpu_tensor(t, Shape{R, C});
       const Tensor dw = gpu_tensor(DType::f32, Shape{C, F}), db = gpu_tensor(DType::f32, Shape{F});
+      const Tensor dwc = to_gpu(dwc0);  // accumulated into: chosen at a call with beta = 1
       k.zero(db);
       for (int round = 0; round < 2; ++round) {
         k.matmul_bias_gelu(*gpu_ws, h, pre, x, w1, true, b1);      // GELU_AUX_BIAS
@@ -336,8 +339,9 @@ TEST_F(CudaDense, TimedAlgorithmChoiceKeepsTheHeuristicsBits) {
         k.matmul(*gpu_ws, yb, h, false, w2, true, false, b2);       // BIAS
         k.matmul(*gpu_ws, dw, dy, true, h, false, false, Tensor());  // f32 out from 16-bit
         const Tensor g = k.matmul_gelu_bwd_bias_grad_and_operand(*gpu_ws, db, DType::f32, dy, w2, false, pre, t);
+        k.matmul(*gpu_ws, dwc, dy, true, x, false, true, Tensor());  // f32 +=
         gpu->synchronize();
-        for (const Tensor* o : {&h, &pre, &y, &yb, &dw, &g, &db}) {
+        for (const Tensor* o : {&h, &pre, &y, &yb, &dw, &g, &db, &dwc}) {
           std::vector<uint16_t> bits(o->bytes() / 2);
           ZT_CUDA_CHECK(cudaMemcpy(bits.data(), o->data, o->bytes(), cudaMemcpyDeviceToHost));
           outs.push_back(std::move(bits));
@@ -354,17 +358,19 @@ TEST_F(CudaDense, TimedAlgorithmChoiceKeepsTheHeuristicsBits) {
     // block's 2048 x 3072 x 768 products had more than one candidate to time
     // (5-8 on the H200), so a choice that never ran cannot pass as bits kept.
     const auto made = cuda::lt_choices_made();
-    int block_choices = 0;
+    int block_choices = 0, accumulate_choices = 0;
     for (size_t i = before; i < made.size(); ++i) {
       const cuda::LtChoice& c = made[i].choice;
       EXPECT_FALSE(c.untimed) << made[i].what;
       if (made[i].what.find("2048x3072x768") != std::string::npos && c.identical > 1) ++block_choices;
+      if (made[i].what.find("768x768x2048") != std::string::npos && c.identical >= 1) ++accumulate_choices;
     }
     EXPECT_GE(block_choices, 2) << dtype_name(t) << ": GELU_AUX_BIAS and DGELU at 2048x3072x768 chose among "
                                 << "fewer than two bit-identical candidates, or no choice ran";
+    EXPECT_EQ(accumulate_choices, 1) << dtype_name(t) << ": the accumulating product made no choice";
     ASSERT_EQ(heuristic.size(), timed.size());
     for (size_t i = 0; i < heuristic.size(); ++i)
-      EXPECT_TRUE(heuristic[i] == timed[i]) << dtype_name(t) << ": output " << i % 7 << " of round " << i / 7
+      EXPECT_TRUE(heuristic[i] == timed[i]) << dtype_name(t) << ": output " << i % 8 << " of round " << i / 8
                                             << " differs between the heuristic's and the timed choice";
     ZT_CHECK(setenv("ZTRAIN_GEMM_ALGO", "fastest", 1) == 0, "setenv");
     CudaKernels k(*gpu);
