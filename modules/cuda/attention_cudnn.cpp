@@ -1,7 +1,10 @@
 // Causal attention on cuDNN's fused attention kernels ([Note: two attention
 // paths] in attention_cudnn.cuh): built cudnn-frontend graphs, cached per
-// shape, and the two small kernels around the backward (dout rounded to the
-// storage dtype, 16-bit gradients widened into the f32 outputs).
+// shape; the two small kernels around the backward (dout rounded to the
+// storage dtype, 16-bit gradients widened into the f32 outputs) are in
+// attention_cudnn_cast.cu. Host code only, compiled by the C++ compiler:
+// through nvcc the cudnn-frontend headers alone took over two minutes of a
+// 2-core CI machine (23 s with g++).
 //
 // Compiled with ZT_HAVE_CUDNN=1 when CMake found the cudnn-frontend headers
 // and libcudnn (modules/cuda/attention.cmake); without, cudnn_fwd and
@@ -22,9 +25,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "modules/cuda/common.cuh"
 #include "core/log.hpp"
-#include "modules/cuda/attention_detail.cuh"
+#include "modules/cuda/attention_args.hpp"
+#include "modules/cuda/attention_cudnn_cast.cuh"
 
 #ifndef ZT_HAVE_CUDNN
 #define ZT_HAVE_CUDNN 0
@@ -74,44 +77,6 @@ bool shape_fits(const attn::Dims& d, const void* q, const void* k, const void* v
 }
 
 #if ZT_HAVE_CUDNN
-
-unsigned grid_for(int64_t n, int threads) {
-  const int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 4096 ? blocks : 4096);  // grid-stride loops do the rest
-}
-
-// dst = src rounded to the storage dtype, n elements.
-template <typename S>
-__global__ void round_kernel(const float* __restrict__ src, S* __restrict__ dst, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = attn::from_f32<S>(src[i]);
-}
-
-// dst row r (row stride ld, f32) = src row r (dense, w columns, storage
-// dtype): a block per row, threads along it.
-template <typename S>
-__global__ void widen_kernel(const S* __restrict__ src, int64_t w, int64_t rows, float* __restrict__ dst,
-                             int64_t ld) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-    for (int64_t c = threadIdx.x; c < w; c += blockDim.x) dst[r * ld + c] = attn::to_f32(src[r * w + c]);
-}
-
-template <typename S>
-void launch_round(const float* src, void* dst, int64_t n, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  round_kernel<S><<<grid_for(n, kThreads), kThreads, 0, stream>>>(src, static_cast<S*>(dst), n);
-  ZT_CUDA_CHECK_LAUNCH();
-}
-
-template <typename S>
-void launch_widen(const void* src, int64_t w, int64_t rows, float* dst, int64_t ld, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  const unsigned blocks = static_cast<unsigned>(rows < 65536 ? rows : 65536);
-  widen_kernel<S><<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(src), w, rows, dst, ld);
-  ZT_CUDA_CHECK_LAUNCH();
-}
-
 
 // `bytes` of workspace from the arena (64-byte aligned), or null for none.
 void* alloc_bytes(Arena& ws, int64_t bytes) {
@@ -387,22 +352,15 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Ar
   void* dq = g16 ? g16 : ws.alloc(t, Shape{rows * d.C}).data;
   void* dk = g16 ? g16 + d.C * es : ws.alloc(t, Shape{rows * Ckv}).data;
   void* dv = g16 ? g16 + (d.C + Ckv) * es : ws.alloc(t, Shape{rows * Ckv}).data;
-  if (t == DType::bf16) launch_round<__nv_bfloat16>(dout, dout_s, rows * d.C, stream);
-  else launch_round<__half>(dout, dout_s, rows * d.C, stream);
+  cudnn_round(t, dout, dout_s, rows * d.C, stream);
   Pack pack = {{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)},
                {kO, const_cast<void*>(out)}, {kdO, dout_s},                {kStats, const_cast<float*>(a.lse)},
                {kdQ, dq},                    {kdK, dk},                    {kdV, dv}};
   run(k, *e, h, pack, ws, stream);
   if (g16 != nullptr) return true;  // the caller takes the 16-bit gradients
-  if (t == DType::bf16) {
-    launch_widen<__nv_bfloat16>(dq, d.C, rows, a.dq, a.ld_dq, stream);
-    launch_widen<__nv_bfloat16>(dk, Ckv, rows, a.dk, a.ld_dkv, stream);
-    launch_widen<__nv_bfloat16>(dv, Ckv, rows, a.dv, a.ld_dkv, stream);
-  } else {
-    launch_widen<__half>(dq, d.C, rows, a.dq, a.ld_dq, stream);
-    launch_widen<__half>(dk, Ckv, rows, a.dk, a.ld_dkv, stream);
-    launch_widen<__half>(dv, Ckv, rows, a.dv, a.ld_dkv, stream);
-  }
+  cudnn_widen(t, dq, d.C, rows, a.dq, a.ld_dq, stream);
+  cudnn_widen(t, dk, Ckv, rows, a.dk, a.ld_dkv, stream);
+  cudnn_widen(t, dv, Ckv, rows, a.dv, a.ld_dkv, stream);
   return true;
 #else
   (void)ws;
