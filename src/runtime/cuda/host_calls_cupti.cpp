@@ -26,6 +26,32 @@ enum class Kind { none, sync, blocking_copy, d2h_copy, allocation };
 
 bool starts(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
 
+// Where a pointer of a copy lives, for the generic cuMemcpyAsync.
+cudaMemoryType memory_type(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaMemoryTypeUnregistered;
+  }
+  return a.type;
+}
+
+bool on_host(cudaMemoryType t) { return t == cudaMemoryTypeUnregistered || t == cudaMemoryTypeHost; }
+
+// The generic cuMemcpyAsync (what cudaMemcpyAsync with cudaMemcpyDefault
+// calls) by its pointers: device to host is a device-to-host copy (into
+// pageable memory it also returns only when done); pageable host to device
+// returns once the source is staged, a blocking copy; the rest is
+// asynchronous on its stream.
+Kind classify_generic_copy(const void* params) {
+  const auto* a = static_cast<const cuMemcpyAsync_params*>(params);
+  const cudaMemoryType dst = memory_type(reinterpret_cast<const void*>(a->dst));
+  const cudaMemoryType src = memory_type(reinterpret_cast<const void*>(a->src));
+  if (on_host(dst) && !on_host(src)) return Kind::d2h_copy;
+  if (src == cudaMemoryTypeUnregistered && !on_host(dst)) return Kind::blocking_copy;
+  return Kind::none;
+}
+
 // Driver API names (with their _v2, _ptsz, _ptds suffixes) by what they make
 // the host do. Queries (cuStreamQuery, cuEventQuery) do not wait.
 Kind classify(const char* name) {
@@ -98,7 +124,14 @@ class CuptiProbe final : public host_calls::Probe {
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !p->armed_.load(std::memory_order_acquire)) return;
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     if (cb->callbackSite != CUPTI_API_ENTER || cb->functionName == nullptr) return;
-    const Kind k = classify(cb->functionName);
+    Kind k = classify(cb->functionName);
+    // The generic copy's kind depends on its pointers (asked before the lock:
+    // the query is itself a driver call, which comes back here as none).
+    if (k == Kind::none && cb->functionParams != nullptr &&
+        (std::strcmp(cb->functionName, "cuMemcpyAsync") == 0 ||
+         std::strcmp(cb->functionName, "cuMemcpyAsync_ptsz") == 0) &&
+        std::this_thread::get_id() == p->thread_)
+      k = classify_generic_copy(cb->functionParams);
     if (k == Kind::none) return;
     std::lock_guard<std::mutex> g(p->mu_);
     if (!p->armed_.load(std::memory_order_relaxed) || std::this_thread::get_id() != p->thread_) return;
