@@ -15,23 +15,36 @@ class DeviceAdamW final : public OptimizerPlacement {
   DeviceAdamW(Device& dev, const AdamWParams& hp) : dev_(dev), hp_(hp) {}
   const char* name() const override { return "device"; }
   bool states_on_device() const override { return true; }
+  bool refreshes_working_copy() const override { return true; }
 
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
     AdamWParams hp = hp_;
     hp.lr = s.lr;
     // The whole shard at once (one parallel region on the CPU, one launch per
-    // 32 spans on the GPU), its spans in shard-local offsets.
+    // 32 spans on the GPU), its spans in shard-local offsets; the shard's
+    // 16-bit working copy, where ZeRO keeps one (sh.param), written in the
+    // same pass ([Note: working copy from the update] in zero_engine.hpp).
     ranges_.clear();
     for (const DecaySpan& span : sh.spans) ranges_.push_back({span.begin - sh.begin, span.end - sh.begin, span.decay});
 #if ZT_HAVE_CUDA
     if (dev_.kind() == DeviceKind::cuda) {
       adamw_update_ranges_cuda(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step,
-                               s.grad_scale, static_cast<CudaDevice&>(dev_).stream());
+                               s.grad_scale, sh.param, sh.param_dtype, static_cast<CudaDevice&>(dev_).stream());
       return;
     }
 #endif
     ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
-    adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale);
+    if (sh.param == nullptr) {
+      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale);
+    } else if (sh.param_dtype == DType::bf16) {
+      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale,
+                          static_cast<bf16*>(sh.param));
+    } else {
+      ZT_CHECK(sh.param_dtype == DType::f16, "unit ", sh.unit, ": a ", dtype_name(sh.param_dtype),
+               " working copy beside the master (bf16 or f16 expected)");
+      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale,
+                          static_cast<f16*>(sh.param));
+    }
   }
 
   void read_state(const OwnedShard& sh, OptimizerState which, float* host_dst) override {

@@ -39,6 +39,11 @@ class OptimizerPlacement {
   // master itself. False: the placement keeps the states and leaves each
   // shard's `param` fresh after update() and write_state(master).
   virtual bool states_on_device() const = 0;
+  // With the states on the device: whether update() also writes the shard's
+  // working copy (OwnedShard::param, when ZeRO gives one) from the new
+  // master, so that ZeRO need not cast it again ([Note: working copy from
+  // the update] in zero/zero_engine.hpp).
+  virtual bool refreshes_working_copy() const { return false; }
   // [Note: gradients on the host] 0: the gradient shards are device memory.
   // 1: ZeRO keeps them in host memory (the placement reads them there). 2:
   // in two host buffers that alternate by step (each zero_grads() moves

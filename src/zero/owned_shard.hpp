@@ -43,9 +43,12 @@ struct OwnedShard {
   float* master = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
-  // Offloaded states only: the device's working copy of this shard (param
+  // Offloaded states: the device's working copy of this shard (param
   // dtype), which the placement refreshes from the master after each update
-  // and after write_state(master).
+  // and after write_state(master). States on the device: the working copy
+  // when it is a separate 16-bit buffer (stage 0 and stage 3 in bf16/f16),
+  // which a placement that refreshes_working_copy() writes in its update
+  // ([Note: working copy from the update] in zero_engine.hpp); else null.
   void* param = nullptr;
   DType param_dtype = DType::f32;
   bool param_on_host = false;  // offload_param: the parameters are off the device

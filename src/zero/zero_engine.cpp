@@ -134,6 +134,10 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       s.begin = 0;
       s.end = fu.padded;
       s.master = m;
+      if (!master_.empty() && placement.refreshes_working_copy()) {
+        s.param = static_cast<char*>(working_full(u));
+        s.param_dtype = pt;
+      }
       s.grad = grads_.as<float>() + go;
       s.exp_avg = exp_avg_.as<float>() + go;
       s.exp_avg_sq = exp_avg_sq_.as<float>() + go;
@@ -146,6 +150,10 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
         s.master = master_.as<float>() + shard_offset_[u];
         s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];
         s.exp_avg_sq = exp_avg_sq_.as<float>() + shard_offset_[u];
+        if (!working_shard_.empty() && placement.refreshes_working_copy()) {
+          s.param = working_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(pt);
+          s.param_dtype = pt;
+        }
       } else {
         s.param_dtype = pt;
         s.param_on_host = opts.offload_params;
@@ -470,6 +478,7 @@ void ZeroEngine::release(int unit, Phase phase) {
 void ZeroEngine::apply_optimizer(const OptimizerStepScalars& s) {
   for (const OwnedShard& sh : owned_) placement_.update(sh, s);
   placement_.finish();
+  working_fresh_ = states_on_device_ && placement_.refreshes_working_copy();
 }
 
 double ZeroEngine::reduce_owned_sum(double local) {
@@ -478,8 +487,11 @@ double ZeroEngine::reduce_owned_sum(double local) {
 
 void ZeroEngine::publish_params() {
   const DType pt = opts_.param_dtype;
+  // [Note: working copy from the update]
+  const bool fresh = working_fresh_;
+  working_fresh_ = false;
   if (opts_.stage == 0) {
-    if (!master_.empty()) kernels_.cast(working_.tensor(), master_.tensor());
+    if (!master_.empty() && !fresh) kernels_.cast(working_.tensor(), master_.tensor());
     return;
   }
   // Gathered copies are stale once the shards change.
@@ -533,7 +545,7 @@ void ZeroEngine::publish_params() {
     finish_all(pending);
     return;
   }
-  if (!working_shard_.empty()) kernels_.cast(working_shard_.tensor(), master_.tensor());
+  if (!working_shard_.empty() && !fresh) kernels_.cast(working_shard_.tensor(), master_.tensor());
   // Units kept whole: cast the owned shard and all-gather it. The send
   // buffer holds the shards of those units only.
   int64_t whole = 0;

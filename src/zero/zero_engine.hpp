@@ -22,6 +22,18 @@
 // and drops every gathered copy (now stale). In stage 3, units smaller than
 // stage3_param_persistence_threshold are kept whole like stage 1-2 units.
 //
+// [Note: working copy from the update] Where the placement keeps its states
+// on the device and refreshes_working_copy() (DeviceAdamW), each owned shard
+// that has a separate 16-bit working copy (stage 0 in bf16/f16: the slice
+// of the full working buffer; stage 3: the slice of the working shard) hands
+// it to the update as OwnedShard::param, which the update writes in the same
+// pass as the master (2 bytes written per element, instead of a cast that
+// reads the 4-byte master again). publish_params then skips that cast if the
+// last thing to change the master was apply_optimizer: the flag it sets is
+// cleared by publish_params, so a skipped step or states written by
+// write_state (checkpoints, init_from) between two publishes get the cast
+// as before. Stages 1-2 still cast each shard into the gather's send buffer.
+//
 // The optimizer does not know how shards are made: apply_optimizer hands each
 // shard this rank owns to an OptimizerPlacement (optimizer_placement.hpp).
 // When the placement keeps the optimizer's states off the device (offload),
@@ -294,6 +306,9 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // awaited the update.
   std::vector<bool> stale_;
   bool awaited_all_ = true;
+  // [Note: working copy from the update]: apply_optimizer's update wrote the
+  // working copies that publish_params would otherwise cast.
+  bool working_fresh_ = false;
   std::vector<TransferTicket> upload_done_;  // compute mark after the last gather from buffer i
   // [Note: parameters from the master]: fp32 staging buffers, and the
   // compute mark after the cast that last read each.

@@ -88,7 +88,8 @@ TEST_F(CudaAdamW, MatchesCpuBitForBit) {
 
 // A shard of 70 decay ranges (three launches of up to 32), with ends that
 // split float4 accesses and ranges of one element, against the CPU's
-// adamw_update_ranges, bit for bit; aligned and one float off alignment.
+// adamw_update_ranges, bit for bit, with no working copy, a bf16 one and an
+// f16 one written in the same pass; aligned and one float off alignment.
 // Ranges that do not tile the shard are refused.
 TEST_F(CudaAdamW, RangesInOneLaunchMatchCpuBitForBit) {
   std::vector<DecayRange> ranges;
@@ -102,29 +103,52 @@ TEST_F(CudaAdamW, RangesInOneLaunchMatchCpuBitForBit) {
   AdamWParams hp;
   hp.lr = 1e-3;
   hp.weight_decay = 0.1;
-  for (int64_t offset : {0, 1}) {
+  for (const auto& [offset, copy_t] : {std::make_pair(int64_t{0}, DType::f32), std::make_pair(int64_t{1}, DType::f32),
+                                       std::make_pair(int64_t{0}, DType::bf16), std::make_pair(int64_t{1}, DType::bf16),
+                                       std::make_pair(int64_t{0}, DType::f16)}) {
+    const std::string what = "offset " + std::to_string(offset) + " copy " + dtype_name(copy_t);
     const Tensor p = host_random(DType::f32, Shape{n}), g = host_random(DType::f32, Shape{n}, 4.0);
     const Tensor m = host_random(DType::f32, Shape{n}, 0.1), v = host_random(DType::f32, Shape{n}, 0.01);
     float* vh = v.as<float>();
     for (int64_t i = 0; i < n; ++i) vh[i] = std::fabs(vh[i]);
     const Tensor p_d = to_gpu(p, offset), g_d = to_gpu(g, offset), m_d = to_gpu(m, offset), v_d = to_gpu(v, offset);
-    adamw_update_ranges(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, ranges, hp, 5, 0.5f);
+    const bool with_copy = copy_t != DType::f32;  // f32: no working copy
+    const Tensor copy = host_tensor(copy_t, Shape{n});
+    const Tensor copy_d = gpu_tensor(copy_t, Shape{n});
+    if (with_copy) poison(copy_d);
+    if (copy_t == DType::bf16) {
+      adamw_update_ranges(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, ranges, hp, 5, 0.5f,
+                          static_cast<bf16*>(copy.data));
+    } else if (copy_t == DType::f16) {
+      adamw_update_ranges(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, ranges, hp, 5, 0.5f,
+                          static_cast<f16*>(copy.data));
+    } else {
+      adamw_update_ranges(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, ranges, hp, 5, 0.5f);
+    }
     adamw_update_ranges_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
                              static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, ranges, hp, 5, 0.5f,
-                             gpu->stream());
+                             with_copy ? copy_d.data : nullptr, copy_t, gpu->stream());
     for (const auto& [host_t, dev_t, name] : {std::make_tuple(p, p_d, "param"), std::make_tuple(m, m_d, "m"),
                                               std::make_tuple(v, v_d, "v")}) {
       std::vector<float> back(static_cast<size_t>(n));
       gpu->copy_to_host(back.data(), dev_t.data, dev_t.bytes());
-      EXPECT_EQ(bit_mismatches(back.data(), host_t.data, n, 4), 0) << name << ", offset " << offset;
+      EXPECT_EQ(bit_mismatches(back.data(), host_t.data, n, 4), 0) << name << ", " << what;
+    }
+    if (with_copy) {
+      std::vector<char> back(copy_d.bytes());
+      gpu->copy_to_host(back.data(), copy_d.data, copy_d.bytes());
+      EXPECT_EQ(bit_mismatches(back.data(), copy.data, n, 2), 0) << "working copy, " << what;
     }
   }
   const Tensor x = gpu_tensor(DType::f32, Shape{n});
   float* xp = static_cast<float*>(x.data);
   std::vector<DecayRange> gap = ranges;
   gap[5].begin += 1;
-  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n, gap, hp, 1, 1.0f, gpu->stream()), Error);
-  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n + 1, ranges, hp, 1, 1.0f, gpu->stream()), Error);
+  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n, gap, hp, 1, 1.0f, nullptr, DType::f32, gpu->stream()),
+               Error);
+  EXPECT_THROW(
+      adamw_update_ranges_cuda(xp, xp, xp, xp, n + 1, ranges, hp, 1, 1.0f, nullptr, DType::f32, gpu->stream()),
+      Error);
 }
 
 TEST_F(CudaAdamW, FloatWorkingCopyIsTheParameters) {

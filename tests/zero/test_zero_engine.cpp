@@ -226,6 +226,68 @@ TEST(ZeroEngine, DeviceAdamWPlacementEqualsAdamWPerDecaySpan) {
   }
 }
 
+// [Note: working copy from the update]: with bf16 working parameters, the
+// device AdamW writes each shard's working copy in its pass (stage 0 and
+// stage 3; stages 1-2 cast it at the publish), and publish_params casts only
+// when something other than the update changed the master. After an update,
+// and again after write_state(master) with values the update never made,
+// every unit's gathered working parameters are the master rounded to bf16.
+TEST(ZeroEngine, WorkingCopyFromTheUpdateIsTheRoundedMaster) {
+  Fixture f;
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZeroOptions o;
+    o.stage = stage;
+    o.param_dtype = DType::bf16;
+    o.reduce_bucket_size = 1500;
+    o.allgather_bucket_size = 2500;
+    o.param_persistence_threshold = 50;
+    o.prefetch_bucket_size = 100000;
+    ZeroEngine e(f.units, o, f.dev, f.kernels, f.topo.dp(), f.topo.dp(), *f.adamw);
+    e.init_params(7);
+    const auto check = [&](const char* when) {
+      std::vector<std::vector<float>> master(f.units.size());
+      e.for_each_full_unit([&](int u, const float* full) {
+        master[static_cast<size_t>(u)].assign(full, full + e.layout().unit(u).numel);
+      });
+      int64_t bad = 0, seen = 0;
+      for (int u = 0; u < static_cast<int>(f.units.size()); ++u) {
+        const std::vector<Tensor> w = e.acquire(u, Phase::forward);
+        const std::vector<ParamSlot>& slots = e.layout().unit(u).params;
+        // The unit's own parameters come first (tied ones after them).
+        EXPECT_GE(w.size(), slots.size());
+        for (size_t p = 0; p < std::min(w.size(), slots.size()); ++p) {
+          EXPECT_EQ(w[p].dtype, DType::bf16);
+          if (w[p].dtype != DType::bf16) continue;
+          const bf16* got = w[p].as<bf16>();
+          for (int64_t i = 0; i < slots[p].numel(); ++i, ++seen) {
+            const bf16 want = from_f32<bf16>(master[static_cast<size_t>(u)][static_cast<size_t>(slots[p].offset + i)]);
+            if (std::memcmp(&got[i], &want, sizeof want) != 0) ++bad;
+          }
+        }
+        e.release(u, Phase::forward);
+      }
+      EXPECT_GT(seen, 0);
+      EXPECT_EQ(bad, 0) << "stage " << stage << ", " << when;
+    };
+    for (const OwnedShard& sh : e.owned_shards()) {
+      EXPECT_EQ(sh.param != nullptr, stage == 0 || stage == 3) << "stage " << stage << " unit " << sh.unit;
+      for (int64_t i = 0; i < sh.numel(); ++i) sh.grad[i] = 0.01f * static_cast<float>((i * 37 + sh.unit) % 101 - 50);
+    }
+    e.apply_optimizer(OptimizerStepScalars{1, 0.05, 1.0f});
+    // Stage 0 reads the working buffer the update wrote: no publish needed.
+    if (stage == 0) check("after the update, before the publish");
+    e.publish_params();
+    check("after the update");
+    for (const OwnedShard& sh : e.owned_shards()) {
+      std::vector<float> m(static_cast<size_t>(sh.numel()));
+      for (int64_t i = 0; i < sh.numel(); ++i) m[static_cast<size_t>(i)] = 0.125f + 1e-3f * static_cast<float>(i % 977);
+      e.placement().write_state(sh, OptimizerState::master, m.data());
+    }
+    e.publish_params();
+    check("after write_state(master)");
+  }
+}
+
 // [Note: norm on the device]: with the optimizer offloaded, a shard whose
 // gradient lands in one piece once a step gets its sum of squares from the
 // device, with the bits the host's sum of the landed gradient has; a shard

@@ -138,7 +138,7 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int6
 
 void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
                               const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
-                              float grad_scale, cudaStream_t stream) {
+                              float grad_scale, void* param_copy, DType copy_dtype, cudaStream_t stream) {
   ZT_CHECK(n >= 0, "negative length ", n);
   const AdamWScalars s = adamw_scalars(hp, step, grad_scale);
   int64_t at = 0;
@@ -157,7 +157,8 @@ void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* 
       t.end[j] = ranges[b + j].end - base;
       t.factor[j] = ranges[b + j].decay ? s.decay_factor : 1.0f;
     }
-    launch_adamw(param + base, grad + base, m + base, v + base, t.end[count - 1], s, t, nullptr, DType::f32, stream);
+    void* copy = param_copy == nullptr ? nullptr : static_cast<char*>(param_copy) + base * dtype_size(copy_dtype);
+    launch_adamw(param + base, grad + base, m + base, v + base, t.end[count - 1], s, t, copy, copy_dtype, stream);
   }
 }
 

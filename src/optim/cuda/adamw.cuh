@@ -28,9 +28,10 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int6
 // The same update over one flat shard of n elements whose weight decay
 // `ranges` describe (tiling [0, n) in order, as adamw_update_ranges on the
 // CPU takes them), in one launch per 32 ranges rather than one per range:
-// the bits of adamw_update_cuda range by range.
+// the bits of adamw_update_cuda range by range, param_copy (n elements of
+// copy_dtype, or null) written in the same pass.
 void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
                               const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
-                              float grad_scale, cudaStream_t stream);
+                              float grad_scale, void* param_copy, DType copy_dtype, cudaStream_t stream);
 
 }  // namespace zt
