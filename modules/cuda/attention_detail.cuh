@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "modules/cuda/attention_args.hpp"
+#include "modules/cuda/common.cuh"
 
 namespace zt::attn {
 
@@ -41,7 +42,7 @@ void fwd_mma_f16(const FwdArgs& a, int dp, bool vec, cudaStream_t s);
 void bwd_mma_bf16(const BwdArgs& a, int dp, bool vec, cudaStream_t s);
 void bwd_mma_f16(const BwdArgs& a, int dp, bool vec, cudaStream_t s);
 
-constexpr float kLog2e = 1.4426950408889634f;
+using cuda::kLog2e;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // ---- element conversion -----------------------------------------------------

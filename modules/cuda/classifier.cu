@@ -113,29 +113,9 @@ class LtGemm {
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la_, ab, ta ? k : m, ta ? m : k, lda));
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb_, ab, tb ? n : k, tb ? k : n, ldb));
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld_, dt, m, n, ldd));
-    cublasLtMatmulPreference_t pref = nullptr;
-    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = blas.workspace ? blas.workspace_bytes : 0;
-    const uint32_t al[3] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
-                            static_cast<uint32_t>(align_d)};
-    cublasStatus_t st =
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    const cublasLtMatmulPreferenceAttributes_t attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
-      st = cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al[std::min(i, 2)], sizeof al[0]);
-    std::vector<cublasLtMatmulAlgo_t> candidates;
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      try {
-        candidates = cuda::lt_candidates(blas.handle, op_, la_, lb_, ld_, pref, timed ? cuda::kLtCandidates : 1);
-      } catch (...) {
-        (void)cublasLtMatmulPreferenceDestroy(pref);
-        throw;
-      }
-    }
-    (void)cublasLtMatmulPreferenceDestroy(pref);
-    ZT_CUBLAS_CHECK(st);
+    std::vector<cublasLtMatmulAlgo_t> candidates =
+        cuda::lt_candidates(blas.handle, op_, la_, lb_, ld_, blas.workspace ? blas.workspace_bytes : 0, align_a,
+                            align_b, align_d, timed ? cuda::kLtCandidates : 1);
     ZT_CHECK(!candidates.empty(), "classifier: cuBLASLt has no algorithm for (", m, " x ", k, ") . (", k, " x ", n,
              ")");
     algo_ = cuda::LtAlgo(std::move(candidates), timed,
@@ -434,7 +414,7 @@ __device__ __forceinline__ float ex2_approx(float x) {  // 2^x, the hardware's a
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-constexpr float kLog2e = 1.4426950408889634f;
+using cuda::kLog2e;
 
 // One pack's part of pass 1: the running (max, sum of exponentials) over its
 // classes below V. exp(f - m) is 2^(f log2 e - m log2 e), one fused
@@ -599,15 +579,31 @@ __global__ void add_f32_kernel(float* __restrict__ dst, const float* __restrict_
 template <typename L, typename G>
 void launch_row_loss_grad(void* logits, int64_t ldl, int64_t ldg, int rows, int V, const int* targets,
                           const float* dloss, float* losses, cudaStream_t stream) {
-  const size_t row_bytes = static_cast<size_t>(ldl) * sizeof(L);
-  int dev = 0, per_sm = 0, per_block = 0;
+  // The device's shared-memory limits, read once per device, and the
+  // largest dynamic shared memory this kernel has been allowed so far on
+  // each: the attribute is set again only for a longer row.
+  struct Limits {
+    int per_sm = -1, per_block = 0, allowed = 0;
+  };
+  constexpr int kMaxDevices = 64;
+  static Limits limits[kMaxDevices];
+  int dev = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&dev));
-  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  ZT_CHECK(dev < kMaxDevices, "classifier: device ", dev, " beyond the ", kMaxDevices, " this kernel keeps limits for");
+  Limits& lim = limits[dev];
+  if (lim.per_sm < 0) {
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&lim.per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&lim.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  }
+  const size_t row_bytes = static_cast<size_t>(ldl) * sizeof(L);
   constexpr size_t kStatic = 2 * 1024;  // the kernel's own shared arrays and the block's reserve, rounded up
-  if (row_bytes + kStatic <= static_cast<size_t>(per_block) && 2 * (row_bytes + kStatic) <= static_cast<size_t>(per_sm)) {
+  if (row_bytes + kStatic <= static_cast<size_t>(lim.per_block) &&
+      2 * (row_bytes + kStatic) <= static_cast<size_t>(lim.per_sm)) {
     auto* kernel = row_loss_grad_kernel<L, G, true>;
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)));
+    if (static_cast<int>(row_bytes) > lim.allowed) {
+      ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)));
+      lim.allowed = static_cast<int>(row_bytes);
+    }
     kernel<<<rows, kRowThreads, row_bytes, stream>>>(static_cast<L*>(logits), ldl, ldg, V, targets, dloss, losses);
   } else {
     row_loss_grad_kernel<L, G, false><<<rows, kRowThreads, 0, stream>>>(static_cast<L*>(logits), ldl, ldg, V,

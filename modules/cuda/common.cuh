@@ -17,6 +17,9 @@
 
 namespace zt::cuda {
 
+// log2(e): exp(x) is 2^(x log2 e), the form the hardware's ex2 takes.
+constexpr float kLog2e = 1.4426950408889634f;
+
 // ---- element conversion ----------------------------------------------------
 // Round to nearest even, as zt::from_f32 on the host (NaN payloads aside).
 __device__ __forceinline__ float to_float(float v) { return v; }

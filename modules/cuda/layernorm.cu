@@ -4,6 +4,8 @@
 #include "modules/cuda/column_reduce.cuh"
 #include "modules/cuda/layernorm.cuh"
 
+#include <atomic>
+
 namespace zt::cuda {
 namespace {
 
@@ -309,6 +311,12 @@ void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt,
   });
 }
 
+namespace {
+std::atomic<uint64_t> g_one_pass_calls{0};
+}  // namespace
+
+uint64_t layernorm_bwd_one_pass_calls() { return g_one_pass_calls.load(std::memory_order_relaxed); }
+
 size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C) {
   return column_partials_floats(2, N, C) * sizeof(float);
 }
@@ -340,6 +348,7 @@ void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, 
       }
       ZT_CUDA_CHECK_LAUNCH();
       column_finish<2>(dw, db, partial, ch.chunks, C, stream);
+      g_one_pass_calls.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     // Parameter gradients first: dx may alias dout.

@@ -26,5 +26,9 @@ size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C);
 void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const float* dout,
                    const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N,
                    int64_t C, void* workspace, cudaStream_t stream);
+// Calls of layernorm_bwd that took the one pass ([Note: LayerNorm backward
+// in one pass] in layernorm.cu) since the process started: tests check which
+// path ran.
+uint64_t layernorm_bwd_one_pass_calls();
 
 }  // namespace zt::cuda

@@ -53,12 +53,24 @@ bool lt_timed_choice() {
 
 std::vector<cublasLtMatmulAlgo_t> lt_candidates(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
                                                 cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                                cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
-                                                int max_count) {
+                                                cublasLtMatrixLayout_t lc, uint64_t workspace_bytes, int align_a,
+                                                int align_b, int align_cd, int max_count) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint32_t align[4] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
+                             static_cast<uint32_t>(align_cd), static_cast<uint32_t>(align_cd)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace_bytes, sizeof workspace_bytes);
+  for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i], sizeof align[i]);
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_count));
   int count = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, lc, lc, pref, max_count, results.data(), &count);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, lc, lc, pref, max_count, results.data(), &count);
+  (void)cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) return {};
   ZT_CUBLAS_CHECK(st);
   std::vector<cublasLtMatmulAlgo_t> algos;

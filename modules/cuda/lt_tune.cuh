@@ -40,12 +40,15 @@ constexpr int kLtTimedRuns = 5;
 // Whether products choose their algorithm by timing (ZTRAIN_GEMM_ALGO).
 bool lt_timed_choice();
 
-// The heuristic's candidates for a product, best first (empty where there is
-// none: count 0 or CUBLAS_STATUS_NOT_SUPPORTED; other failures throw).
+// The heuristic's candidates for a product, best first, under a preference
+// of at most `workspace_bytes` of workspace and the operands' alignments in
+// bytes (align_cd for C and D, C being D). Empty where there is none (count
+// 0, or CUBLAS_STATUS_NOT_SUPPORTED from the preference or the heuristic);
+// other failures throw.
 std::vector<cublasLtMatmulAlgo_t> lt_candidates(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
                                                 cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                                cublasLtMatrixLayout_t lc, cublasLtMatmulPreference_t pref,
-                                                int max_count = kLtCandidates);
+                                                cublasLtMatrixLayout_t lc, uint64_t workspace_bytes, int align_a,
+                                                int align_b, int align_cd, int max_count = kLtCandidates);
 
 // One product as cublasLtMatmul takes it, with beta = 0 and D in place of C,
 // and the bytes it writes: D's span and, for an epilogue that writes one, the

@@ -103,31 +103,8 @@ Matmul::Plan* Matmul::plan(const Key& wanted) {
   ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(in_type), b_rows, b_cols, lda));
   ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, cuda_type(d_type), m, n, m));
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint32_t align[3] = {static_cast<uint32_t>(al_a), static_cast<uint32_t>(al_b), static_cast<uint32_t>(al_c)};
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &workspace_bytes_, sizeof(workspace_bytes_));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], 4);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], 4);
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    try {
-      candidates = lt_candidates(handle_, p->op, p->la, p->lb, p->lc, pref);
-    } catch (...) {
-      (void)cublasLtMatmulPreferenceDestroy(pref);
-      throw;
-    }
-  }
-  (void)cublasLtMatmulPreferenceDestroy(pref);
-  // NOT_SUPPORTED from the preference means "no algorithm", like none found.
-  if (st != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CUBLAS_CHECK(st);
+  std::vector<cublasLtMatmulAlgo_t> candidates =
+      lt_candidates(handle_, p->op, p->la, p->lb, p->lc, workspace_bytes_, al_a, al_b, al_c);
   static const char* const kEpi[] = {"", " bias", " dgelu", " bias_gelu_aux"};
   // The caller's M x N x K: cuBLASLt's m is the caller's N.
   p->algo = LtAlgo(std::move(candidates), lt_timed_choice(),

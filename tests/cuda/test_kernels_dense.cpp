@@ -7,6 +7,7 @@
 
 #include "cuda_test_support.hpp"
 #include "modules/cuda/attention_cudnn.cuh"
+#include "modules/cuda/layernorm.cuh"
 #include "modules/cuda/lt_tune.cuh"
 
 namespace zt::test {
@@ -457,7 +458,11 @@ TEST_F(CudaDense, LayerNormBackwardInOnePassKeepsTheColumnSumsBits) {
       for (int off = 0; off < 2; ++off) {  // 0: one pass, 1: the separate kernels
         const Tensor dout_d = to_gpu(dout, off), dx_d = gpu_tensor(DType::f32, Shape{N, C}, off);
         const Tensor dw_d = to_gpu(dw0), db_d = to_gpu(db0);
+        const uint64_t one_pass = cuda::layernorm_bwd_one_pass_calls();
         gpu_k->layernorm_bwd(dx_d, false, dw_d, db_d, dout_d, x_d, w_d, mean_d, rstd_d);
+        // Which path ran: the comparison below means nothing if both did the same.
+        EXPECT_EQ(cuda::layernorm_bwd_one_pass_calls() - one_pass, off == 0 ? 1u : 0u)
+            << dtype_name(xt) << " C " << C << (off == 0 ? ": aligned call" : ": misaligned call");
         got[off][0] = values(dw_d);
         got[off][1] = values(db_d);
         got[off][2] = values(dx_d);
