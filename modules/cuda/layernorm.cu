@@ -88,6 +88,31 @@ __global__ void layernorm_fwd_kernel(TX* out, float* mean, float* rstd, const TX
   }
 }
 
+// The per-row arithmetic of the backward, shared by layernorm_bwd_dx_kernel
+// and the one pass, over W columns of a row in column order: the sums of
+// g = dout * w and of g * xhat (xhat = (x - mean) * rstd), and from their
+// means dx, added to `old` when `add`. out may be dv.
+template <int W>
+__device__ __forceinline__ void ln_bwd_row_sums(const float* xv, const float* dv, const float* wv, float m, float r,
+                                                float& g_sum, float& gx_sum) {
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const float g = dv[k] * wv[k];
+    g_sum += g;
+    gx_sum += g * (xv[k] - m) * r;
+  }
+}
+template <int W>
+__device__ __forceinline__ void ln_bwd_dx_cols(const float* xv, const float* dv, const float* wv, const float* old,
+                                               bool add, float m, float r, float g_mean, float gx_mean, float* out) {
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const float xhat = (xv[k] - m) * r;
+    const float v = (dv[k] * wv[k] - g_mean - xhat * gx_mean) * r;
+    out[k] = add ? old[k] + v : v;
+  }
+}
+
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w, added to
 // dres (when given) or to dx (accumulate). dx may alias dout or dres: the
 // first pass only reads, and in the second each element is read and then
@@ -111,12 +136,7 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
     load_cols<kVecPath>(xr, c, xv);
     load_cols<kVecPath>(dr, c, dv);
     load_cols<kVecPath>(w, c, wv);
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const float g = dv[k] * wv[k];
-      g_mean += g;
-      gx_mean += g * (xv[k] - m) * r;
-    }
+    ln_bwd_row_sums<W>(xv, dv, wv, m, r, g_mean, gx_mean);
   });
   g_mean = warp_sum(g_mean) / static_cast<float>(C);
   gx_mean = warp_sum(gx_mean) / static_cast<float>(C);
@@ -126,12 +146,7 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
     load_cols<kVecPath>(dr, c, dv);
     load_cols<kVecPath>(w, c, wv);
     if (base != nullptr) load_cols<kVecPath>(base, c, old);
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const float xhat = (xv[k] - m) * r;
-      const float v = (dv[k] * wv[k] - g_mean - xhat * gx_mean) * r;
-      dv[k] = base != nullptr ? old[k] + v : v;
-    }
+    ln_bwd_dx_cols<W>(xv, dv, wv, old, base != nullptr, m, r, g_mean, gx_mean, dv);
     if constexpr (kVecPath) {
       store_vec(dxr + c, dv);
     } else {
@@ -179,12 +194,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kerne
         load_vec(xr + c, xv);
         load_vec(dr + c, dv);
         load_vec(w + c, wv);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float g = dv[k] * wv[k];
-          g_mean += g;
-          gx_mean += g * (xv[k] - m) * r;
-        }
+        ln_bwd_row_sums<kVec>(xv, dv, wv, m, r, g_mean, gx_mean);
       }
     }
     g_mean = warp_sum(g_mean) / static_cast<float>(C);
@@ -199,11 +209,9 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kerne
         load_vec(w + c, wv);
         if (base != nullptr) load_vec(base + c, old);
         float out[kVec];
+        ln_bwd_dx_cols<kVec>(xv, dv, wv, old, base != nullptr, m, r, g_mean, gx_mean, out);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
-          const float xhat = (xv[k] - m) * r;
-          const float v = (dv[k] * wv[k] - g_mean - xhat * gx_mean) * r;
-          out[k] = base != nullptr ? old[k] + v : v;
           acc_w[j][k] += dv[k] * ((xv[k] - m) * r);
           acc_b[j][k] += dv[k];
         }

@@ -19,6 +19,21 @@ namespace {
 __device__ __forceinline__ void store_copy(float* dst, float v) { *dst = v; }
 __device__ __forceinline__ void store_copy(__nv_bfloat16* dst, float v) { *dst = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_copy(__half* dst, float v) { *dst = __float2half_rn(v); }
+// Four consecutive elements of the copy in one store (dst aligned to four
+// elements), each rounded as store_copy rounds it.
+__device__ __forceinline__ void store_copy4(float* dst, float4 p) { *reinterpret_cast<float4*>(dst) = p; }
+template <typename T>
+__device__ __forceinline__ void store_copy4(T* dst, float4 p) {
+  union {
+    T h[4];
+    uint2 u;
+  } pack;
+  store_copy(&pack.h[0], p.x);
+  store_copy(&pack.h[1], p.y);
+  store_copy(&pack.h[2], p.z);
+  store_copy(&pack.h[3], p.w);
+  *reinterpret_cast<uint2*>(dst) = pack.u;
+}
 
 // Up to kMaxRanges decay ranges of one launch: exclusive ends (relative to
 // the launch's first element, ascending, the last = n) and each range's
@@ -45,11 +60,12 @@ __device__ __forceinline__ int range_of(const DecayTable& t, int64_t e) {
 }
 
 // Copy is void for "no working copy". vec: every pointer 16-byte aligned, so
-// four elements move per access (the copy's stores stay element by element);
-// the four take their decay factors from their own ranges.
+// four elements move per access (and the copy's four in one store when the
+// copy is aligned to four elements: copy_vec); the four take their decay
+// factors from their own ranges.
 template <bool kLerpFromStart, typename Copy>
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWScalars s,
-                             const __grid_constant__ DecayTable t, Copy* copy, bool vec) {
+                             const __grid_constant__ DecayTable t, Copy* copy, bool vec, bool copy_vec) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
@@ -73,10 +89,14 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
       reinterpret_cast<float4*>(m)[i] = mm;
       reinterpret_cast<float4*>(v)[i] = vv;
       if constexpr (!std::is_void_v<Copy>) {
-        store_copy(copy + 4 * i + 0, p.x);
-        store_copy(copy + 4 * i + 1, p.y);
-        store_copy(copy + 4 * i + 2, p.z);
-        store_copy(copy + 4 * i + 3, p.w);
+        if (copy_vec) {
+          store_copy4(copy + 4 * i, p);
+        } else {
+          store_copy(copy + 4 * i + 0, p.x);
+          store_copy(copy + 4 * i + 1, p.y);
+          store_copy(copy + 4 * i + 2, p.z);
+          store_copy(copy + 4 * i + 3, p.w);
+        }
       }
     }
     done = nv * 4;
@@ -97,15 +117,17 @@ namespace {
 void launch_adamw(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s,
                   const DecayTable& t, void* param_copy, DType copy_dtype, cudaStream_t stream) {
   const bool vec = aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v);
+  // Four elements of the copy: 16 bytes in f32, 8 in bf16/f16.
+  const bool copy_vec = param_copy != nullptr && reinterpret_cast<uintptr_t>(param_copy) % (4 * dtype_size(copy_dtype)) == 0;
   // A grid-stride loop over at most 8192 blocks of 256 threads.
   constexpr int kThreads = 256;
   const int64_t work = vec ? n / 4 + 1 : n;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(8192, (work + kThreads - 1) / kThreads));
   auto run = [&](auto copy) {
     if (s.lerp_from_start) {
-      adamw_kernel<true><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec);
+      adamw_kernel<true><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec, copy_vec);
     } else {
-      adamw_kernel<false><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec);
+      adamw_kernel<false><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec, copy_vec);
     }
     ZT_CUDA_CHECK_LAUNCH();
   };
