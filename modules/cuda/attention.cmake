@@ -56,7 +56,7 @@ if(_zt_fe_include AND EXISTS "${_zt_fe_include}/cudnn_frontend.h" AND ZT_CUDNN_I
   # The frontend also references NVRTC (for engines it compiles at run time).
   target_link_libraries(zt_cuda_attention PUBLIC ${ZT_CUDNN_LIBRARY} CUDA::nvrtc)
   # Host code, compiled by the C++ compiler (attention_cudnn.cpp's header),
-  # at -O1: the frontend's templates took 97 s at -O3 and 43 s at -O1 on a
+  # at -O1: the frontend's templates took 81 s at -O3 and 42 s at -O1 on a
   # 2-core machine, and the code builds graphs once per shape.
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/attention_cudnn.cpp PROPERTIES
     COMPILE_DEFINITIONS "ZT_HAVE_CUDNN=1"
