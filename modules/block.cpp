@@ -47,15 +47,15 @@ UnitDesc BlockUnit::describe(const ModelShape& s, int layer) {
   d.tensors = {
       {"ln_1.weight", Shape{C}, false, hf + "ln_1.weight"},
       {"ln_1.bias", Shape{C}, false, hf + "ln_1.bias"},
-      {"attn.c_attn.weight", Shape{3 * C, C}, true, hf + "attn.c_attn.weight", conv1d},
+      {"attn.c_attn.weight", Shape{3 * C, C}, true, hf + "attn.c_attn.weight", conv1d, true},
       {"attn.c_attn.bias", Shape{3 * C}, false, hf + "attn.c_attn.bias"},
-      {"attn.c_proj.weight", Shape{C, C}, true, hf + "attn.c_proj.weight", conv1d},
+      {"attn.c_proj.weight", Shape{C, C}, true, hf + "attn.c_proj.weight", conv1d, true},
       {"attn.c_proj.bias", Shape{C}, false, hf + "attn.c_proj.bias"},
       {"ln_2.weight", Shape{C}, false, hf + "ln_2.weight"},
       {"ln_2.bias", Shape{C}, false, hf + "ln_2.bias"},
-      {"mlp.c_fc.weight", Shape{4 * C, C}, true, hf + "mlp.c_fc.weight", conv1d},
+      {"mlp.c_fc.weight", Shape{4 * C, C}, true, hf + "mlp.c_fc.weight", conv1d, true},
       {"mlp.c_fc.bias", Shape{4 * C}, false, hf + "mlp.c_fc.bias"},
-      {"mlp.c_proj.weight", Shape{C, 4 * C}, true, hf + "mlp.c_proj.weight", conv1d},
+      {"mlp.c_proj.weight", Shape{C, 4 * C}, true, hf + "mlp.c_proj.weight", conv1d, true},
       {"mlp.c_proj.bias", Shape{C}, false, hf + "mlp.c_proj.bias"},
   };
   // BlockStash per token: ln1, atty, res, ln2 C each, qkv 3C, fch and fcg
@@ -150,6 +150,10 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   Kernels& k = *ctx.kernels;
   Arena& ws = *ctx.scratch;
   const std::vector<Tensor>& s = stash.t;
+  // The four weight gradients are written whole by one product each: added
+  // into, or written at the step's first backward ([Note: gradients written,
+  // not zeroed]).
+  const bool acc = !ctx.grads_fresh;
 
   // din collects the residual path's gradient and both branches': the MLP
   // norm's backward writes din = dout + its input gradient.
@@ -164,12 +168,12 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
     ArenaScope scope(ws);
     const Tensor dout_m =
         k.bias_grad_and_operand(ws, g[kFcProjB], dout, shared_partner(dout, {fcg.dtype, p[kFcProjW].dtype}));
-    k.matmul(ws, g[kFcProjW], dout_m, true, fcg, false, true);  // (C, 4C) += dout^T fcg
+    k.matmul(ws, g[kFcProjW], dout_m, true, fcg, false, acc);  // (C, 4C) += dout^T fcg
     // d fch = (dout Wp) * gelu'(fch), its bias gradient and its operand: the
     // product and GELU's backward in one call where the backend fuses them.
     const Tensor dfc_m = k.matmul_gelu_bwd_bias_grad_and_operand(
         ws, g[kFcB], md, dout_m, p[kFcProjW], false, s[kFch], shared_partner(dout, {s[kLn2].dtype, p[kFcW].dtype}));
-    k.matmul(ws, g[kFcW], dfc_m, true, s[kLn2], false, true);  // (4C, C) += dfch^T ln2
+    k.matmul(ws, g[kFcW], dfc_m, true, s[kLn2], false, acc);  // (4C, C) += dfch^T ln2
     k.matmul(ws, dln, dfc_m, false, p[kFcW], false, false);    // (B, T, C) = dfch Wfc
   }
   k.layernorm_bwd(din, false, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2], dout);
@@ -180,7 +184,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
     ArenaScope scope(ws);
     const Tensor dres_m =
         k.bias_grad_and_operand(ws, g[kAttnProjB], din, shared_partner(din, {s[kAtty].dtype, p[kAttnProjW].dtype}));
-    k.matmul(ws, g[kAttnProjW], dres_m, true, s[kAtty], false, true);  // (C, C) += dres^T atty
+    k.matmul(ws, g[kAttnProjW], dres_m, true, s[kAtty], false, acc);  // (C, C) += dres^T atty
     k.matmul(ws, datty, dres_m, false, p[kAttnProjW], false, false);
   }
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
@@ -192,7 +196,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
     const Tensor dqkv_m = k.attention_bwd_bias_grad_and_operand(
         ws, g[kAttnB], dqkv, datty, s[kQkv], s[kAtty], s[kLse], n_head_, ctx.doc_start,
         shared_partner(dqkv, {s[kLn1].dtype, p[kAttnW].dtype}));
-    k.matmul(ws, g[kAttnW], dqkv_m, true, s[kLn1], false, true);  // (3C, C) += dqkv^T ln1
+    k.matmul(ws, g[kAttnW], dqkv_m, true, s[kLn1], false, acc);  // (3C, C) += dqkv^T ln1
     k.matmul(ws, dln1, dqkv_m, false, p[kAttnW], false, false);   // (B, T, C) = dqkv Wattn
   }
   k.layernorm_bwd(din, true, g[kLn1W], g[kLn1B], dln1, in, p[kLn1W], s[kMean1], s[kRstd1]);

@@ -233,6 +233,18 @@ class Kernels {
   // dst = src converted to dst's dtype (same element count; f32/f64/bf16/f16).
   virtual void cast(const Tensor& dst, const Tensor& src) = 0;
   virtual void zero(const Tensor& t) = 0;
+  // [Note: gradients written, not zeroed] (zero/zero_engine.hpp): zeroes
+  // elements [begin, end) of the f32 tensor `flat` for every span, each at
+  // most kZeroSpanMax elements (a backend may zero them all in one launch).
+  // By default, one zero() a span.
+  struct ZeroSpan {
+    int64_t begin;
+    int64_t end;
+  };
+  static constexpr int64_t kZeroSpanMax = int64_t{1} << 16;
+  virtual void zero_spans(const Tensor& flat, const std::vector<ZeroSpan>& spans) {
+    for (const ZeroSpan& s : spans) zero(flat.slice1d(s.begin, s.end - s.begin));
+  }
   // x *= alpha, in place.
   virtual void scale(const Tensor& x, double alpha) = 0;
 

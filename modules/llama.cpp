@@ -154,6 +154,10 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   Kernels& k = *ctx.kernels;
   Arena& ws = *ctx.scratch;
   const std::vector<Tensor>& s = stash.t;
+  // Each weight gradient is written whole by one product: added into, or
+  // written at the step's first backward ([Note: gradients written, not
+  // zeroed]).
+  const bool acc = !ctx.grads_fresh;
 
   // din collects the residual path's gradient and both branches': the MLP
   // norm's backward writes din = dout + its input gradient.
@@ -172,14 +176,14 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
     // converted once (shared_matmul_operand, in a scope of ws).
     ArenaScope scope(ws);
     const Tensor dout_m = shared_matmul_operand(k, ws, dout, {h.dtype, p[kDownW].dtype});
-    k.matmul(ws, g[kDownW], dout_m, true, h, false, true);    // (C, F) += dout^T h
+    k.matmul(ws, g[kDownW], dout_m, true, h, false, acc);    // (C, F) += dout^T h
     k.matmul(ws, dh, dout_m, false, p[kDownW], false, false);  // dh = dout Wd
   }
   const Tensor dgate = act == md ? dh : ws.alloc(gd, Shape{B, T, F_});
   const Tensor dup = ws.alloc(gd, Shape{B, T, F_});
   k.swiglu_bwd(dgate, dup, dh, s[kGate], s[kUp]);  // in place of dh in the math dtype
-  k.matmul(ws, g[kGateW], dgate, true, s[kLn2], false, true);
-  k.matmul(ws, g[kUpW], dup, true, s[kLn2], false, true);
+  k.matmul(ws, g[kGateW], dgate, true, s[kLn2], false, acc);
+  k.matmul(ws, g[kUpW], dup, true, s[kLn2], false, acc);
   const Tensor dln = ws.alloc(md, Shape{B, T, C});
   k.matmul(ws, dln, dgate, false, p[kGateW], false, false);
   k.matmul(ws, dln, dup, false, p[kUpW], false, true);
@@ -190,7 +194,7 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   {
     ArenaScope scope(ws);
     const Tensor dres_m = shared_matmul_operand(k, ws, din, {s[kAtty].dtype, p[kOW].dtype});
-    k.matmul(ws, g[kOW], dres_m, true, s[kAtty], false, true);
+    k.matmul(ws, g[kOW], dres_m, true, s[kAtty], false, acc);
     k.matmul(ws, datty, dres_m, false, p[kOW], false, false);
   }
   const Tensor dq = ws.alloc(md, Shape{B, T, C});
@@ -204,9 +208,9 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
     const Tensor dq_m = shared_matmul_operand(k, ws, dq, {s[kLn1].dtype, p[kQW].dtype});
     const Tensor dk_m = shared_matmul_operand(k, ws, dk, {s[kLn1].dtype, p[kKW].dtype});
     const Tensor dv_m = shared_matmul_operand(k, ws, dv, {s[kLn1].dtype, p[kVW].dtype});
-    k.matmul(ws, g[kQW], dq_m, true, s[kLn1], false, true);
-    k.matmul(ws, g[kKW], dk_m, true, s[kLn1], false, true);
-    k.matmul(ws, g[kVW], dv_m, true, s[kLn1], false, true);
+    k.matmul(ws, g[kQW], dq_m, true, s[kLn1], false, acc);
+    k.matmul(ws, g[kKW], dk_m, true, s[kLn1], false, acc);
+    k.matmul(ws, g[kVW], dv_m, true, s[kLn1], false, acc);
     k.matmul(ws, dln1, dq_m, false, p[kQW], false, false);
     k.matmul(ws, dln1, dk_m, false, p[kKW], false, true);
     k.matmul(ws, dln1, dv_m, false, p[kVW], false, true);

@@ -47,8 +47,10 @@ UnitDesc llama_block(const ModelShape& s, int layer) {
   d.kind = UnitKind::block;
   d.checkpointable = true;
   const std::string hf = "model.layers." + std::to_string(layer) + ".";
+  // The 2-D weights' gradients are each written by one product
+  // ([Note: gradients written, not zeroed] in zero/zero_engine.hpp).
   auto t = [&](const char* name, Shape shape) {
-    return TensorDesc{name, shape, shape.rank() == 2, hf + name};
+    return TensorDesc{name, shape, shape.rank() == 2, hf + name, HfLayout::as_is, shape.rank() == 2};
   };
   d.tensors = {t("input_layernorm.weight", Shape{C}),
                t("self_attn.q_proj.weight", Shape{C, C}),

@@ -45,7 +45,7 @@ int64_t UnitDesc::numel() const {
 std::vector<ParamSpec> UnitDesc::params() const {
   std::vector<ParamSpec> out;
   out.reserve(tensors.size());
-  for (const TensorDesc& t : tensors) out.push_back({t.name, t.shape, t.weight_decay});
+  for (const TensorDesc& t : tensors) out.push_back({t.name, t.shape, t.weight_decay, t.grad_overwritten});
   return out;
 }
 

@@ -72,6 +72,10 @@ struct TensorDesc {
   bool weight_decay;       // AdamW decay applies (2-D weights)
   std::string hf_name;     // Hugging Face state-dict name: "h.3.attn.c_attn.weight"
   HfLayout hf_layout = HfLayout::as_is;
+  // [Note: gradients written, not zeroed] (zero/zero_engine.hpp): the unit's
+  // backward writes this tensor's whole gradient in one product, so at its
+  // first backward of a step it overwrites instead of adding.
+  bool grad_overwritten = false;
   Shape hf_shape() const;  // the shape as Hugging Face stores it
 };
 

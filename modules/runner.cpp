@@ -162,7 +162,8 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
       din = din_out;  // undefined for unit 0
     else
       din = Tensor(ping[parity].data, gdt, u.input_shape(mb.B, mb.T), ping[parity].device);
-    const UnitContext ctx = context(mb, mb.saved);
+    UnitContext ctx = context(mb, mb.saved);
+    ctx.grads_fresh = grads.grads_fresh(i);
     const std::vector<Tensor> views = params.acquire(i, Phase::backward);
     const std::vector<Tensor> g = grads.grads(i);
     u.backward(ctx, views, g, x, d, din, stash);

@@ -20,6 +20,10 @@ struct ParamSpec {
   std::string name;   // e.g. "attn.c_attn.weight"
   Shape shape;
   bool weight_decay;  // AdamW decay applies (2-D weights only)
+  // The backward writes this parameter's whole gradient with one product
+  // and overwrites it when UnitContext::grads_fresh ([Note: gradients
+  // written, not zeroed] in zero/zero_engine.hpp).
+  bool grad_overwritten = false;
 };
 
 // A parameter of another unit that this unit reads (tied embeddings): its
@@ -52,6 +56,12 @@ struct UnitContext {
   // its per-token losses (f64, one element), undefined for nowhere.
   bool loss_in_backward = false;
   Tensor loss_sum;
+  // [Note: gradients written, not zeroed]: the gradients of this unit's own
+  // parameters whose ParamSpec says grad_overwritten hold no value yet in
+  // this step (they were not zeroed): the backward writes them, not adds.
+  // The other gradients are zero or hold earlier micro-batches' sums, as
+  // always. Set by the runner from GradSink::grads_fresh.
+  bool grads_fresh = false;
 };
 
 // What a unit's forward keeps for its backward (views into ctx.saved).
@@ -110,6 +120,14 @@ class GradSink {
   // Gradient buffers (own then tied) that the unit's backward accumulates
   // into: fp32, or f64 when the parameters are f64 (math_dtype of the params).
   virtual std::vector<Tensor> grads(int unit) = 0;
+  // [Note: gradients written, not zeroed]: whether the unit's next backward
+  // is the first to write its grad_overwritten gradients in this step, which
+  // the sink left unzeroed (UnitContext::grads_fresh). False: every gradient
+  // buffer is added into.
+  virtual bool grads_fresh(int unit) {
+    (void)unit;
+    return false;
+  }
   // The unit's backward for the current micro-batch has finished.
   virtual void done(int unit) = 0;
   // [Note: breadth-first walk]: from now on each unit's backward runs n

@@ -11,6 +11,8 @@
 #include "modules/cuda/matmul.cuh"
 #include "modules/cuda/reduce.cuh"
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <string>
 
@@ -378,6 +380,47 @@ void CudaKernels::zero(const Tensor& t) {
   if (!t.defined() || t.numel() == 0) return;
   check_on_device(t, "zero");
   ZT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+}
+
+namespace {
+// Up to kSpansPerLaunch spans in the kernel's parameters (16 KiB).
+constexpr int kSpansPerLaunch = 1024;
+struct SpanTable {
+  int64_t begin[kSpansPerLaunch];
+  int64_t end[kSpansPerLaunch];
+};
+
+// One block a span (each at most Kernels::kZeroSpanMax elements), four
+// floats a store between its 16-byte boundaries.
+__global__ void zero_spans_kernel(float* flat, const __grid_constant__ SpanTable t) {
+  const int64_t b = t.begin[blockIdx.x], e = t.end[blockIdx.x];
+  const bool aligned = reinterpret_cast<uintptr_t>(flat) % 16 == 0;
+  const int64_t head = aligned ? min(e, (b + 3) / 4 * 4) : e;  // to the first 16-byte boundary
+  for (int64_t j = b + threadIdx.x; j < head; j += blockDim.x) flat[j] = 0.0f;
+  const int64_t body = head + (e - head) / 4 * 4;
+  for (int64_t j = head + 4 * static_cast<int64_t>(threadIdx.x); j < body; j += 4 * static_cast<int64_t>(blockDim.x))
+    *reinterpret_cast<float4*>(flat + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t j = body + threadIdx.x; j < e; j += blockDim.x) flat[j] = 0.0f;
+}
+}  // namespace
+
+void CudaKernels::zero_spans(const Tensor& flat, const std::vector<ZeroSpan>& spans) {
+  if (spans.empty()) return;
+  check_on_device(flat, "zero_spans");
+  ZT_CHECK(flat.dtype == DType::f32, "zero_spans: f32 gradients expected, got ", dtype_name(flat.dtype));
+  for (size_t at = 0; at < spans.size(); at += kSpansPerLaunch) {
+    const size_t n = std::min<size_t>(kSpansPerLaunch, spans.size() - at);
+    SpanTable t;
+    for (size_t i = 0; i < n; ++i) {
+      const ZeroSpan& s = spans[at + i];
+      ZT_CHECK(s.begin >= 0 && s.begin <= s.end && s.end <= flat.numel() && s.end - s.begin <= kZeroSpanMax,
+               "zero_spans: span [", s.begin, ", ", s.end, ") of a ", flat.numel(), "-element tensor");
+      t.begin[i] = s.begin;
+      t.end[i] = s.end;
+    }
+    zero_spans_kernel<<<static_cast<unsigned>(n), 256, 0, stream_>>>(static_cast<float*>(flat.data), t);
+    ZT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void CudaKernels::scale(const Tensor& x, double alpha) {

@@ -126,6 +126,7 @@ class CudaKernels final : public Kernels {
                                                const Tensor& w, bool trans_w, const Tensor& pre,
                                                DType partner) override;
   void zero(const Tensor& t) override;
+  void zero_spans(const Tensor& flat, const std::vector<ZeroSpan>& spans) override;
   void scale(const Tensor& x, double alpha) override;
   void sum_squares(const Tensor& x, const Tensor& acc) override;
   void sum_into(const Tensor& x, const Tensor& acc) override;

@@ -307,6 +307,11 @@ Tensor ProfiledKernels::attention_bwd_bias_grad_and_operand(Arena& ws, const Ten
 void ProfiledKernels::zero(const Tensor& t) {
   timed("zero", 0, static_cast<double>(t.bytes()), [&] { inner_->zero(t); });
 }
+void ProfiledKernels::zero_spans(const Tensor& flat, const std::vector<ZeroSpan>& spans) {
+  double bytes = 0;
+  for (const ZeroSpan& s : spans) bytes += static_cast<double>(s.end - s.begin) * static_cast<double>(dtype_size(flat.dtype));
+  timed("zero spans", 0, bytes, [&] { inner_->zero_spans(flat, spans); });
+}
 void ProfiledKernels::scale(const Tensor& x, double alpha) {
   timed("scale", 0, 2.0 * static_cast<double>(x.bytes()), [&] { inner_->scale(x, alpha); });
 }

@@ -11,7 +11,7 @@ FlatLayout::FlatLayout(const std::vector<const Unit*>& units, int dp_size) : dp_
     FlatUnit fu;
     fu.name = unit->name();
     for (const ParamSpec& p : unit->params()) {
-      fu.params.push_back(ParamSlot{p.name, p.shape, p.weight_decay, fu.numel});
+      fu.params.push_back(ParamSlot{p.name, p.shape, p.weight_decay, p.grad_overwritten, fu.numel});
       fu.numel += p.shape.numel();
     }
     fu.padded = (fu.numel + dp_size - 1) / dp_size * dp_size;

@@ -16,6 +16,7 @@ struct ParamSlot {
   std::string name;
   Shape shape;
   bool weight_decay = false;
+  bool grad_overwritten = false;  // ParamSpec::grad_overwritten
   int64_t offset = 0;  // elements from the start of the unit's flat buffer
   int64_t numel() const { return shape.numel(); }
 };

@@ -119,6 +119,40 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       }
     }
   }
+  if (!grads_.empty()) {
+    // [Note: gradients written, not zeroed]: the spans of grads_ that no
+    // product overwrites, adjacent ones merged (units lie end to end).
+    std::vector<Kernels::ZeroSpan> keep;
+    int64_t overwritten = 0;
+    for (int u = 0; u < n; ++u) {
+      if (!is_local(u)) continue;
+      const FlatUnit& fu = layout_.unit(u);
+      int64_t at = grad_offset_[u];
+      for (const ParamSlot& p : fu.params) {
+        if (!p.grad_overwritten) continue;
+        const int64_t b = grad_offset_[u] + p.offset;
+        if (b > at) keep.push_back({at, b});
+        at = b + p.numel();
+        overwritten += p.numel();
+      }
+      if (grad_offset_[u] + fu.padded > at) keep.push_back({at, grad_offset_[u] + fu.padded});
+    }
+    overwrite_first_ = overwritten > 0;
+    for (const Kernels::ZeroSpan& s : keep) {
+      std::vector<Kernels::ZeroSpan>& to =
+          s.end - s.begin > Kernels::kZeroSpanMax ? clear_large_ : clear_small_;
+      if (!to.empty() && to.back().end == s.begin)
+        to.back().end = s.end;
+      else
+        to.push_back(s);
+    }
+    // Merging may have made a small span large.
+    std::vector<Kernels::ZeroSpan> small;
+    for (const Kernels::ZeroSpan& s : clear_small_)
+      (s.end - s.begin > Kernels::kZeroSpanMax ? clear_large_ : small).push_back(s);
+    clear_small_ = std::move(small);
+    grads_written_.assign(static_cast<size_t>(n), false);
+  }
   if (opts.grad_accumulate_on_device && grad_acc_.empty())
     ZT_USER_ERROR("offload.grad_accumulation \"device\" needs the gradients on the host (stage 2 or 3, the "
                   "optimizer offloaded with ratio 1)");

@@ -34,6 +34,19 @@
 // write_state (checkpoints, init_from) between two publishes get the cast
 // as before. Stages 1-2 still cast each shard into the gather's send buffer.
 //
+// [Note: gradients written, not zeroed] At stages 0-1 every step's gradients
+// sum into one full fp32 buffer, which zero_grads cleared whole before the
+// step (5.25 GB written at 1.3B). Most of it belongs to parameters whose
+// gradient the backward writes in one product (ParamSpec::
+// grad_overwritten: GPT-2's four block weights). zero_grads now clears only
+// the rest (the biases, the norms, the embeddings, the padding; spans built
+// once, the small ones in one zero_spans launch), and each unit's first
+// backward of the step is told so (grads_fresh, UnitContext::grads_fresh)
+// and writes those gradients instead of adding into them; later micro-
+// batches add. Sums of zero and a product are the product's bits (but for
+// the sign of a zero), so the step's numbers are those of the cleared
+// buffer. Stages 2-3 keep clearing their per-unit buffers.
+//
 // The optimizer does not know how shards are made: apply_optimizer hands each
 // shard this rank owns to an OptimizerPlacement (optimizer_placement.hpp).
 // When the placement keeps the optimizer's states off the device (offload),
@@ -172,6 +185,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   std::vector<Tensor> acquire(int unit, Phase phase) override;
   void release(int unit, Phase phase) override;
   std::vector<Tensor> grads(int unit) override;
+  bool grads_fresh(int unit) override;
   void done(int unit) override;
   // [Note: breadth-first walk] (pipeline/executor.hpp): ParamProvider's and
   // GradSink's hint. Within a run of n, a unit released in a phase before
@@ -285,6 +299,12 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Buffer shard_sq_;
   std::vector<bool> sq_on_device_;
   std::vector<bool> landed_;  // the unit's gradient landed this step
+  // [Note: gradients written, not zeroed]: what zero_grads clears of grads_
+  // (large spans one by one, the small ones in one call), and the units
+  // whose backward already wrote this step.
+  std::vector<Kernels::ZeroSpan> clear_large_, clear_small_;
+  bool overwrite_first_ = false;
+  std::vector<bool> grads_written_;
   std::vector<int64_t> micro_done_;  // with grad_acc_: micro-batches of this step each unit has reduced
   int64_t shard_elems_ = 0;
   Buffer exp_avg_, exp_avg_sq_;

@@ -45,7 +45,12 @@ std::vector<Tensor> ZeroEngine::grads(int unit) {
   return views;
 }
 
+bool ZeroEngine::grads_fresh(int unit) {
+  return overwrite_first_ && !grads_written_[static_cast<size_t>(unit)];
+}
+
 void ZeroEngine::done(int unit) {
+  if (overwrite_first_) grads_written_[static_cast<size_t>(unit)] = true;
   if (opts_.stage < 2) return;
   // [Note: breadth-first walk]: the run's next micro-batch adds into the
   // same buffer; its last one reduces the sum.
@@ -111,7 +116,17 @@ void ZeroEngine::progress_reductions(bool wait_all) {
 }
 
 void ZeroEngine::zero_grads() {
-  if (!grads_.empty()) dev_.memset_zero(grads_.data(), grads_.bytes());
+  if (!grads_.empty()) {
+    if (overwrite_first_) {
+      // [Note: gradients written, not zeroed]
+      for (const Kernels::ZeroSpan& s : clear_large_)
+        dev_.memset_zero(grads_.as<float>() + s.begin, static_cast<size_t>(s.end - s.begin) * sizeof(float));
+      kernels_.zero_spans(grads_.tensor(), clear_small_);
+      std::fill(grads_written_.begin(), grads_written_.end(), false);
+    } else {
+      dev_.memset_zero(grads_.data(), grads_.bytes());
+    }
+  }
   if (!landing_) {
     if (!grad_shard_.empty()) dev_.memset_zero(grad_shard_.data(), grad_shard_.bytes());
     return;

@@ -57,7 +57,7 @@ struct Fixture {
   }
   // One micro-batch forward and backward; returns the loss sum. The batch
   // differs by rank so that the reduction matters.
-  double step(ZeroEngine& e, int micro = 1) {
+  double step(ZeroEngine& e, int micro = 1, bool poison = false) {
     UnitRunner runner(units, kernels, dev, DType::f32, DType::f32, false);
     MicroBatchState mb(dev, static_cast<int>(units.size()), 1 << 16);
     const int64_t B = 2, T = 16;
@@ -68,6 +68,7 @@ struct Fixture {
     }
     std::vector<float> dloss(B * T, 1.0f / (B * T));
     e.zero_grads();
+    if (poison) poison_overwritten(e);
     const int L = static_cast<int>(units.size());
     double sum = 0;
     for (int k = 0; k < micro; ++k) {  // the same batch again: gradient accumulation
@@ -78,6 +79,23 @@ struct Fixture {
     }
     e.reduce_gradients();
     return sum;
+  }
+  // [Note: gradients written, not zeroed]: NaN in every gradient that
+  // zero_grads left for the backward to write, as a buffer that was not
+  // cleared may hold anything. Returns how many elements.
+  int64_t poison_overwritten(ZeroEngine& e) {
+    int64_t n = 0;
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      if (!e.grads_fresh(u)) continue;
+      const std::vector<Tensor> g = e.grads(u);
+      const std::vector<ParamSlot>& slots = e.layout().unit(u).params;
+      for (size_t p = 0; p < slots.size(); ++p) {
+        if (!slots[p].grad_overwritten) continue;
+        std::fill_n(g[p].as<float>(), g[p].numel(), std::nanf(""));
+        n += g[p].numel();
+      }
+    }
+    return n;
   }
   double grad_sq(ZeroEngine& e) {
     double sq = 0;
@@ -223,6 +241,34 @@ TEST(ZeroEngine, DeviceAdamWPlacementEqualsAdamWPerDecaySpan) {
     size_t i = 0;
     for (const OwnedShard& s : e->owned_shards())
       EXPECT_EQ(std::vector<float>(s.master, s.master + s.numel()), ref[i++]) << "stage " << stage << " unit " << s.unit;
+  }
+}
+
+// [Note: gradients written, not zeroed]: at stages 0-1 zero_grads leaves the
+// block weights' gradients for their products to write at each unit's first
+// backward of the step. With those gradients set to NaN after zero_grads
+// (what an uncleared buffer might hold), one and two micro-batches give the
+// gradients of a step whose buffer was cleared whole.
+TEST(ZeroEngine, OverwrittenGradientsNeedNoClearing) {
+  Fixture f;
+  for (int stage : {0, 1}) {
+    for (int micro : {1, 2}) {
+      auto ref = f.engine(stage);
+      auto e = f.engine(stage);
+      // The reference clears everything: NaN would survive an add.
+      const double ref_loss = f.step(*ref, micro);
+      e->zero_grads();
+      EXPECT_GT(f.poison_overwritten(*e), 0) << "stage " << stage << ": no gradient is left to its product";
+      const double loss = f.step(*e, micro, true);
+      EXPECT_EQ(loss, ref_loss);
+      ASSERT_EQ(e->owned_shards().size(), ref->owned_shards().size());
+      for (size_t i = 0; i < e->owned_shards().size(); ++i) {
+        const OwnedShard& a = e->owned_shards()[i];
+        const OwnedShard& b = ref->owned_shards()[i];
+        EXPECT_EQ(std::vector<float>(a.grad, a.grad + a.numel()), std::vector<float>(b.grad, b.grad + b.numel()))
+            << "stage " << stage << " micro-batches " << micro << " unit " << a.unit;
+      }
+    }
   }
 }
 
