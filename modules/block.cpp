@@ -179,7 +179,9 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   k.layernorm_bwd(din, false, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wp^T + bp.
-  const Tensor& datty = dln;  // (B, T, C), reused
+  // datty (B, T, C) reuses dln's memory, in the dtype attention's backward
+  // takes it ([Note: attention's dout in 16 bits] in modules/kernels.hpp).
+  const Tensor datty(dln.data, k.attention_bwd_dout_dtype(s[kQkv], ctx.doc_start, md), dln.shape, dln.device);
   {
     ArenaScope scope(ws);
     const Tensor dres_m =

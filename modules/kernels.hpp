@@ -111,6 +111,19 @@ class Kernels {
     attention_bwd(ws, dqkv, dout, qkv, out, lse, n_head, doc_start);
     return bias_grad_and_operand(ws, dbias, dqkv, partner);
   }
+  // [Note: attention's dout in 16 bits] The dtype in which
+  // attention_bwd_bias_grad_and_operand would take dout for these qkv and
+  // doc_start: `math` (dout as attention_bwd takes it), or qkv's 16-bit
+  // dtype where the backend's attention rounds dout to it anyway (CUDA with
+  // cuDNN). The caller may then have the product that makes dout write it
+  // in that dtype (its f32 sum rounded once, as the backend would round
+  // it), and save the f32 write, read and rounding pass. A dout in another
+  // dtype than `math` is taken by attention_bwd_bias_grad_and_operand only.
+  virtual DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) {
+    (void)qkv;
+    (void)doc_start;
+    return math;
+  }
 
   // ---- Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU --
   // RMSNorm over the last dimension: out (N, C) = x * rstd * w, rstd (N) =

@@ -147,7 +147,7 @@ void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Te
   ZT_CHECK(out.numel() == n_out && out.dtype == t, "attention_bwd: out must be (B, T, C) in ", dtype_name(t));
   ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
   a.lse = static_cast<const float*>(lse.data);
-  if (attn::cudnn_bwd(a, t, out.data, static_cast<const float*>(dout.data), ws, stream)) return;
+  if (attn::cudnn_bwd(a, t, out.data, dout.data, DType::f32, ws, stream)) return;
 
   const ArenaScope scope(ws);
   const Tensor delta = ws.alloc(DType::f32, Shape{d.B, d.NH, d.T});
@@ -248,7 +248,8 @@ bool attention_bwd_cuda_16bit(const Tensor& dqkv16, const Tensor& dout, const Te
   const int64_t n_out = static_cast<int64_t>(d.B) * d.T * d.C, n_stat = static_cast<int64_t>(d.B) * d.NH * d.T;
   ZT_CHECK(dqkv16.numel() == qkv.numel() && dqkv16.dtype == qkv.dtype, "attention_bwd: dqkv16 must be ",
            qkv.shape.str(), " ", dtype_name(qkv.dtype), ", got ", dqkv16.shape.str(), " ", dtype_name(dqkv16.dtype));
-  ZT_CHECK(dout.numel() == n_out && dout.dtype == DType::f32, "attention_bwd: dout must be (B, T, C) f32");
+  ZT_CHECK(dout.numel() == n_out && (dout.dtype == DType::f32 || dout.dtype == qkv.dtype),
+           "attention_bwd: dout must be (B, T, C) f32 or ", dtype_name(qkv.dtype));
   ZT_CHECK(out.numel() == n_out && out.dtype == qkv.dtype, "attention_bwd: out must be (B, T, C) in ",
            dtype_name(qkv.dtype));
   ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
@@ -260,7 +261,7 @@ bool attention_bwd_cuda_16bit(const Tensor& dqkv16, const Tensor& dout, const Te
   a.lse = static_cast<const float*>(lse.data);
   a.g16 = dqkv16.data;
   a.ld_g16 = 3 * d.C;
-  return attn::cudnn_bwd(a, qkv.dtype, out.data, static_cast<const float*>(dout.data), ws, stream);
+  return attn::cudnn_bwd(a, qkv.dtype, out.data, dout.data, dout.dtype, ws, stream);
 }
 
 void gqa_attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,

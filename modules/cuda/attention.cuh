@@ -49,8 +49,11 @@ void attention_bwd_cuda(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 // attention_bwd_cuda without document masking where cuDNN runs the call
 // ([Note: two attention paths]): dqkv16 (B, T, 3C), in qkv's 16-bit dtype,
 // receives cuDNN's gradients as it writes them, which attention_bwd_cuda
-// would widen into f32 (so widening dqkv16 gives its bits). Returns false,
-// having done nothing, where the flash kernels would run instead.
+// would widen into f32 (so widening dqkv16 gives its bits). dout is f32, or
+// already in qkv's dtype ([Note: attention's dout in 16 bits] in
+// modules/kernels.hpp: the rounding attention_bwd_cuda makes, done before).
+// Returns false, having done nothing, where the flash kernels would run
+// instead.
 bool attention_bwd_cuda_16bit(const Tensor& dqkv16, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                               const Tensor& lse, int n_head, Arena& ws, cudaStream_t stream);
 

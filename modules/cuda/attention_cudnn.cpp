@@ -1,8 +1,8 @@
 // Causal attention on cuDNN's fused attention kernels ([Note: two attention
 // paths] in attention_cudnn.cuh): built cudnn-frontend graphs, cached per
 // shape; the two small kernels around the backward (dout rounded to the
-// storage dtype, 16-bit gradients widened into the f32 outputs) are in
-// attention_cudnn_cast.cu. Host code only, compiled by the C++ compiler:
+// storage dtype where it comes in f32, 16-bit gradients widened into the f32
+// outputs) are in attention_cudnn_cast.cu. Host code only, compiled by the C++ compiler:
 // through nvcc this file took about 210 s of a 2-core CI machine, through
 // g++ 42 s at -O1 (attention.cmake).
 //
@@ -333,9 +333,12 @@ bool cudnn_fwd(const FwdArgs& a, DType t, Arena& ws, cudaStream_t stream) {
 #endif
 }
 
-bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Arena& ws, cudaStream_t stream) {
+bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const void* dout, DType dout_dtype, Arena& ws,
+               cudaStream_t stream) {
   if (!cudnn_selected() || (t != DType::bf16 && t != DType::f16) || a.doc_start != nullptr) return false;
   if (!shape_fits(a.d, a.q, a.k, a.v) || !aligned16(out)) return false;
+  if (dout_dtype != t && dout_dtype != DType::f32) return false;
+  if (dout_dtype == t && !aligned16(dout)) return false;
   if (a.g16 != nullptr && (!aligned16(a.g16) || a.ld_g16 % 8 != 0)) return false;
 #if ZT_HAVE_CUDNN
   const Dims& d = a.d;
@@ -346,13 +349,13 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Ar
   const ArenaScope scope(ws);
   const int64_t rows = static_cast<int64_t>(d.B) * d.T, Ckv = static_cast<int64_t>(d.NKV) * d.hs;
   // dO, dQ, dK, dV in the storage dtype, dense; 64-byte aligned by the arena.
-  void* dout_s = ws.alloc(t, Shape{rows * d.C}).data;
+  void* dout_s = dout_dtype == t ? const_cast<void*>(dout) : ws.alloc(t, Shape{rows * d.C}).data;
   const int64_t es = static_cast<int64_t>(dtype_size(t));
   char* g16 = static_cast<char*>(a.g16);
   void* dq = g16 ? g16 : ws.alloc(t, Shape{rows * d.C}).data;
   void* dk = g16 ? g16 + d.C * es : ws.alloc(t, Shape{rows * Ckv}).data;
   void* dv = g16 ? g16 + (d.C + Ckv) * es : ws.alloc(t, Shape{rows * Ckv}).data;
-  cudnn_round(t, dout, dout_s, rows * d.C, stream);
+  if (dout_dtype != t) cudnn_round(t, static_cast<const float*>(dout), dout_s, rows * d.C, stream);
   Pack pack = {{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)},
                {kO, const_cast<void*>(out)}, {kdO, dout_s},                {kStats, const_cast<float*>(a.lse)},
                {kdQ, dq},                    {kdK, dk},                    {kdV, dv}};
@@ -373,6 +376,8 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Ar
 }  // namespace attn
 
 bool attention_cudnn_compiled() { return ZT_HAVE_CUDNN != 0; }
+
+bool attention_cudnn_selected() { return cudnn_selected(); }
 
 uint64_t attention_cudnn_calls() { return g_cudnn_calls.load(std::memory_order_relaxed); }
 

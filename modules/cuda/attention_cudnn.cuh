@@ -51,17 +51,22 @@ struct BwdArgs;
 bool cudnn_fwd(const FwdArgs& a, DType t, Arena& ws, cudaStream_t stream);
 
 // The backward of `a` on cuDNN: a.dout_s and a.delta are not used (cuDNN
-// rounds nothing itself: dout (B, T, NH * hs) f32 is rounded here into the
-// workspace, and cuDNN computes its own rowsum(dO * O)). `out` is the
-// forward's output (B, T, NH * hs) in storage `t`. Returns false having done
-// nothing when the flash kernels must run.
-bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const float* dout, Arena& ws, cudaStream_t stream);
+// rounds nothing itself: dout (B, T, NH * hs) in f32 is rounded here into the
+// workspace, one already in `t` is taken as it is, and cuDNN computes its own
+// rowsum(dO * O)). `out` is the forward's output (B, T, NH * hs) in storage
+// `t`. Returns false having done nothing when the flash kernels must run.
+bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const void* dout, DType dout_dtype, Arena& ws,
+               cudaStream_t stream);
 
 }  // namespace attn
 
 // True when this build can run attention on cuDNN (headers and library found
 // at configure time).
 bool attention_cudnn_compiled();
+
+// True when this process's calls go to cuDNN first: the build has it and
+// ZTRAIN_ATTENTION does not say flash (read at every call).
+bool attention_cudnn_selected();
 
 // Calls (forward and backward) that ran on cuDNN in this process so far: a
 // test's way to see which path a call took.

@@ -115,6 +115,9 @@ class CudaKernels final : public Kernels {
   Tensor attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv, const Tensor& dout,
                                              const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
                                              const Tensor& doc_start, DType partner) override;
+  // qkv's dtype where cuDNN would run the backward ([Note: attention's dout
+  // in 16 bits] in modules/kernels.hpp).
+  DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) override;
   Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, const Tensor& x,
                                         DType partner) override;
   // GELU and its derivative in the products' epilogues ([Note: GELU in the

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "modules/cuda/attention.cuh"
+#include "modules/cuda/attention_cudnn.cuh"
 #include "modules/cuda/classifier.cuh"
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/cuda_kernels.hpp"
@@ -67,8 +68,22 @@ Tensor CudaKernels::attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor&
     }
     ws.release_to(m);  // the flash kernels run: f32 gradients, then the fused pass
   }
+  if (dout.dtype != dqkv.dtype) {
+    // A 16-bit dout (attention_bwd_dout_dtype) where cuDNN declined the
+    // call after all (a shape it refuses): widened for the flash kernels,
+    // which then see the rounded dout cuDNN would have.
+    const Tensor wide = ws.alloc(dqkv.dtype, dout.shape);
+    cuda::cast(wide.data, wide.dtype, dout.data, dout.dtype, dout.numel(), stream_);
+    return Kernels::attention_bwd_bias_grad_and_operand(ws, dbias, dqkv, wide, qkv, out, lse, n_head, doc_start,
+                                                        partner);
+  }
   return Kernels::attention_bwd_bias_grad_and_operand(ws, dbias, dqkv, dout, qkv, out, lse, n_head, doc_start,
                                                       partner);
+}
+
+DType CudaKernels::attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) {
+  const bool sixteen = qkv.dtype == DType::bf16 || qkv.dtype == DType::f16;
+  return sixteen && math == DType::f32 && !doc_start.defined() && attention_cudnn_selected() ? qkv.dtype : math;
 }
 
 void CudaKernels::gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,

@@ -92,6 +92,9 @@ class ProfiledKernels final : public Kernels {
   Tensor attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv, const Tensor& dout,
                                              const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
                                              const Tensor& doc_start, DType partner) override;
+  DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) override {
+    return inner_->attention_bwd_dout_dtype(qkv, doc_start, math);
+  }
   Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, const Tensor& x,
                                         DType partner) override;
   void matmul_bias_gelu(Arena& ws, const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w,

@@ -4,6 +4,7 @@
 // the error bounds of [Note: parity tolerances].
 #include <cstdio>
 #include <tuple>
+#include <utility>
 
 #include "cuda_test_support.hpp"
 #include "modules/cuda/attention_cudnn.cuh"
@@ -307,6 +308,54 @@ TEST_F(CudaDense, AttentionBackwardOperandIsTheSeparateCallsBits) {
       EXPECT_EQ(max_abs_diff(values(db_fused), values(db_sep)), 0.0) << what;
       gpu_ws->reset();
     }
+  }
+}
+
+// [Note: attention's dout in 16 bits]: where cuDNN runs the backward, dout
+// may come already rounded to the storage dtype, with the bits of the f32
+// dout that the call rounds itself; with ZTRAIN_ATTENTION=flash (or document
+// masking) the backward wants f32, and a 16-bit dout given anyway is widened
+// for the flash kernels (the bits of its f32 widening).
+TEST_F(CudaDense, AttentionBackwardTakesDoutIn16Bits) {
+  const int64_t B = 2, T = 128, NH = 2, hs = 64, C = NH * hs;
+  const Tensor doc = gpu_tensor(DType::i32, Shape{B, T});
+  for (DType t : {DType::bf16, DType::f16}) {
+    const std::string what = dtype_name(t);
+    const Tensor qkv_d = to_gpu(host_random(t, Shape{B, T, 3 * C}));
+    const Tensor out_d = gpu_tensor(t, Shape{B, T, C}), lse_d = gpu_tensor(DType::f32, Shape{B, NH, T});
+    gpu_k->attention_fwd(*gpu_ws, out_d, lse_d, qkv_d, static_cast<int>(NH), Tensor());
+    const Tensor dout16 = gpu_tensor(t, Shape{B, T, C}), dout_r = gpu_tensor(DType::f32, Shape{B, T, C});
+    gpu_k->cast(dout16, to_gpu(host_random(DType::f32, Shape{B, T, C})));
+    gpu_k->cast(dout_r, dout16);  // the rounded values, in f32
+    const Tensor db = host_random(DType::f32, Shape{3 * C});
+    // (operand, bias gradient) of one call with `dout`.
+    auto run = [&](const Tensor& dout) {
+      const Tensor dqkv = gpu_tensor(DType::f32, Shape{B, T, 3 * C}), db_d = to_gpu(db);
+      const Tensor op = gpu_k->attention_bwd_bias_grad_and_operand(*gpu_ws, db_d, dqkv, dout, qkv_d, out_d, lse_d,
+                                                                   static_cast<int>(NH), Tensor(), t);
+      return std::make_pair(values(op), values(db_d));
+    };
+    EXPECT_EQ(gpu_k->attention_bwd_dout_dtype(qkv_d, Tensor(), DType::f32),
+              attention_cudnn_compiled() ? t : DType::f32) << what;
+    EXPECT_EQ(gpu_k->attention_bwd_dout_dtype(qkv_d, doc, DType::f32), DType::f32) << what << ": document masking";
+    const auto wide = run(dout_r);
+    const uint64_t calls = attention_cudnn_calls();
+    const auto narrow = run(dout16);
+    if (attention_cudnn_compiled()) {
+      EXPECT_EQ(attention_cudnn_calls() - calls, 1u) << what << ": the backward did not run on cuDNN";
+    }
+    EXPECT_EQ(max_abs_diff(narrow.first, wide.first), 0.0) << what;
+    EXPECT_EQ(max_abs_diff(narrow.second, wide.second), 0.0) << what;
+    ZT_CHECK(setenv("ZTRAIN_ATTENTION", "flash", 1) == 0, "setenv");
+    EXPECT_EQ(gpu_k->attention_bwd_dout_dtype(qkv_d, Tensor(), DType::f32), DType::f32) << what << ": flash";
+    const auto flash_wide = run(dout_r);
+    const uint64_t flash_calls = attention_cudnn_calls();
+    const auto flash_narrow = run(dout16);
+    EXPECT_EQ(attention_cudnn_calls(), flash_calls) << what << ": flash selected, cuDNN ran";
+    EXPECT_EQ(max_abs_diff(flash_narrow.first, flash_wide.first), 0.0) << what << ": flash";
+    EXPECT_EQ(max_abs_diff(flash_narrow.second, flash_wide.second), 0.0) << what << ": flash";
+    ZT_CHECK(unsetenv("ZTRAIN_ATTENTION") == 0, "unsetenv");
+    gpu_ws->reset();
   }
 }
 
