@@ -160,10 +160,16 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
 
   // MLP branch: out = res + fcg Wp^T + bp, fcg = gelu(fch), fch = ln2 Wfc^T + bfc.
   const Tensor& fcg = s[kFcg];
+  // One (B, T, C) math-dtype buffer holds, in turn, the gradients of ln_2's
+  // output, of the attention's output and of ln_1's output, each in the
+  // dtype its consumer takes ([Note: LayerNorm's dout in 16 bits], [Note:
+  // attention's dout in 16 bits] in modules/kernels.hpp).
+  const Tensor grad_buf = ws.alloc(md, Shape{B, T, C});
+  auto grad_view = [&](DType dt) { return Tensor(grad_buf.data, dt, grad_buf.shape, grad_buf.device); };
+  const Tensor dln = grad_view(k.layernorm_bwd_dout_dtype(s[kRes], md));
   // Each f32 gradient below feeds its bias gradient and two products, which
   // read it converted once: one pass over it (bias_grad_and_operand, the
   // operand in a scope of ws that ends after the products).
-  const Tensor dln = ws.alloc(md, Shape{B, T, C});
   {
     ArenaScope scope(ws);
     const Tensor dout_m =
@@ -179,9 +185,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   k.layernorm_bwd(din, false, g[kLn2W], g[kLn2B], dln, s[kRes], p[kLn2W], s[kMean2], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wp^T + bp.
-  // datty (B, T, C) reuses dln's memory, in the dtype attention's backward
-  // takes it ([Note: attention's dout in 16 bits] in modules/kernels.hpp).
-  const Tensor datty(dln.data, k.attention_bwd_dout_dtype(s[kQkv], ctx.doc_start, md), dln.shape, dln.device);
+  const Tensor datty = grad_view(k.attention_bwd_dout_dtype(s[kQkv], ctx.doc_start, md));
   {
     ArenaScope scope(ws);
     const Tensor dres_m =
@@ -190,7 +194,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
     k.matmul(ws, datty, dres_m, false, p[kAttnProjW], false, false);
   }
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
-  const Tensor& dln1 = dln;
+  const Tensor dln1 = grad_view(k.layernorm_bwd_dout_dtype(in, md));
   {
     ArenaScope scope(ws);
     // Attention's gradient, its bias gradient and its operand: cuDNN's 16-bit

@@ -71,6 +71,16 @@ class Kernels {
                              const Tensor& db, const Tensor& dout, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd,
                              const Tensor& dres = Tensor()) = 0;
+  // [Note: LayerNorm's dout in 16 bits] The dtype in which layernorm_bwd
+  // takes dout for an input x: `math`, or x's 16-bit dtype where the
+  // backend reads dout in it (CUDA). The product that makes dout then
+  // writes it rounded once from its f32 sum, as PyTorch's autocast does
+  // (its LayerNorm runs in f32 on the 16-bit product's gradient), and the
+  // norm reads half the bytes. dx, dres, dw and db stay in math dtype.
+  virtual DType layernorm_bwd_dout_dtype(const Tensor& x, DType math) {
+    (void)x;
+    return math;
+  }
 
   // [Note: residual stream] A pre-norm block computes y = x + f(norm(x)).
   // The residual add has no pass of its own: the branch's last product

@@ -5,6 +5,7 @@
 #include "modules/cuda/layernorm.cuh"
 
 #include <atomic>
+#include <type_traits>
 
 namespace zt::cuda {
 namespace {
@@ -114,11 +115,12 @@ __device__ __forceinline__ void ln_bwd_dx_cols(const float* xv, const float* dv,
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w, added to
-// dres (when given) or to dx (accumulate). dx may alias dout or dres: the
-// first pass only reads, and in the second each element is read and then
-// written by the same lane.
-template <typename TX, typename TW, bool kVecPath>
-__global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const float* dout,
+// dres (when given) or to dx (accumulate). dx may alias dout (TD float) or
+// dres: the first pass only reads, and in the second each element is read
+// and then written by the same lane. TD: dout's type, float or TX ([Note:
+// LayerNorm's dout in 16 bits] in layernorm.cuh).
+template <typename TX, typename TW, typename TD, bool kVecPath>
+__global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const TD* dout,
                                         const TX* x, const TW* w, const float* mean, const float* rstd, int64_t N,
                                         int C) {
   constexpr int W = kVecPath ? kVec : 1;
@@ -126,7 +128,7 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= N) return;
   const TX* xr = x + row * C;
-  const float* dr = dout + row * C;
+  const TD* dr = dout + row * C;
   float* dxr = dx + row * C;
   const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
   const float m = mean[row], r = rstd[row];
@@ -170,9 +172,9 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
 // on the separate kernels: at 2048 columns the lane's 128 running sums leave
 // one block a multiprocessor (200 registers a thread) and the one pass took
 // 123 us against about 120.
-template <typename TX, typename TW, int NG>
+template <typename TX, typename TW, typename TD, int NG>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kernel(
-    float* dx, bool accumulate, const float* dres, float* partial, const float* dout, const TX* x, const TW* w,
+    float* dx, bool accumulate, const float* dres, float* partial, const TD* dout, const TX* x, const TW* w,
     const float* mean, const float* rstd, int64_t N, int C, int64_t rows_per_chunk) {
   extern __shared__ float sums[];  // (2, C): the block's dw and db partials
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kerne
   float acc_w[NG][kVec] = {}, acc_b[NG][kVec] = {};
   for (int64_t row = r0 + warp; row < r1; row += kWarpsPerBlock) {
     const TX* xr = x + row * C;
-    const float* dr = dout + row * C;
+    const TD* dr = dout + row * C;
     float* dxr = dx + row * C;
     const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
     const float m = mean[row], r = rstd[row];
@@ -242,24 +244,24 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kerne
 }
 
 // Column values of the parameter gradients: dw gets dout * xhat, db dout.
-template <typename TX>
+template <typename TX, typename TD>
 struct LayerNormParamLoad {
-  const float* dout;
+  const TD* dout;
   const TX* x;
   const float* mean;
   const float* rstd;
   int64_t cols;
   __device__ void operator()(int64_t r, int64_t c, float (&v)[2]) const {
-    const float d = dout[r * cols + c];
+    const float d = to_float(dout[r * cols + c]);
     v[0] = d * ((to_float(x[r * cols + c]) - mean[r]) * rstd[r]);
     v[1] = d;
   }
 };
 
 // LayerNormParamLoad, kVec columns at a time (column_vec_partials_kernel).
-template <typename TX>
+template <typename TX, typename TD>
 struct LayerNormParamVecLoad {
-  const float* dout;
+  const TD* dout;
   const TX* x;
   const float* mean;
   const float* rstd;
@@ -329,51 +331,61 @@ size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C) {
   return column_partials_floats(2, N, C) * sizeof(float);
 }
 
-void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const float* dout,
-                   const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N,
-                   int64_t C, void* workspace, cudaStream_t stream) {
+void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const void* dout,
+                   DType dt, const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd,
+                   int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
   if (N <= 0) return;
   ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "layernorm: C = ", C);
+  ZT_CHECK(dt == DType::f32 || dt == xt, "layernorm_bwd: dout ", dtype_name(dt), " with x ", dtype_name(xt),
+           " (dout must be f32 or x's dtype)");
   const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   with_ln_types(xt, wt, [&](auto tx, auto tw) {
     using TX = typename decltype(tx)::type;
     using TW = typename decltype(tw)::type;
-    const TX* xp = static_cast<const TX*>(x);
-    float* partial = static_cast<float*>(workspace);
-    const bool vec = ln_vec_ok<TX, TW>(x, w, w, x, C) && vec_aligned<float>(dx) && vec_aligned<float>(dout) &&
-                     (dres == nullptr || vec_aligned<float>(dres));
-    if (vec && C <= 4 * 32 * kVec) {  // [Note: LayerNorm backward in one pass]
-      const ColumnChunks ch = column_chunks(N);
-      auto fused = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(ch.chunks), 32 * kWarpsPerBlock, 2 * C * sizeof(float), stream>>>(
-            dx, accumulate_dx, dres, partial, dout, xp, static_cast<const TW*>(w), mean, rstd, N,
-            static_cast<int>(C), ch.rows_per_chunk);
+    auto run = [&](auto td) {
+      using TD = typename decltype(td)::type;
+      const TX* xp = static_cast<const TX*>(x);
+      const TD* dp = static_cast<const TD*>(dout);
+      float* partial = static_cast<float*>(workspace);
+      const bool vec = ln_vec_ok<TX, TW>(x, w, w, x, C) && vec_aligned<float>(dx) && vec_aligned<TD>(dout) &&
+                       (dres == nullptr || vec_aligned<float>(dres));
+      if (vec && C <= 4 * 32 * kVec) {  // [Note: LayerNorm backward in one pass]
+        const ColumnChunks ch = column_chunks(N);
+        auto fused = [&](auto kernel) {
+          kernel<<<static_cast<unsigned>(ch.chunks), 32 * kWarpsPerBlock, 2 * C * sizeof(float), stream>>>(
+              dx, accumulate_dx, dres, partial, dp, xp, static_cast<const TW*>(w), mean, rstd, N,
+              static_cast<int>(C), ch.rows_per_chunk);
+        };
+        if (C <= 3 * 32 * kVec) {
+          fused(layernorm_bwd_fused_kernel<TX, TW, TD, 3>);
+        } else {
+          fused(layernorm_bwd_fused_kernel<TX, TW, TD, 4>);
+        }
+        ZT_CUDA_CHECK_LAUNCH();
+        column_finish<2>(dw, db, partial, ch.chunks, C, stream);
+        g_one_pass_calls.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      // Parameter gradients first: dx may alias dout.
+      const bool vec_sums = C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<TD>(dout);
+      column_sums_into<2>(vec_sums, LayerNormParamVecLoad<TX, TD>{dp, xp, mean, rstd, C},
+                          LayerNormParamLoad<TX, TD>{dp, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
+      auto args = [&](auto kernel) {
+        kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dres, dp, xp, static_cast<const TW*>(w),
+                                                         mean, rstd, N, static_cast<int>(C));
       };
-      if (C <= 3 * 32 * kVec) {
-        fused(layernorm_bwd_fused_kernel<TX, TW, 3>);
+      if (vec) {
+        args(layernorm_bwd_dx_kernel<TX, TW, TD, true>);
       } else {
-        fused(layernorm_bwd_fused_kernel<TX, TW, 4>);
+        args(layernorm_bwd_dx_kernel<TX, TW, TD, false>);
       }
       ZT_CUDA_CHECK_LAUNCH();
-      column_finish<2>(dw, db, partial, ch.chunks, C, stream);
-      g_one_pass_calls.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    // Parameter gradients first: dx may alias dout.
-    const bool vec_sums = C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<float>(dout);
-    column_sums_into<2>(vec_sums, LayerNormParamVecLoad<TX>{dout, xp, mean, rstd, C},
-                        LayerNormParamLoad<TX>{dout, xp, mean, rstd, C}, dw, db, partial, N, C, stream);
-    auto args = [&](auto kernel) {
-      kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, accumulate_dx, dres, dout, static_cast<const TX*>(x),
-                                                       static_cast<const TW*>(w), mean, rstd, N,
-                                                       static_cast<int>(C));
     };
-    if (vec) {
-      args(layernorm_bwd_dx_kernel<TX, TW, true>);
-    } else {
-      args(layernorm_bwd_dx_kernel<TX, TW, false>);
+    if (dt == DType::f32) {
+      run(Type<float>{});
+    } else if constexpr (!std::is_same_v<TX, float>) {
+      run(tx);  // [Note: LayerNorm's dout in 16 bits] (layernorm.cuh)
     }
-    ZT_CUDA_CHECK_LAUNCH();
   });
 }
 

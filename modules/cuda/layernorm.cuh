@@ -22,10 +22,13 @@ void layernorm_fwd(void* out, float* mean, float* rstd, const void* x, DType xt,
 size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C);
 // dx (N, C) = (or += when accumulate_dx) the input gradient; with dres
 // (not null) dx = dres + the input gradient. dw, db (C) +=. dx may alias
-// dout or dres. dw and db are summed deterministically (no atomics).
-void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const float* dout,
-                   const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd, int64_t N,
-                   int64_t C, void* workspace, cudaStream_t stream);
+// dout (f32) or dres. dw and db are summed deterministically (no atomics).
+// [Note: LayerNorm's dout in 16 bits] dout (dtype dt) is f32 or x's dtype;
+// a 16-bit dout is widened as it is loaded, so the results are those of
+// its f32 widening, bit for bit.
+void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const void* dout,
+                   DType dt, const void* x, DType xt, const void* w, DType wt, const float* mean, const float* rstd,
+                   int64_t N, int64_t C, void* workspace, cudaStream_t stream);
 // Calls of layernorm_bwd that took the one pass ([Note: LayerNorm backward
 // in one pass] in layernorm.cu) since the process started: tests check which
 // path ran.

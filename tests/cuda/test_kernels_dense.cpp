@@ -525,6 +525,47 @@ TEST_F(CudaDense, LayerNormBackwardInOnePassKeepsTheColumnSumsBits) {
   }
 }
 
+// [Note: LayerNorm's dout in 16 bits]: a 16-bit dout gives the bits of its
+// f32 widening, on the one pass (C up to 1024) and the separate kernels
+// (C 2048; C 75 without vectors), with dres, accumulating and plain; the
+// query names the 16-bit dtype for 16-bit x only.
+TEST_F(CudaDense, LayerNormBackwardTakesDoutIn16Bits) {
+  EXPECT_EQ(gpu_k->layernorm_bwd_dout_dtype(gpu_tensor(DType::f32, Shape{4, 8}), DType::f32), DType::f32);
+  for (DType xt : {DType::bf16, DType::f16}) {
+    EXPECT_EQ(gpu_k->layernorm_bwd_dout_dtype(gpu_tensor(xt, Shape{4, 8}), DType::f32), xt);
+    for (int64_t C : {768, 2048, 75}) {
+      const int64_t N = 1031;
+      const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(xt, Shape{C}), b = host_random(xt, Shape{C});
+      const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
+                   rstd = host_tensor(DType::f32, Shape{N});
+      cpu_k->layernorm_fwd(y, mean, rstd, x, w, b);
+      const Tensor x_d = to_gpu(x), w_d = to_gpu(w), mean_d = to_gpu(mean), rstd_d = to_gpu(rstd);
+      const Tensor dout16 = gpu_tensor(xt, Shape{N, C}), dout_r = gpu_tensor(DType::f32, Shape{N, C});
+      gpu_k->cast(dout16, to_gpu(host_random(DType::f32, Shape{N, C})));
+      gpu_k->cast(dout_r, dout16);
+      const Tensor dres = host_random(DType::f32, Shape{N, C}), dx0 = host_random(DType::f32, Shape{N, C});
+      const Tensor dw0 = host_random(DType::f32, Shape{C}), db0 = host_random(DType::f32, Shape{C});
+      for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 accumulate, 2 with dres
+        const std::string what = std::string(dtype_name(xt)) + " C " + std::to_string(C) + " mode " +
+                                 std::to_string(mode);
+        std::vector<double> got[2][3];
+        for (int narrow = 0; narrow < 2; ++narrow) {
+          const Tensor dx_d = to_gpu(dx0), dw_d = to_gpu(dw0), db_d = to_gpu(db0);
+          gpu_k->layernorm_bwd(dx_d, mode == 1, dw_d, db_d, narrow ? dout16 : dout_r, x_d, w_d, mean_d, rstd_d,
+                               mode == 2 ? to_gpu(dres) : Tensor());
+          got[narrow][0] = values(dx_d);
+          got[narrow][1] = values(dw_d);
+          got[narrow][2] = values(db_d);
+        }
+        EXPECT_EQ(max_abs_diff(got[0][0], got[1][0]), 0.0) << what << ": dx";
+        EXPECT_EQ(max_abs_diff(got[0][1], got[1][1]), 0.0) << what << ": dw";
+        EXPECT_EQ(max_abs_diff(got[0][2], got[1][2]), 0.0) << what << ": db";
+      }
+      gpu_ws->reset();
+    }
+  }
+}
+
 // [Note: residual stream]: the norm's copy of x is exact, and dx = dres + the
 // norm's gradient (dx apart from or aliasing dres) matches the CPU's copy
 // then accumulate.
