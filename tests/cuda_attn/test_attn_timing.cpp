@@ -82,12 +82,29 @@ void time_attention(DType st, int B, int T, int NH, int NKV, int hs, const char*
               dtype_name(st), B, T, NH, NKV, hs, path, ran_cudnn ? "cudnn" : "flash", fwd, f_fwd / fwd * 1e-9, bwd,
               f_bwd / bwd * 1e-9, fwd + bwd, (f_fwd + f_bwd) / (fwd + bwd) * 1e-9, ws.capacity() / 1048576.0);
   EXPECT_EQ(ran_cudnn, want_cudnn) << path << " did not run where asked";
+  if (packed && want_cudnn && st != DType::f32) {
+    // The backward as the GPT-2 block runs it on cuDNN: dout already in 16
+    // bits ([Note: attention's dout in 16 bits]) and the gradients written
+    // in 16 bits (attention_bwd_cuda_16bit), no conversion around cuDNN.
+    TestTensor dout16(dev, st, Shape{B, T, C}), dqkv16(dev, st, s_qkv);
+    dout16.fill(dev, test::normal_vec(rng, size_t(dout16.t.numel()), 1.0f));
+    bool took = true;
+    const float bwd16 = time_ms(s, [&] {
+      took = attention_bwd_cuda_16bit(dqkv16.t, dout16.t, qkv.t, out.t, lse.t, NH, ws, s) && took;
+    });
+    std::printf("[ timing   ] attention %s B=%d T=%d H=%d D=%d %s, 16-bit dout and gradients (as trained): "
+                "bwd %.3f ms (%.1f TFLOP/s), fwd+bwd %.3f ms (%.1f TFLOP/s)\n",
+                dtype_name(st), B, T, NH, hs, path, bwd16, f_bwd / bwd16 * 1e-9, fwd + bwd16,
+                (f_fwd + f_bwd) / (fwd + bwd16) * 1e-9);
+    EXPECT_TRUE(took) << path << ": the 16-bit backward did not run on cuDNN";
+  }
   EXPECT_EQ(test::count_nonfinite(out.read(dev)), 0);
   EXPECT_EQ(test::count_nonfinite(dqkv.read(dev)), 0);
   ZT_CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream");
 }
 
-// The GPT-2 124M block (16 x 1024, 12 heads of 64) and larger heads, on both
+// The GPT-2 124M block (16 x 1024, 12 heads of 64), the 1.3B preset's (8 x
+// 1024, 32 heads of 64) and larger heads, on both
 // paths; f32 runs on the flash kernels only.
 TEST(CudaAttnTiming, AttentionGpt2) {
   ZT_SKIP_WITHOUT_GPU();
@@ -95,7 +112,8 @@ TEST(CudaAttnTiming, AttentionGpt2) {
     int B, T, NH, NKV, hs;
   };
   const Shape4 shapes[] = {
-      {16, 1024, 12, 12, 64}, {8, 1024, 16, 16, 128}, {4, 2048, 16, 16, 128}, {4, 2048, 32, 8, 64}};
+      {16, 1024, 12, 12, 64}, {8, 1024, 32, 32, 64}, {8, 1024, 16, 16, 128}, {4, 2048, 16, 16, 128},
+      {4, 2048, 32, 8, 64}};
   for (const Shape4& c : shapes)
     for (const char* path : {"flash", "cudnn", "cudnn-nondeterministic"})
       time_attention(DType::bf16, c.B, c.T, c.NH, c.NKV, c.hs, path);
