@@ -173,7 +173,7 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float*
 // one block a multiprocessor (200 registers a thread) and the one pass took
 // 123 us against about 120.
 template <typename TX, typename TW, typename TD, int NG>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kernel(
+__global__ void __launch_bounds__(32 * kWarpsPerBlock, NG <= 3 ? 2 : 1) layernorm_bwd_fused_kernel(
     float* dx, bool accumulate, const float* dres, float* partial, const TD* dout, const TX* x, const TW* w,
     const float* mean, const float* rstd, int64_t N, int C, int64_t rows_per_chunk) {
   extern __shared__ float sums[];  // (2, C): the block's dw and db partials
@@ -187,6 +187,24 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kerne
     float* dxr = dx + row * C;
     const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
     const float m = mean[row], r = rstd[row];
+    // Up to 768 columns (NG 3) the row's base (dres or dx) is read with x
+    // and dout, before the row sums, and kept in registers: one trip to
+    // memory a row, not two (the second pass's x and dout come from L1).
+    // Wider rows read base in the second pass: kept, it would leave one
+    // block a multiprocessor. On the H200 at GPT-2 124M (16,384 rows of 768,
+    // 16-bit x and dout) the profile's 25 calls a step went from 1.80 to
+    // 1.66 ms (2026-12-04), the same bits.
+    constexpr bool kKeep = NG <= 3;
+    Vec<float> braw[kKeep ? NG : 1];
+    if constexpr (kKeep) {
+      if (base != nullptr) {
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+          const int c = lane * kVec + j * 32 * kVec;
+          if (c < C) braw[j] = *reinterpret_cast<const Vec<float>*>(base + c);
+        }
+      }
+    }
     float g_mean = 0.0f, gx_mean = 0.0f;
 #pragma unroll
     for (int j = 0; j < NG; ++j) {
@@ -205,12 +223,18 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) layernorm_bwd_fused_kerne
     for (int j = 0; j < NG; ++j) {
       const int c = lane * kVec + j * 32 * kVec;
       if (c < C) {
-        float xv[kVec], dv[kVec], wv[kVec], old[kVec] = {};
+        float xv[kVec], dv[kVec], wv[kVec], old[kVec] = {}, out[kVec];
         load_vec(xr + c, xv);
         load_vec(dr + c, dv);
+        if (base != nullptr) {
+          if constexpr (kKeep) {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) old[k] = braw[j].v[k];
+          } else {
+            load_vec(base + c, old);
+          }
+        }
         load_vec(w + c, wv);
-        if (base != nullptr) load_vec(base + c, old);
-        float out[kVec];
         ln_bwd_dx_cols<kVec>(xv, dv, wv, old, base != nullptr, m, r, g_mean, gx_mean, out);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
