@@ -31,6 +31,15 @@ struct CudaDense : GpuFixture {
     gpu_k->matmul(*gpu_ws, out_d, a_d, ta, b_d, tb, acc, bias_d);
     return rel_error(values(out_d), values(out));
   }
+  // A LayerNorm backward's inputs on the GPU: x (N, C) in xt, its weight, and
+  // the mean and rstd of the CPU's forward.
+  std::tuple<Tensor, Tensor, Tensor, Tensor> layernorm_inputs(DType xt, int64_t N, int64_t C) {
+    const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(xt, Shape{C}), b = host_random(xt, Shape{C});
+    const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
+                 rstd = host_tensor(DType::f32, Shape{N});
+    cpu_k->layernorm_fwd(y, mean, rstd, x, w, b);
+    return {to_gpu(x), to_gpu(w), to_gpu(mean), to_gpu(rstd)};
+  }
 };
 
 TEST_F(CudaDense, MatmulSameTypeAllTransposesAccumulateBias) {
@@ -496,13 +505,9 @@ TEST_F(CudaDense, LayerNormBackwardInOnePassKeepsTheColumnSumsBits) {
   for (DType xt : kStorage) {
     for (int64_t C : {768, 1000, 1024}) {
       const int64_t N = 4099;
-      const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(xt, Shape{C}), b = host_random(xt, Shape{C});
-      const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
-                   rstd = host_tensor(DType::f32, Shape{N});
-      cpu_k->layernorm_fwd(y, mean, rstd, x, w, b);
+      const auto [x_d, w_d, mean_d, rstd_d] = layernorm_inputs(xt, N, C);
       const Tensor dout = host_random(DType::f32, Shape{N, C}), dw0 = host_random(DType::f32, Shape{C}),
                    db0 = host_random(DType::f32, Shape{C});
-      const Tensor x_d = to_gpu(x), w_d = to_gpu(w), mean_d = to_gpu(mean), rstd_d = to_gpu(rstd);
       std::vector<double> got[2][3];
       for (int off = 0; off < 2; ++off) {  // 0: one pass, 1: the separate kernels
         const Tensor dout_d = to_gpu(dout, off), dx_d = gpu_tensor(DType::f32, Shape{N, C}, off);
@@ -535,11 +540,7 @@ TEST_F(CudaDense, LayerNormBackwardTakesDoutIn16Bits) {
     EXPECT_EQ(gpu_k->layernorm_bwd_dout_dtype(gpu_tensor(xt, Shape{4, 8}), DType::f32), xt);
     for (int64_t C : {768, 2048, 75}) {
       const int64_t N = 1031;
-      const Tensor x = host_random(xt, Shape{N, C}, 3.0), w = host_random(xt, Shape{C}), b = host_random(xt, Shape{C});
-      const Tensor y = host_tensor(xt, Shape{N, C}), mean = host_tensor(DType::f32, Shape{N}),
-                   rstd = host_tensor(DType::f32, Shape{N});
-      cpu_k->layernorm_fwd(y, mean, rstd, x, w, b);
-      const Tensor x_d = to_gpu(x), w_d = to_gpu(w), mean_d = to_gpu(mean), rstd_d = to_gpu(rstd);
+      const auto [x_d, w_d, mean_d, rstd_d] = layernorm_inputs(xt, N, C);
       const Tensor dout16 = gpu_tensor(xt, Shape{N, C}), dout_r = gpu_tensor(DType::f32, Shape{N, C});
       gpu_k->cast(dout16, to_gpu(host_random(DType::f32, Shape{N, C})));
       gpu_k->cast(dout_r, dout16);
