@@ -162,11 +162,11 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
   const Tensor& fcg = s[kFcg];
   // One (B, T, C) math-dtype buffer holds, in turn, the gradients of ln_2's
   // output, of the attention's output and of ln_1's output, each in the
-  // dtype its consumer takes ([Note: LayerNorm's dout in 16 bits], [Note:
+  // dtype its consumer takes ([Note: norms' dout in 16 bits], [Note:
   // attention's dout in 16 bits] in modules/kernels.hpp).
   const Tensor grad_buf = ws.alloc(md, Shape{B, T, C});
   auto grad_view = [&](DType dt) { return Tensor(grad_buf.data, dt, grad_buf.shape, grad_buf.device); };
-  const Tensor dln = grad_view(k.layernorm_bwd_dout_dtype(s[kRes], md));
+  const Tensor dln = grad_view(k.norm_bwd_dout_dtype(s[kRes], md));
   // Each f32 gradient below feeds its bias gradient and two products, which
   // read it converted once: one pass over it (bias_grad_and_operand, the
   // operand in a scope of ws that ends after the products).
@@ -194,7 +194,7 @@ void BlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& p,
     k.matmul(ws, datty, dres_m, false, p[kAttnProjW], false, false);
   }
   const Tensor dqkv = ws.alloc(md, Shape{B, T, 3 * C});
-  const Tensor dln1 = grad_view(k.layernorm_bwd_dout_dtype(in, md));
+  const Tensor dln1 = grad_view(k.norm_bwd_dout_dtype(in, md));
   {
     ArenaScope scope(ws);
     // Attention's gradient, its bias gradient and its operand: cuDNN's 16-bit

@@ -71,13 +71,13 @@ class Kernels {
                              const Tensor& db, const Tensor& dout, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd,
                              const Tensor& dres = Tensor()) = 0;
-  // [Note: LayerNorm's dout in 16 bits] The dtype in which layernorm_bwd
-  // takes dout for an input x: `math`, or x's 16-bit dtype where the
-  // backend reads dout in it (CUDA). The product that makes dout then
+  // [Note: norms' dout in 16 bits] The dtype in which layernorm_bwd and
+  // rmsnorm_bwd take dout for an input x: `math`, or x's 16-bit dtype where
+  // the backend reads dout in it (CUDA). The product that makes dout then
   // writes it rounded once from its f32 sum, as PyTorch's autocast does
-  // (its LayerNorm runs in f32 on the 16-bit product's gradient), and the
-  // norm reads half the bytes. dx, dres, dw and db stay in math dtype.
-  virtual DType layernorm_bwd_dout_dtype(const Tensor& x, DType math) {
+  // (its norms run in f32 on the 16-bit products' gradients), and the norm
+  // reads half the bytes. dx, dres, dw and db stay in math dtype.
+  virtual DType norm_bwd_dout_dtype(const Tensor& x, DType math) {
     (void)x;
     return math;
   }
@@ -121,14 +121,14 @@ class Kernels {
     attention_bwd(ws, dqkv, dout, qkv, out, lse, n_head, doc_start);
     return bias_grad_and_operand(ws, dbias, dqkv, partner);
   }
-  // [Note: attention's dout in 16 bits] The dtype in which
-  // attention_bwd_bias_grad_and_operand would take dout for these qkv and
-  // doc_start: `math` (dout as attention_bwd takes it), or qkv's 16-bit
-  // dtype where the backend's attention rounds dout to it anyway (CUDA with
-  // cuDNN). The caller may then have the product that makes dout write it
-  // in that dtype (its f32 sum rounded once, as the backend would round
-  // it), and save the f32 write, read and rounding pass. A dout in another
-  // dtype than `math` is taken by attention_bwd_bias_grad_and_operand only.
+  // [Note: attention's dout in 16 bits] The dtype in which the attention
+  // backwards (attention_bwd, attention_bwd_bias_grad_and_operand,
+  // gqa_attention_bwd) would take dout for queries q (qkv, or q alone) and
+  // doc_start: `math`, or q's 16-bit dtype where the backend's attention
+  // rounds dout to it anyway (CUDA with cuDNN). The caller may then have the
+  // product that makes dout write it in that dtype (its f32 sum rounded
+  // once, as the backend would round it), and save the f32 write, read and
+  // rounding pass. Backends that answer `math` take dout in `math` only.
   virtual DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) {
     (void)qkv;
     (void)doc_start;

@@ -184,13 +184,20 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   k.swiglu_bwd(dgate, dup, dh, s[kGate], s[kUp]);  // in place of dh in the math dtype
   k.matmul(ws, g[kGateW], dgate, true, s[kLn2], false, acc);
   k.matmul(ws, g[kUpW], dup, true, s[kLn2], false, acc);
-  const Tensor dln = ws.alloc(md, Shape{B, T, C});
+  // One (B, T, C) math-dtype buffer holds, in turn, the gradients of
+  // post_attention_layernorm's output, of the attention's output and of
+  // input_layernorm's output, each in the dtype its consumer takes ([Note:
+  // norms' dout in 16 bits], [Note: attention's dout in 16 bits] in
+  // modules/kernels.hpp); the products that sum into them add in that dtype.
+  const Tensor grad_buf = ws.alloc(md, Shape{B, T, C});
+  auto grad_view = [&](DType dt) { return Tensor(grad_buf.data, dt, grad_buf.shape, grad_buf.device); };
+  const Tensor dln = grad_view(k.norm_bwd_dout_dtype(s[kRes], md));
   k.matmul(ws, dln, dgate, false, p[kGateW], false, false);
   k.matmul(ws, dln, dup, false, p[kUpW], false, true);
   k.rmsnorm_bwd(din, false, g[kLn2W], dln, s[kRes], p[kLn2W], s[kRstd2], dout);
 
   // din now holds d res. Attention branch: res = x + atty Wo^T.
-  const Tensor& datty = dln;
+  const Tensor datty = grad_view(k.attention_bwd_dout_dtype(s[kQ], ctx.doc_start, md));
   {
     ArenaScope scope(ws);
     const Tensor dres_m = shared_matmul_operand(k, ws, din, {s[kAtty].dtype, p[kOW].dtype});
@@ -202,7 +209,7 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor dv = ws.alloc(md, Shape{B, T, KV_});
   k.gqa_attention_bwd(ws, dq, dk, dv, datty, s[kQ], s[kK], s[kV], s[kAtty], s[kLse], n_head_, n_kv_head_, ctx.doc_start);
   k.rope_bwd(dq, dk, rope_, ctx.doc_start);  // gradients of the unrotated projections
-  const Tensor& dln1 = dln;
+  const Tensor dln1 = grad_view(k.norm_bwd_dout_dtype(in, md));
   {
     ArenaScope scope(ws);
     const Tensor dq_m = shared_matmul_operand(k, ws, dq, {s[kLn1].dtype, p[kQW].dtype});

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/attention_cudnn.cuh"
+#include "modules/cuda/attention_cudnn_cast.cuh"
 #include "modules/cuda/attention_detail.cuh"
 
 namespace zt {
@@ -143,23 +144,31 @@ void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Te
   check_cuda(out, "out");
   check_cuda(lse, "lse");
   const int64_t n_out = static_cast<int64_t>(d.B) * d.T * d.C, n_stat = static_cast<int64_t>(d.B) * d.NH * d.T;
-  ZT_CHECK(dout.numel() == n_out && dout.dtype == DType::f32, "attention_bwd: dout must be (B, T, C) f32");
+  ZT_CHECK(dout.numel() == n_out && (dout.dtype == DType::f32 || (dout.dtype == t && t != DType::f32)),
+           "attention_bwd: dout must be (B, T, C) f32 or ", dtype_name(t));
   ZT_CHECK(out.numel() == n_out && out.dtype == t, "attention_bwd: out must be (B, T, C) in ", dtype_name(t));
   ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
   a.lse = static_cast<const float*>(lse.data);
-  if (attn::cudnn_bwd(a, t, out.data, dout.data, DType::f32, ws, stream)) return;
+  if (attn::cudnn_bwd(a, t, out.data, dout.data, dout.dtype, ws, stream)) return;
 
   const ArenaScope scope(ws);
+  // A 16-bit dout ([Note: attention's dout in 16 bits] in modules/kernels.hpp)
+  // where cuDNN declined: the flash kernels take its f32 widening.
+  const float* g = static_cast<const float*>(dout.data);
+  if (dout.dtype != DType::f32) {
+    float* wide = static_cast<float*>(ws.alloc(DType::f32, Shape{n_out}).data);
+    cudnn_widen(t, dout.data, d.C, static_cast<int64_t>(d.B) * d.T, wide, d.C, stream);
+    g = wide;
+  }
   const Tensor delta = ws.alloc(DType::f32, Shape{d.B, d.NH, d.T});
   check_cuda(delta, "workspace arena");
   const int dp = padded_head(d.hs);
   a.delta = static_cast<const float*>(delta.data);
-  const float* g = static_cast<const float*>(dout.data);
   float* dl = static_cast<float*>(delta.data);
   switch (t) {
     case DType::f32:
       launch_prep<float>(g, out.data, nullptr, dl, d, stream);
-      a.dout_s = dout.data;
+      a.dout_s = g;
       attn::bwd_simt_f32(a, dp, stream);
       break;
     case DType::bf16:

@@ -34,7 +34,9 @@ void attention_fwd_cuda(const Tensor& out, const Tensor& lse, const Tensor& qkv,
                         Arena& ws, cudaStream_t stream);
 
 // dqkv (B, T, 3C) f32 is fully written (not accumulated) from dout (B, T, C)
-// f32, recomputing the probabilities from qkv and lse (FlashAttention-2).
+// f32, or already in a 16-bit storage dtype ([Note: attention's dout in 16
+// bits] in modules/kernels.hpp; the flash kernels then take its f32
+// widening), recomputing the probabilities from qkv and lse (FlashAttention-2).
 // out (B, T, C) storage is the forward's output. Workspace taken from `ws`
 // (and returned before this call does): delta (B, n_head, T) f32 and, for
 // 16-bit storage, dout rounded to the storage dtype (B, T, C). The arena's

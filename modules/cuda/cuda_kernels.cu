@@ -126,7 +126,7 @@ void CudaKernels::layernorm_bwd(const Tensor& dx, bool accumulate_dx, const Tens
   const float* dres_p = residual_grad(dres, dx, dout, accumulate_dx, "layernorm_bwd");
   for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_on_device(*t, "layernorm_bwd tensor");
   for (const Tensor* t : {&dx, &dw, &db, &mean, &rstd}) check_dtype(*t, DType::f32, "layernorm_bwd gradient");
-  if (dout.dtype != x.dtype) check_dtype(dout, DType::f32, "layernorm_bwd dout");  // [Note: LayerNorm's dout in 16 bits]
+  if (dout.dtype != x.dtype) check_dtype(dout, DType::f32, "layernorm_bwd dout");  // [Note: norms' dout in 16 bits]
   cuda::layernorm_bwd(static_cast<float*>(dx.data), accumulate_dx, dres_p, static_cast<float*>(dw.data),
                       static_cast<float*>(db.data), dout.data, dout.dtype, x.data, x.dtype, w.data,
                       w.dtype, static_cast<const float*>(mean.data), static_cast<const float*>(rstd.data), N, C,
@@ -217,9 +217,10 @@ void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor
            "rmsnorm_bwd shapes: x ", x.shape.str(), " dx ", dx.shape.str());
   const float* dres_p = residual_grad(dres, dx, dout, accumulate_dx, "rmsnorm_bwd");
   for (const Tensor* t : {&dx, &dw, &dout, &x, &w, &rstd}) check_on_device(*t, "rmsnorm_bwd tensor");
-  for (const Tensor* t : {&dx, &dw, &dout, &rstd}) check_dtype(*t, DType::f32, "rmsnorm_bwd gradient");
-  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), accumulate_dx, dres_p, static_cast<float*>(dw.data),
-                    static_cast<const float*>(dout.data), x.data, x.dtype, w.data, w.dtype,
+  for (const Tensor* t : {&dx, &dw, &rstd}) check_dtype(*t, DType::f32, "rmsnorm_bwd gradient");
+  if (dout.dtype != x.dtype) check_dtype(dout, DType::f32, "rmsnorm_bwd dout");  // [Note: norms' dout in 16 bits]
+  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), accumulate_dx, dres_p, static_cast<float*>(dw.data), dout.data,
+                    dout.dtype, x.data, x.dtype, w.data, w.dtype,
                     static_cast<const float*>(rstd.data), N, C, scratch(cuda::rmsnorm_bwd_workspace_bytes(N, C)),
                     stream_);
 }

@@ -115,9 +115,9 @@ class CudaKernels final : public Kernels {
   Tensor attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv, const Tensor& dout,
                                              const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
                                              const Tensor& doc_start, DType partner) override;
-  // x's dtype when it is 16-bit ([Note: LayerNorm's dout in 16 bits] in
+  // x's dtype when it is 16-bit ([Note: norms' dout in 16 bits] in
   // modules/kernels.hpp).
-  DType layernorm_bwd_dout_dtype(const Tensor& x, DType math) override {
+  DType norm_bwd_dout_dtype(const Tensor& x, DType math) override {
     return (x.dtype == DType::bf16 || x.dtype == DType::f16) && math == DType::f32 ? x.dtype : math;
   }
   // qkv's dtype where cuDNN would run the backward ([Note: attention's dout

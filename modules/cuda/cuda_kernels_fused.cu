@@ -68,15 +68,8 @@ Tensor CudaKernels::attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor&
     }
     ws.release_to(m);  // the flash kernels run: f32 gradients, then the fused pass
   }
-  if (dout.dtype != dqkv.dtype) {
-    // A 16-bit dout (attention_bwd_dout_dtype) where cuDNN declined the
-    // call after all (a shape it refuses): widened for the flash kernels,
-    // which then see the rounded dout cuDNN would have.
-    const Tensor wide = ws.alloc(dqkv.dtype, dout.shape);
-    cuda::cast(wide.data, wide.dtype, dout.data, dout.dtype, dout.numel(), stream_);
-    return Kernels::attention_bwd_bias_grad_and_operand(ws, dbias, dqkv, wide, qkv, out, lse, n_head, doc_start,
-                                                        partner);
-  }
+  // A 16-bit dout where cuDNN declined the call after all (a shape it
+  // refuses) is widened for the flash kernels by attention_bwd.
   return Kernels::attention_bwd_bias_grad_and_operand(ws, dbias, dqkv, dout, qkv, out, lse, n_head, doc_start,
                                                       partner);
 }

@@ -92,8 +92,8 @@ class ProfiledKernels final : public Kernels {
   Tensor attention_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dqkv, const Tensor& dout,
                                              const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
                                              const Tensor& doc_start, DType partner) override;
-  DType layernorm_bwd_dout_dtype(const Tensor& x, DType math) override {
-    return inner_->layernorm_bwd_dout_dtype(x, math);
+  DType norm_bwd_dout_dtype(const Tensor& x, DType math) override {
+    return inner_->norm_bwd_dout_dtype(x, math);
   }
   DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) override {
     return inner_->attention_bwd_dout_dtype(qkv, doc_start, math);

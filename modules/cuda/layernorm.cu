@@ -118,7 +118,7 @@ __device__ __forceinline__ void ln_bwd_dx_cols(const float* xv, const float* dv,
 // dres (when given) or to dx (accumulate). dx may alias dout (TD float) or
 // dres: the first pass only reads, and in the second each element is read
 // and then written by the same lane. TD: dout's type, float or TX ([Note:
-// LayerNorm's dout in 16 bits] in layernorm.cuh).
+// norms' dout in 16 bits] in modules/kernels.hpp).
 template <typename TX, typename TW, typename TD, bool kVecPath>
 __global__ void layernorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const TD* dout,
                                         const TX* x, const TW* w, const float* mean, const float* rstd, int64_t N,
@@ -408,7 +408,7 @@ void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, 
     if (dt == DType::f32) {
       run(Type<float>{});
     } else if constexpr (!std::is_same_v<TX, float>) {
-      run(tx);  // [Note: LayerNorm's dout in 16 bits] (layernorm.cuh)
+      run(tx);  // [Note: norms' dout in 16 bits] (modules/kernels.hpp)
     }
   });
 }

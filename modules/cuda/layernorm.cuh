@@ -23,7 +23,7 @@ size_t layernorm_bwd_workspace_bytes(int64_t N, int64_t C);
 // dx (N, C) = (or += when accumulate_dx) the input gradient; with dres
 // (not null) dx = dres + the input gradient. dw, db (C) +=. dx may alias
 // dout (f32) or dres. dw and db are summed deterministically (no atomics).
-// [Note: LayerNorm's dout in 16 bits] dout (dtype dt) is f32 or x's dtype;
+// [Note: norms' dout in 16 bits] (modules/kernels.hpp): dout (dtype dt) is f32 or x's dtype;
 // a 16-bit dout is widened as it is loaded, so the results are those of
 // its f32 widening, bit for bit.
 void layernorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, float* db, const void* dout,

@@ -43,36 +43,38 @@ __global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* 
   if (lane == 0) rstd[row] = r;
 }
 
-template <typename TX, typename TW>
-__global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const float* dout, const TX* x,
+// TD: dout's type, float or TX ([Note: norms' dout in 16 bits] in
+// modules/kernels.hpp).
+template <typename TX, typename TW, typename TD>
+__global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const TD* dout, const TX* x,
                                       const TW* w, const float* rstd, int64_t N, int C) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const TX* xr = x + row * C;
-  const float* dr = dout + row * C;
+  const TD* dr = dout + row * C;
   const float r = rstd[row];
   float gx = 0.0f;
-  for (int c = lane; c < C; c += 32) gx += dr[c] * to_float(w[c]) * to_float(xr[c]) * r;
+  for (int c = lane; c < C; c += 32) gx += to_float(dr[c]) * to_float(w[c]) * to_float(xr[c]) * r;
   const float gx_mean = warp_sum(gx) / static_cast<float>(C);
   float* dxr = dx + row * C;
   // dx may alias dres: each element is read, then written, by one lane.
   const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
   for (int c = lane; c < C; c += 32) {
-    const float v = r * (dr[c] * to_float(w[c]) - to_float(xr[c]) * r * gx_mean);
+    const float v = r * (to_float(dr[c]) * to_float(w[c]) - to_float(xr[c]) * r * gx_mean);
     dxr[c] = base != nullptr ? base[c] + v : v;
   }
 }
 
 // dw's column sums: dout xhat.
-template <typename TX>
+template <typename TX, typename TD>
 struct RmsNormParamLoad {
-  const float* dout;
+  const TD* dout;
   const TX* x;
   const float* rstd;
   int64_t C;
   __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
-    v[0] = dout[r * C + c] * to_float(x[r * C + c]) * rstd[r];
+    v[0] = to_float(dout[r * C + c]) * to_float(x[r * C + c]) * rstd[r];
   }
 };
 
@@ -202,22 +204,33 @@ void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w,
 
 size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C) { return column_partials_floats(1, N, C) * sizeof(float); }
 
-void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const float* dout, const void* x,
-                 DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
-                 cudaStream_t stream) {
+void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const void* dout, DType dt,
+                 const void* x, DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C,
+                 void* workspace, cudaStream_t stream) {
   if (N <= 0) return;
   ZT_CHECK(C > 0 && C <= (int64_t{1} << 30), "rmsnorm: C = ", C);
+  ZT_CHECK(dt == DType::f32 || dt == xt, "rmsnorm_bwd: dout ", dtype_name(dt), " with x ", dtype_name(xt),
+           " (dout must be f32 or x's dtype)");
   const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   with_norm_types(xt, wt, [&](auto tx, auto tw) {
     using TX = typename decltype(tx)::type;
     using TW = typename decltype(tw)::type;
-    // dw first: dx may alias dout.
-    column_sums_into<1>(RmsNormParamLoad<TX>{dout, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
-                        static_cast<float*>(workspace), N, C, stream);
-    rmsnorm_bwd_dx_kernel<TX, TW><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        dx, accumulate_dx, dres, dout, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N,
-        static_cast<int>(C));
-    ZT_CUDA_CHECK_LAUNCH();
+    auto run = [&](auto td) {
+      using TD = typename decltype(td)::type;
+      const TD* dp = static_cast<const TD*>(dout);
+      // dw first: dx may alias dout.
+      column_sums_into<1>(RmsNormParamLoad<TX, TD>{dp, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
+                          static_cast<float*>(workspace), N, C, stream);
+      rmsnorm_bwd_dx_kernel<TX, TW, TD><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+          dx, accumulate_dx, dres, dp, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N,
+          static_cast<int>(C));
+      ZT_CUDA_CHECK_LAUNCH();
+    };
+    if (dt == DType::f32) {
+      run(Type<float>{});
+    } else if constexpr (!std::is_same_v<TX, float>) {
+      run(tx);  // [Note: norms' dout in 16 bits]
+    }
   });
 }
 

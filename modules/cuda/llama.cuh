@@ -21,10 +21,12 @@ void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w,
 size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C);
 // dx (N, C) = (or += when accumulate_dx) rstd (g - xhat mean(g xhat)), g =
 // dout w; with dres (not null) dx = dres + that. dw (C) += column sums of
-// dout xhat (deterministic, no atomics). dx may alias dout or dres.
-void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const float* dout, const void* x,
-                 DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C, void* workspace,
-                 cudaStream_t stream);
+// dout xhat (deterministic, no atomics). dx may alias dout (f32) or dres.
+// dout (dtype dt) is f32 or x's dtype, widened as it is loaded ([Note:
+// norms' dout in 16 bits] in modules/kernels.hpp).
+void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const void* dout, DType dt,
+                 const void* x, DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C,
+                 void* workspace, cudaStream_t stream);
 
 // x (B, T, width) and y (B, T, width_y; null for none), of dtype t, rotated
 // in place (rotate-half, position t - doc_start[b, t] within each sequence, t

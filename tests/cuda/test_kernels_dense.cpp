@@ -368,6 +368,43 @@ TEST_F(CudaDense, AttentionBackwardTakesDoutIn16Bits) {
   }
 }
 
+// [Note: attention's dout in 16 bits] for grouped-query attention: a 16-bit
+// dout gives the f32 dout's bits on cuDNN and, with ZTRAIN_ATTENTION=flash,
+// on the flash kernels (which take its widening).
+TEST_F(CudaDense, GqaAttentionBackwardTakesDoutIn16Bits) {
+  const int64_t B = 2, T = 128, NH = 4, NKV = 2, hs = 64, C = NH * hs, KV = NKV * hs;
+  for (DType t : {DType::bf16, DType::f16}) {
+    const Tensor q = to_gpu(host_random(t, Shape{B, T, C})), k = to_gpu(host_random(t, Shape{B, T, KV})),
+                 v = to_gpu(host_random(t, Shape{B, T, KV}));
+    const Tensor out = gpu_tensor(t, Shape{B, T, C}), lse = gpu_tensor(DType::f32, Shape{B, NH, T});
+    gpu_k->gqa_attention_fwd(*gpu_ws, out, lse, q, k, v, static_cast<int>(NH), static_cast<int>(NKV), Tensor());
+    const Tensor dout16 = gpu_tensor(t, Shape{B, T, C}), dout_r = gpu_tensor(DType::f32, Shape{B, T, C});
+    gpu_k->cast(dout16, to_gpu(host_random(DType::f32, Shape{B, T, C})));
+    gpu_k->cast(dout_r, dout16);
+    auto run = [&](const Tensor& dout) {
+      const Tensor dq = gpu_tensor(DType::f32, Shape{B, T, C}), dk = gpu_tensor(DType::f32, Shape{B, T, KV}),
+                   dv = gpu_tensor(DType::f32, Shape{B, T, KV});
+      gpu_k->gqa_attention_bwd(*gpu_ws, dq, dk, dv, dout, q, k, v, out, lse, static_cast<int>(NH),
+                               static_cast<int>(NKV), Tensor());
+      return std::vector<std::vector<double>>{values(dq), values(dk), values(dv)};
+    };
+    for (const char* path : {"cudnn", "flash"}) {
+      if (std::string(path) == "cudnn" && !attention_cudnn_compiled()) continue;
+      ZT_CHECK(setenv("ZTRAIN_ATTENTION", path, 1) == 0, "setenv");
+      const std::string what = std::string(dtype_name(t)) + " " + path;
+      EXPECT_EQ(gpu_k->attention_bwd_dout_dtype(q, Tensor(), DType::f32),
+                std::string(path) == "cudnn" ? t : DType::f32) << what;
+      const auto wide = run(dout_r);
+      const uint64_t calls = attention_cudnn_calls();
+      const auto narrow = run(dout16);
+      EXPECT_EQ(attention_cudnn_calls() - calls, std::string(path) == "cudnn" ? 1u : 0u) << what;
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(max_abs_diff(narrow[i], wide[i]), 0.0) << what << " gradient " << i;
+      gpu_ws->reset();
+    }
+    ZT_CHECK(unsetenv("ZTRAIN_ATTENTION") == 0, "unsetenv");
+  }
+}
+
 // [Note: timed algorithm choice]: a product whose algorithm was chosen by
 // running the candidates gives the bits of the heuristic's first choice, for
 // the plain, bias, GELU_AUX_BIAS and DGELU products at the shapes of a GPT-2
@@ -530,14 +567,14 @@ TEST_F(CudaDense, LayerNormBackwardInOnePassKeepsTheColumnSumsBits) {
   }
 }
 
-// [Note: LayerNorm's dout in 16 bits]: a 16-bit dout gives the bits of its
+// [Note: norms' dout in 16 bits]: a 16-bit dout gives the bits of its
 // f32 widening, on the one pass (C up to 1024) and the separate kernels
 // (C 2048; C 75 without vectors), with dres, accumulating and plain; the
 // query names the 16-bit dtype for 16-bit x only.
 TEST_F(CudaDense, LayerNormBackwardTakesDoutIn16Bits) {
-  EXPECT_EQ(gpu_k->layernorm_bwd_dout_dtype(gpu_tensor(DType::f32, Shape{4, 8}), DType::f32), DType::f32);
+  EXPECT_EQ(gpu_k->norm_bwd_dout_dtype(gpu_tensor(DType::f32, Shape{4, 8}), DType::f32), DType::f32);
   for (DType xt : {DType::bf16, DType::f16}) {
-    EXPECT_EQ(gpu_k->layernorm_bwd_dout_dtype(gpu_tensor(xt, Shape{4, 8}), DType::f32), xt);
+    EXPECT_EQ(gpu_k->norm_bwd_dout_dtype(gpu_tensor(xt, Shape{4, 8}), DType::f32), xt);
     for (int64_t C : {768, 2048, 75}) {
       const int64_t N = 1031;
       const auto [x_d, w_d, mean_d, rstd_d] = layernorm_inputs(xt, N, C);

@@ -44,6 +44,40 @@ TEST_F(CudaLlama, RmsNormMatchesCpu) {
   }
 }
 
+// [Note: norms' dout in 16 bits]: a 16-bit dout gives the bits of its f32
+// widening, plain, accumulating and with the residual gradient.
+TEST_F(CudaLlama, RmsNormBackwardTakesDoutIn16Bits) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    EXPECT_EQ(gpu_k->norm_bwd_dout_dtype(gpu_tensor(t, Shape{4, 8}), DType::f32), t);
+    for (int64_t C : {100, 2048}) {
+      const int64_t N = 37;
+      const Tensor x = host_random(t, Shape{N, C}, 2.0), w = host_random(t, Shape{C});
+      const Tensor x_d = to_gpu(x), w_d = to_gpu(w), out_d = gpu_tensor(t, Shape{N, C}),
+                   rstd_d = gpu_tensor(DType::f32, Shape{N});
+      gpu_k->rmsnorm_fwd(out_d, rstd_d, x_d, w_d, 1e-5);
+      const Tensor dout16 = gpu_tensor(t, Shape{N, C}), dout_r = gpu_tensor(DType::f32, Shape{N, C});
+      gpu_k->cast(dout16, to_gpu(host_random(DType::f32, Shape{N, C})));
+      gpu_k->cast(dout_r, dout16);
+      const Tensor dx0 = host_random(DType::f32, Shape{N, C}), dw0 = host_random(DType::f32, Shape{C}),
+                   dres = host_random(DType::f32, Shape{N, C});
+      for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 accumulate, 2 with dres
+        const std::string what = std::string(dtype_name(t)) + " C " + std::to_string(C) + " mode " +
+                                 std::to_string(mode);
+        std::vector<double> got[2][2];
+        for (int narrow = 0; narrow < 2; ++narrow) {
+          const Tensor dx_d = to_gpu(dx0), dw_d = to_gpu(dw0);
+          gpu_k->rmsnorm_bwd(dx_d, mode == 1, dw_d, narrow ? dout16 : dout_r, x_d, w_d, rstd_d,
+                             mode == 2 ? to_gpu(dres) : Tensor());
+          got[narrow][0] = values(dx_d);
+          got[narrow][1] = values(dw_d);
+        }
+        EXPECT_EQ(max_abs_diff(got[0][0], got[1][0]), 0.0) << what << ": dx";
+        EXPECT_EQ(max_abs_diff(got[0][1], got[1][1]), 0.0) << what << ": dw";
+      }
+    }
+  }
+}
+
 // The residual-stream forms ([Note: residual stream]): the forward's copy of
 // x is x's bits, and the backward's dx = dres + the norm's gradient matches
 // the CPU's composition (copy, then accumulate).
