@@ -121,36 +121,30 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
   }
   if (!grads_.empty()) {
     // [Note: gradients written, not zeroed]: the spans of grads_ that no
-    // product overwrites, adjacent ones merged (units lie end to end).
+    // product overwrites, adjacent ones merged (units lie end to end), then
+    // sorted by size.
     std::vector<Kernels::ZeroSpan> keep;
-    int64_t overwritten = 0;
+    auto clear = [&](int64_t b, int64_t e) {
+      if (b >= e) return;
+      if (!keep.empty() && keep.back().end == b)
+        keep.back().end = e;
+      else
+        keep.push_back({b, e});
+    };
     for (int u = 0; u < n; ++u) {
       if (!is_local(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
       int64_t at = grad_offset_[u];
       for (const ParamSlot& p : fu.params) {
         if (!p.grad_overwritten) continue;
-        const int64_t b = grad_offset_[u] + p.offset;
-        if (b > at) keep.push_back({at, b});
-        at = b + p.numel();
-        overwritten += p.numel();
+        clear(at, grad_offset_[u] + p.offset);
+        at = grad_offset_[u] + p.offset + p.numel();
+        overwrite_first_ = true;
       }
-      if (grad_offset_[u] + fu.padded > at) keep.push_back({at, grad_offset_[u] + fu.padded});
+      clear(at, grad_offset_[u] + fu.padded);
     }
-    overwrite_first_ = overwritten > 0;
-    for (const Kernels::ZeroSpan& s : keep) {
-      std::vector<Kernels::ZeroSpan>& to =
-          s.end - s.begin > Kernels::kZeroSpanMax ? clear_large_ : clear_small_;
-      if (!to.empty() && to.back().end == s.begin)
-        to.back().end = s.end;
-      else
-        to.push_back(s);
-    }
-    // Merging may have made a small span large.
-    std::vector<Kernels::ZeroSpan> small;
-    for (const Kernels::ZeroSpan& s : clear_small_)
-      (s.end - s.begin > Kernels::kZeroSpanMax ? clear_large_ : small).push_back(s);
-    clear_small_ = std::move(small);
+    for (const Kernels::ZeroSpan& s : keep)
+      (s.end - s.begin > Kernels::kZeroSpanMax ? clear_large_ : clear_small_).push_back(s);
     grads_written_.assign(static_cast<size_t>(n), false);
   }
   if (opts.grad_accumulate_on_device && grad_acc_.empty())

@@ -246,17 +246,21 @@ TEST(ZeroEngine, DeviceAdamWPlacementEqualsAdamWPerDecaySpan) {
 
 // [Note: gradients written, not zeroed]: at stages 0-1 zero_grads leaves the
 // block weights' gradients for their products to write at each unit's first
-// backward of the step. With those gradients set to NaN after zero_grads
-// (what an uncleared buffer might hold), one and two micro-batches give the
-// gradients of a step whose buffer was cleared whole.
+// backward of the step. A step taken after another one (whose gradients are
+// still in the buffer), with the gradients left to the products set to NaN
+// after zero_grads (what an uncleared buffer might hold), gives, for one and
+// two micro-batches, the gradients of the same step taken on a fresh
+// engine, whose buffer starts zero: a span zero_grads should clear but does
+// not keeps the first step's sums, and a product that adds where it should
+// write keeps the NaN.
 TEST(ZeroEngine, OverwrittenGradientsNeedNoClearing) {
   Fixture f;
   for (int stage : {0, 1}) {
     for (int micro : {1, 2}) {
       auto ref = f.engine(stage);
       auto e = f.engine(stage);
-      // The reference clears everything: NaN would survive an add.
       const double ref_loss = f.step(*ref, micro);
+      f.step(*e, micro);  // the same step once before: no update, the same gradients again
       e->zero_grads();
       EXPECT_GT(f.poison_overwritten(*e), 0) << "stage " << stage << ": no gradient is left to its product";
       const double loss = f.step(*e, micro, true);
