@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "optim/clip_math.hpp"
 
 namespace zt {
 namespace {
@@ -41,12 +42,7 @@ double sum_squares(const float* g, int64_t n) {
   return total;
 }
 
-float clip_coefficient(double global_norm, double max_norm) {
-  if (max_norm <= 0.0) return 1.0f;
-  const double coef = max_norm / (global_norm + 1e-6);
-  // `!(coef >= 1)` keeps a NaN coefficient visible instead of turning it into 1.
-  return !(coef >= 1.0) ? static_cast<float>(coef) : 1.0f;
-}
+float clip_coefficient(double global_norm, double max_norm) { return clip_coefficient_of(global_norm, max_norm); }
 
 bool has_inf_or_nan(const float* x, int64_t n) {
   ZT_CHECK(n >= 0, "negative length ", n);

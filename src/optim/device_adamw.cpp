@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "optim/clip_math.hpp"
+
 #if ZT_HAVE_CUDA
 #include "optim/cuda/adamw.cuh"
 #include "runtime/cuda/cuda_device.hpp"
@@ -29,20 +31,28 @@ class DeviceAdamW final : public OptimizerPlacement {
 #if ZT_HAVE_CUDA
     if (dev_.kind() == DeviceKind::cuda) {
       adamw_update_ranges_cuda(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step,
-                               s.grad_scale, sh.param, sh.param_dtype, static_cast<CudaDevice&>(dev_).stream());
+                               s.grad_scale, sh.param, sh.param_dtype, s.verdict,
+                               static_cast<CudaDevice&>(dev_).stream());
       return;
     }
 #endif
     ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
+    // The CPU's device memory is the host's, and its work is done in order:
+    // the verdict is read here as the GPU's kernels read it.
+    float grad_scale = s.grad_scale;
+    if (s.verdict != nullptr) {
+      if (s.verdict[kVerdictSkip] != 0.0) return;
+      grad_scale = static_cast<float>(s.verdict[kVerdictGradScale]);
+    }
     if (sh.param == nullptr) {
-      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale);
+      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale);
     } else if (sh.param_dtype == DType::bf16) {
-      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale,
+      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale,
                           static_cast<bf16*>(sh.param));
     } else {
       ZT_CHECK(sh.param_dtype == DType::f16, "unit ", sh.unit, ": a ", dtype_name(sh.param_dtype),
                " working copy beside the master (bf16 or f16 expected)");
-      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, s.grad_scale,
+      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale,
                           static_cast<f16*>(sh.param));
     }
   }

@@ -183,6 +183,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
   }
 
   void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
+    ZT_CHECK(s.verdict == nullptr, "the NVMe AdamW takes the step's verdict on the host, not in device memory");
     usable();
     pending_.push_back({&sh, s, sh.grad});
   }

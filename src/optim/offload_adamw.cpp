@@ -96,7 +96,10 @@ class HostOffloadAdamW final : public OffloadAdamW {
     }
   }
 
-  void update(const OwnedShard& sh, const OptimizerStepScalars& s) override { pending_.push_back({&sh, s, sh.grad}); }
+  void update(const OwnedShard& sh, const OptimizerStepScalars& s) override {
+    ZT_CHECK(s.verdict == nullptr, "the host AdamW takes the step's verdict on the host, not in device memory");
+    pending_.push_back({&sh, s, sh.grad});
+  }
 
   void detach() noexcept override {
     worker_.wait();  // its error, if any, stays unreported: the run is ending

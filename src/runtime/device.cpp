@@ -259,7 +259,7 @@ class HostMemory final : public Device {
 class ImmediateTransfers final : public TransferQueue {
  public:
   explicit ImmediateTransfers(Device& dev) : dev_(dev) {}
-  TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) override {
+  TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes, TransferTicket) override {
     dev_.copy_to_host(host_dst, dev_src, bytes);
     return TransferTicket{++issued_};
   }

@@ -8,7 +8,9 @@
 // kernels. Ordering is explicit:
 //   - to_host() copies device memory as the compute stream will have left it
 //     after the work queued so far (the copy stream waits for an event
-//     recorded there), so a gradient is read once its reduction is done;
+//     recorded there), so a gradient is read once its reduction is done; given
+//     a compute mark, as the compute stream left it at the mark (work queued
+//     after the mark does not delay the copy);
 //   - wait() blocks the host until a copy is done (the host may then read or
 //     reuse its host buffer);
 //   - compute_waits() makes work queued later on the compute stream start
@@ -36,7 +38,8 @@ struct TransferTicket {
 class TransferQueue {
  public:
   virtual ~TransferQueue() = default;
-  virtual TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
+  virtual TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes,
+                                 TransferTicket after_compute = {}) = 0;
   virtual TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes,
                                    TransferTicket after_compute = {}) = 0;
   virtual TransferTicket mark_compute() = 0;

@@ -1,12 +1,16 @@
 #include "train/grad_finalize.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "core/log.hpp"
 #include "optim/clip.hpp"
+#include "optim/clip_math.hpp"
+#include "optim/step_verdict.hpp"
 
 namespace zt {
 
@@ -24,6 +28,80 @@ GradientFinalizer::GradientFinalizer(ZeroEngine& zero, Kernels& kernels, Device&
     norm_acc_ = Buffer(dev, DType::f64, Shape{1}, MemTag::workspace);
     overflow_ = Buffer(dev, DType::i32, Shape{shards}, MemTag::workspace);
   }
+  // [Note: verdict on the device]
+  const char* env = std::getenv("ZTRAIN_VERDICT");
+  const std::string mode = env != nullptr ? env : "";
+  ZT_CHECK(mode.empty() || mode == "host" || mode == "device", "ZTRAIN_VERDICT=\"", mode,
+           "\": \"host\" (the verdict read by the host before the update) or \"device\" (the default where it "
+           "applies)");
+  on_device_ = mode != "host" && !scaler_ && !zero.grads_on_host() && zero.placement().states_on_device();
+  if (on_device_) {
+    verdict_ = Buffer(dev, DType::f64, Shape{kVerdictLength}, MemTag::workspace);
+    verdict_host_ = Buffer(dev.host_memory(true), DType::f64, Shape{kVerdictLength}, MemTag::workspace);
+    copies_ = dev.make_transfer_queue();
+  }
+}
+
+void GradientFinalizer::inject_overflow(int64_t step) {
+  if (!fault_.at(InjectedFault::Kind::overflow, comms_.topology().world_rank(), step)) return;
+  for (OwnedShard& sh : zero_.owned_shards())
+    if (sh.unit == fault_.unit) {
+      const float inf = std::numeric_limits<float>::infinity();
+      zero_.forget_device_sq(sh.unit);
+      if (sh.grad_on_host)
+        *sh.grad = inf;
+      else
+        dev_.copy_from_host(sh.grad, &inf, sizeof inf);
+    }
+}
+
+GradientVerdict GradientFinalizer::finalize_on_device(int64_t step, bool stop_requested, const Tensor& loss_sum) {
+  ZT_CHECK(on_device_, "the step's verdict on the device does not apply to this run");
+  ZT_CHECK(loss_sum.dtype == DType::f64 && loss_sum.numel() == 1, "the step's summed loss: one f64");
+  GradientVerdict v;
+  if (mirror_ >= 0) zero_.done(mirror_);
+  zero_.reduce_gradients();
+  reduce_tied_copies();
+  inject_overflow(step);
+  double* d = static_cast<double*>(verdict_.data());
+  const Tensor sums = verdict_.tensor().slice1d(0, 2);  // sum of squares, not-finite flag
+  kernels_.zero(sums);
+  const Tensor acc = verdict_.tensor().slice1d(kVerdictSumSq, 1);
+  for (const OwnedShard& sh : zero_.owned_shards())
+    if (sh.unit != mirror_)  // the tied copy is counted on the first stage
+      kernels_.sum_squares(grad_of(sh), acc);
+  step_verdict_flag(dev_, d, static_cast<const double*>(loss_sum.data));
+  // Reduced as finalize() reduces its pair ([Note: stop agreement]), on the
+  // device's communicators, which order the compute stream after them.
+  if (comms_.data().size() > 1) {
+    CommRequest r = comms_.data().tensors->all_reduce(sums, zero_.options().stage == 0 ? ReduceOp::max : ReduceOp::sum);
+    wait(r);
+  }
+  if (comms_.pipeline().size() > 1) {
+    CommRequest r = comms_.pipeline().tensors->all_reduce(sums, ReduceOp::sum);
+    wait(r);
+  }
+  step_verdict_finish(dev_, d, clip_, 1.0);  // no loss scaler here
+  verdict_ready_ = copies_->mark_compute();
+  // The stop signal, agreed over every rank on the host.
+  v.stop = stop_requested;
+  if (comms_.world().size() > 1)
+    v.stop = all_reduce_scalar(comms_.world(), stop_requested ? 1.0 : 0.0, ReduceOp::max) != 0;
+  v.pending = true;
+  v.device_verdict = d;
+  return v;
+}
+
+void GradientFinalizer::resolve(GradientVerdict& v) {
+  if (!v.pending) return;
+  double* h = static_cast<double*>(verdict_host_.data());
+  const TransferTicket t = copies_->to_host(h, verdict_.data(), verdict_.bytes(), verdict_ready_);
+  copies_->wait(t);
+  v.grad_norm = h[kVerdictNorm];
+  v.grad_scale = static_cast<float>(h[kVerdictGradScale]);
+  v.skipped = v.nonfinite = h[kVerdictSkip] != 0;
+  v.pending = false;
+  v.device_verdict = nullptr;
 }
 
 GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, bool loss_finite) {
@@ -33,16 +111,7 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, b
   if (mirror_ >= 0) zero_.done(mirror_);
   zero_.reduce_gradients();
   reduce_tied_copies();
-  if (fault_.at(InjectedFault::Kind::overflow, comms_.topology().world_rank(), step))
-    for (OwnedShard& sh : zero_.owned_shards())
-      if (sh.unit == fault_.unit) {
-        const float inf = std::numeric_limits<float>::infinity();
-        zero_.forget_device_sq(sh.unit);
-        if (sh.grad_on_host)
-          *sh.grad = inf;
-        else
-          dev_.copy_from_host(sh.grad, &inf, sizeof inf);
-      }
+  inject_overflow(step);
   v.loss_scale = loss_scale();
   if (scaler_) v.skipped = check_overflow(step);
 

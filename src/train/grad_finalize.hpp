@@ -12,6 +12,24 @@
 // the norm and the overflow check run on the host's cores (CpuKernels: the
 // same arithmetic as the CPU backend's device path), and the tied copies are
 // summed through a device buffer.
+//
+// [Note: verdict on the device] Where the update runs on the device too (the
+// states on the device, the gradients not on the host) and no loss scaler
+// decides (not fp16), the verdict (2-4 above) is computed on the device and
+// the host reads none of it before the update: the sum of squares and a
+// not-finite flag (the loss's and the norm's) are reduced over the data and
+// pipeline axes by the device's communicators, a one-thread kernel turns them
+// into the clipping coefficient (optim/clip_math.hpp, the host's arithmetic),
+// and every AdamW launch reads that coefficient, or skips, from device
+// memory (OptimizerStepScalars::verdict). The stop signal is agreed on the
+// host over the world instead of riding on the norm's reduction. The host
+// learns the verdict after it has queued the update (resolve()), from a copy
+// that starts once the verdict is computed, so the device goes from the
+// reduction to the update without waiting for the host, and the step from its
+// first forward to its update holds no device-to-host copy ([Note: host round
+// trips]). The bits are the host path's: the same sums, reduced by the same
+// communicator on the CPU backend, and the same fp32 coefficient.
+// ZTRAIN_VERDICT=host keeps the host path for comparison.
 #pragma once
 
 #include <memory>
@@ -21,6 +39,7 @@
 #include "modules/cpu_kernels.hpp"
 #include "modules/kernels.hpp"
 #include "optim/loss_scaler.hpp"
+#include "runtime/transfer.hpp"
 #include "train/fault_injection.hpp"
 #include "train/run_options.hpp"
 #include "zero/zero_engine.hpp"
@@ -37,6 +56,11 @@ struct GradientVerdict {
   // skipped, and the trainer counts such steps (train.nonfinite_tolerance).
   bool nonfinite = false;
   bool stop = false;      // some rank received a stop signal: every rank stops after this step
+  // [Note: verdict on the device]: grad_norm, grad_scale, skipped and
+  // nonfinite are still on the device; GradientFinalizer::resolve fills them.
+  bool pending = false;
+  // Where an update reads the verdict when it is pending (device memory).
+  const double* device_verdict = nullptr;
 };
 
 class GradientFinalizer {
@@ -54,8 +78,18 @@ class GradientFinalizer {
   // rank's stop signal; `loss_finite`: whether this rank's share of the
   // step's loss is finite. Collective over all ranks.
   GradientVerdict finalize(int64_t step, bool stop_requested, bool loss_finite = true);
+  // Whether finalize_on_device() applies ([Note: verdict on the device]).
+  bool verdict_on_device() const { return on_device_; }
+  // The same on the device: `loss_sum` is this rank's summed loss of the
+  // step (device memory, f64), whose finiteness the verdict includes. The
+  // verdict returned is pending.
+  GradientVerdict finalize_on_device(int64_t step, bool stop_requested, const Tensor& loss_sum);
+  // Fills a pending verdict's fields once the device has computed them
+  // (blocks the host until then); call after the update is queued.
+  void resolve(GradientVerdict& v);
 
  private:
+  void inject_overflow(int64_t step);
   void reduce_tied_copies();
   bool check_overflow(int64_t step);
   double owned_grad_sq();
@@ -81,6 +115,12 @@ class GradientFinalizer {
   Tensor norm_acc();
   Tensor overflow();
   CpuKernels host_kernels_;
+  // [Note: verdict on the device]
+  bool on_device_ = false;
+  Buffer verdict_;       // (kVerdictLength) f64, device memory
+  Buffer verdict_host_;  // (kVerdictLength) f64, pinned host memory
+  std::unique_ptr<TransferQueue> copies_;
+  TransferTicket verdict_ready_;  // compute mark after the verdict's last kernel
 };
 
 }  // namespace zt

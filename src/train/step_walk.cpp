@@ -85,29 +85,38 @@ void StepWalk::reduce_grads() {
   walk_calls_ = host_calls::end();
   host_calls::begin();
   const double t0 = now_s();
-  // This rank's share of the loss so far (zero on stages without the head);
-  // the gradient-norm read just after waits for the device anyway.
-  double loss = 0;
-  dev_.copy_to_host(&loss, loss_sum_.data(), sizeof loss);
-  verdict_ = finalizer_.finalize(state_->step + 1, stop_requested_, std::isfinite(loss));
+  if (finalizer_.verdict_on_device()) {
+    // [Note: verdict on the device]: the loss's finiteness too.
+    verdict_ = finalizer_.finalize_on_device(state_->step + 1, stop_requested_, loss_sum_.tensor());
+  } else {
+    // This rank's share of the loss so far (zero on stages without the head);
+    // the gradient-norm read just after waits for the device anyway.
+    double loss = 0;
+    dev_.copy_to_host(&loss, loss_sum_.data(), sizeof loss);
+    verdict_ = finalizer_.finalize(state_->step + 1, stop_requested_, std::isfinite(loss));
+  }
   timing_.reduce_s = now_s() - t0;
 }
 
 void StepWalk::optimizer_step() {
   reduce_calls_ = host_calls::end();
   const double t0 = now_s();
+  // A pending verdict ([Note: verdict on the device]) may still skip the
+  // update on the device; `applied` counts it once resolved.
   if (!verdict_.skipped) {
     OptimizerStepScalars s;
     s.step = state_->applied + 1;
     s.lr = schedule_.lr_at(state_->applied);
     s.grad_scale = verdict_.grad_scale;
+    s.verdict = verdict_.device_verdict;
     zero_.apply_optimizer(s);
-    ++state_->applied;
   }
   {
     PhaseScope phase(RunPhase::gather);  // [Note: op context]
     zero_.publish_params();
   }
+  finalizer_.resolve(verdict_);
+  if (!verdict_.skipped) ++state_->applied;
   timing_.optimizer_s = now_s() - t0;
 }
 

@@ -23,6 +23,11 @@ struct OptimizerStepScalars {
   int64_t step = 0;      // 1-based count of applied updates (Adam's bias correction)
   double lr = 0;         // this step's learning rate
   float grad_scale = 1;  // multiplies every gradient first: clip coefficient / loss scale
+  // [Note: verdict on the device] (train/grad_finalize.hpp): null, or the
+  // step's verdict in the device's memory (optim/clip_math.hpp), which the
+  // update reads in place of grad_scale and which may say that the update
+  // changes nothing. Only a placement with states_on_device() is given one.
+  const double* verdict = nullptr;
 };
 
 enum class OptimizerState : uint8_t { master, exp_avg, exp_avg_sq };

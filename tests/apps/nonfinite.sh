@@ -46,6 +46,16 @@ if [ "$RC" = 0 ] && grep -q "step 3: .*is not finite: update skipped (1 in a row
 else
   fail "tolerance 1: exit $RC, skips $sk"
 fi
+# [Note: verdict on the device] (grad_finalize.hpp): the same run with the
+# verdict read by the host before the update, and both with clipping at work
+# (gradient_clipping 0.05, below every step's norm), give the same bits: the
+# losses, norms and skips of every step.
+fields() { grep -o '"\(loss\|grad_norm\|skipped\)":[^,}]*' "$1" | tr '\n' ' '; }
+rm -rf ck
+ZTRAIN_VERDICT=host run_np 2 c.json --log-dir t1h --set train.nonfinite_tolerance=1
+a=$(fields t1/metrics.jsonl); b=$(fields t1h/metrics.jsonl)
+[ "$RC" = 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: the verdict on the device has the host's bits (a skipped step)" \
+  || fail "verdict host/device: exit $RC: $a / $b"
 # fp16: the same inf is an overflow the loss scaler skips; it does not count.
 rm -rf ck
 run_np 2 c.json --log-dir f16 --set fp16.enabled=true --set fp16.initial_scale_power=8
@@ -53,6 +63,15 @@ sk=$(skips f16/metrics.jsonl)
 [ "$RC" = 0 ] && [ "$sk" = "false false true false false " ] && ! grep -q "not finite" "$WORK/out" \
   && echo "ok: fp16 overflow skips do not count as non-finite steps" || fail "fp16: exit $RC, skips $sk"
 unset ZT_INJECT_FAULT
+for stage in 0 3; do
+  rm -rf ck
+  run_np 2 c.json --log-dir c$stage --set gradient_clipping=0.05 --set zero_optimization.stage=$stage --set train.steps=4
+  rm -rf ck
+  ZTRAIN_VERDICT=host run_np 2 c.json --log-dir c${stage}h --set gradient_clipping=0.05 --set zero_optimization.stage=$stage --set train.steps=4
+  a=$(fields c$stage/metrics.jsonl); b=$(fields c${stage}h/metrics.jsonl)
+  [ "$RC" = 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: stage $stage, clipped: the verdict on the device has the host's bits" \
+    || fail "stage $stage clipped, verdict host/device: exit $RC: $a / $b"
+done
 
 # lr 1e39 (inf in float): the first update makes the weights non-finite;
 # their save is refused, and the staging directory does not become a checkpoint.

@@ -1,12 +1,18 @@
 // The fused GPU AdamW against the CPU's adamw_update on random data: the
 // same operation order on both sides ([Note: AdamW formula]), so parameters,
 // m, v and the working copy must agree bit for bit.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 
 #include "cuda_test_support.hpp"
 #include "optim/adamw.hpp"
+#include "optim/clip.hpp"
+#include "optim/clip_math.hpp"
 #include "optim/cuda/adamw.cuh"
+#include "optim/cuda/step_verdict.cuh"
 
 namespace zt::test {
 namespace {
@@ -125,9 +131,15 @@ TEST_F(CudaAdamW, RangesInOneLaunchMatchCpuBitForBit) {
     } else {
       adamw_update_ranges(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, ranges, hp, 5, 0.5f);
     }
+    // At offset 1 the scale comes from a verdict in device memory ([Note:
+    // verdict on the device]), the argument being a wrong one it replaces.
+    const Tensor verdict_d = gpu_tensor(DType::f64, Shape{kVerdictLength});
+    const double verdict[kVerdictLength] = {4.0, 0.0, 0.5, 2.0};
+    gpu->copy_from_host(verdict_d.data, verdict, sizeof verdict);
     adamw_update_ranges_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
-                             static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, ranges, hp, 5, 0.5f,
-                             with_copy ? copy_d.data : nullptr, copy_t, gpu->stream());
+                             static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, ranges, hp, 5,
+                             offset == 1 ? 3.0f : 0.5f, with_copy ? copy_d.data : nullptr, copy_t,
+                             offset == 1 ? static_cast<const double*>(verdict_d.data) : nullptr, gpu->stream());
     for (const auto& [host_t, dev_t, name] : {std::make_tuple(p, p_d, "param"), std::make_tuple(m, m_d, "m"),
                                               std::make_tuple(v, v_d, "v")}) {
       std::vector<float> back(static_cast<size_t>(n));
@@ -144,11 +156,70 @@ TEST_F(CudaAdamW, RangesInOneLaunchMatchCpuBitForBit) {
   float* xp = static_cast<float*>(x.data);
   std::vector<DecayRange> gap = ranges;
   gap[5].begin += 1;
-  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n, gap, hp, 1, 1.0f, nullptr, DType::f32, gpu->stream()),
-               Error);
   EXPECT_THROW(
-      adamw_update_ranges_cuda(xp, xp, xp, xp, n + 1, ranges, hp, 1, 1.0f, nullptr, DType::f32, gpu->stream()),
+      adamw_update_ranges_cuda(xp, xp, xp, xp, n, gap, hp, 1, 1.0f, nullptr, DType::f32, nullptr, gpu->stream()),
       Error);
+  EXPECT_THROW(adamw_update_ranges_cuda(xp, xp, xp, xp, n + 1, ranges, hp, 1, 1.0f, nullptr, DType::f32, nullptr,
+                                        gpu->stream()),
+               Error);
+}
+
+// [Note: verdict on the device]: a verdict that says skip leaves the master,
+// the moments and the working copy as they were.
+TEST_F(CudaAdamW, VerdictThatSkipsChangesNothing) {
+  const int64_t n = 1000;
+  const std::vector<DecayRange> ranges = {{0, 600, true}, {600, n, false}};
+  AdamWParams hp;
+  const Tensor p = host_random(DType::f32, Shape{n}), g = host_random(DType::f32, Shape{n});
+  const Tensor p_d = to_gpu(p), g_d = to_gpu(g), m_d = to_gpu(p), v_d = to_gpu(p),
+               copy_d = gpu_tensor(DType::bf16, Shape{n});
+  gpu_k->zero(copy_d);
+  const Tensor verdict_d = gpu_tensor(DType::f64, Shape{kVerdictLength});
+  const double verdict[kVerdictLength] = {std::nan(""), 1.0, 1.0, std::nan("")};
+  gpu->copy_from_host(verdict_d.data, verdict, sizeof verdict);
+  adamw_update_ranges_cuda(static_cast<float*>(p_d.data), static_cast<const float*>(g_d.data),
+                           static_cast<float*>(m_d.data), static_cast<float*>(v_d.data), n, ranges, hp, 1, 1.0f,
+                           copy_d.data, DType::bf16, static_cast<const double*>(verdict_d.data), gpu->stream());
+  for (const Tensor& t : {p_d, m_d, v_d}) {
+    std::vector<float> back(static_cast<size_t>(n));
+    gpu->copy_to_host(back.data(), t.data, t.bytes());
+    EXPECT_EQ(bit_mismatches(back.data(), p.data, n, 4), 0);
+  }
+  std::vector<uint16_t> copy(static_cast<size_t>(n), 1);
+  gpu->copy_to_host(copy.data(), copy_d.data, copy_d.bytes());
+  EXPECT_EQ(std::count(copy.begin(), copy.end(), uint16_t{0}), n);
+}
+
+// The verdict's kernels give the host's bits: the coefficient with and
+// without clipping, a norm that is not finite, a loss that is not.
+TEST_F(CudaAdamW, VerdictKernelsMatchTheHost) {
+  const Tensor v_d = gpu_tensor(DType::f64, Shape{kVerdictLength});
+  const Tensor loss_d = gpu_tensor(DType::f64, Shape{1});
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    double sum_sq, loss, clip, loss_scale;
+  };
+  for (const Case c : {Case{0.37, 2.5, 1.0, 1.0}, Case{123.456789, 2.5, 1.0, 1.0}, Case{123.456789, 2.5, 0.0, 1.0},
+                       Case{9.75e6, 3.0, 0.5, 1024.0}, Case{inf, 2.0, 1.0, 1.0}, Case{1.0, std::nan(""), 1.0, 1.0},
+                       Case{std::nan(""), 1.0, 1.0, 1.0}}) {
+    double host[kVerdictLength] = {c.sum_sq, -1.0, -1.0, -1.0};
+    gpu->copy_from_host(v_d.data, host, sizeof host);
+    gpu->copy_from_host(loss_d.data, &c.loss, sizeof c.loss);
+    auto* vd = static_cast<double*>(v_d.data);
+    step_verdict_flag_cuda(vd, static_cast<const double*>(loss_d.data), gpu->stream());
+    step_verdict_finish_cuda(vd, c.clip, c.loss_scale, gpu->stream());
+    double back[kVerdictLength];
+    gpu->copy_to_host(back, v_d.data, sizeof back);
+    host[kVerdictSkip] = std::isfinite(c.sum_sq) && std::isfinite(c.loss) ? 0.0 : 1.0;
+    finish_step_verdict(host, c.clip, c.loss_scale);
+    EXPECT_EQ(bit_mismatches(back, host, kVerdictLength, 8), 0) << "sum of squares " << c.sum_sq << ", loss " << c.loss;
+    // finish_step_verdict is GradientFinalizer's host arithmetic.
+    const double norm = std::sqrt(c.sum_sq) / c.loss_scale;
+    if (std::isfinite(norm)) {
+      EXPECT_EQ(static_cast<float>(back[kVerdictGradScale]),
+                static_cast<float>(clip_coefficient(norm, c.clip) / c.loss_scale));
+    }
+  }
 }
 
 TEST_F(CudaAdamW, FloatWorkingCopyIsTheParameters) {

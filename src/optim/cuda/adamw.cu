@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "optim/clip_math.hpp"
 #include "optim/cuda/adamw.cuh"
 
 namespace zt {
@@ -62,10 +63,17 @@ __device__ __forceinline__ int range_of(const DecayTable& t, int64_t e) {
 // Copy is void for "no working copy". vec: every pointer 16-byte aligned, so
 // four elements move per access (and the copy's four in one store when the
 // copy is aligned to four elements: copy_vec); the four take their decay
-// factors from their own ranges.
+// factors from their own ranges. verdict: null, or the step's verdict on the
+// device ([Note: verdict on the device], optim/clip_math.hpp), which skips the
+// update or gives its gradient scale in place of s.grad_scale.
 template <bool kLerpFromStart, typename Copy>
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWScalars s,
-                             const __grid_constant__ DecayTable t, Copy* copy, bool vec, bool copy_vec) {
+                             const __grid_constant__ DecayTable t, Copy* copy, bool vec, bool copy_vec,
+                             const double* verdict) {
+  if (verdict != nullptr) {
+    if (verdict[kVerdictSkip] != 0.0) return;
+    s.grad_scale = static_cast<float>(verdict[kVerdictGradScale]);
+  }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
@@ -115,7 +123,8 @@ namespace {
 
 // One launch over n elements whose decay the table gives.
 void launch_adamw(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s,
-                  const DecayTable& t, void* param_copy, DType copy_dtype, cudaStream_t stream) {
+                  const DecayTable& t, void* param_copy, DType copy_dtype, const double* verdict,
+                  cudaStream_t stream) {
   const bool vec = aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v);
   // Four elements of the copy: 16 bytes in f32, 8 in bf16/f16.
   const bool copy_vec = param_copy != nullptr && reinterpret_cast<uintptr_t>(param_copy) % (4 * dtype_size(copy_dtype)) == 0;
@@ -125,9 +134,9 @@ void launch_adamw(float* param, const float* grad, float* m, float* v, int64_t n
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(8192, (work + kThreads - 1) / kThreads));
   auto run = [&](auto copy) {
     if (s.lerp_from_start) {
-      adamw_kernel<true><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec, copy_vec);
+      adamw_kernel<true><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec, copy_vec, verdict);
     } else {
-      adamw_kernel<false><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec, copy_vec);
+      adamw_kernel<false><<<grid, kThreads, 0, stream>>>(param, grad, m, v, n, s, t, copy, vec, copy_vec, verdict);
     }
     ZT_CUDA_CHECK_LAUNCH();
   };
@@ -155,12 +164,13 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int6
   t.count = 1;
   t.end[0] = n;
   t.factor[0] = decay ? s.decay_factor : 1.0f;
-  launch_adamw(param, grad, m, v, n, s, t, param_copy, copy_dtype, stream);
+  launch_adamw(param, grad, m, v, n, s, t, param_copy, copy_dtype, nullptr, stream);
 }
 
 void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
                               const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
-                              float grad_scale, void* param_copy, DType copy_dtype, cudaStream_t stream) {
+                              float grad_scale, void* param_copy, DType copy_dtype, const double* verdict,
+                              cudaStream_t stream) {
   ZT_CHECK(n >= 0, "negative length ", n);
   const AdamWScalars s = adamw_scalars(hp, step, grad_scale);
   int64_t at = 0;
@@ -180,7 +190,8 @@ void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* 
       t.factor[j] = ranges[b + j].decay ? s.decay_factor : 1.0f;
     }
     void* copy = param_copy == nullptr ? nullptr : static_cast<char*>(param_copy) + base * dtype_size(copy_dtype);
-    launch_adamw(param + base, grad + base, m + base, v + base, t.end[count - 1], s, t, copy, copy_dtype, stream);
+    launch_adamw(param + base, grad + base, m + base, v + base, t.end[count - 1], s, t, copy, copy_dtype, verdict,
+                 stream);
   }
 }
 

@@ -29,9 +29,14 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, int6
 // `ranges` describe (tiling [0, n) in order, as adamw_update_ranges on the
 // CPU takes them), in one launch per 32 ranges rather than one per range:
 // the bits of adamw_update_cuda range by range, param_copy (n elements of
-// copy_dtype, or null) written in the same pass.
+// copy_dtype, or null) written in the same pass. verdict: null, or the step's
+// verdict in device memory ([Note: verdict on the device] in
+// train/grad_finalize.hpp; optim/clip_math.hpp): the kernels then change
+// nothing when it says skip, and take its gradient scale in place of
+// grad_scale.
 void adamw_update_ranges_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
                               const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
-                              float grad_scale, void* param_copy, DType copy_dtype, cudaStream_t stream);
+                              float grad_scale, void* param_copy, DType copy_dtype, const double* verdict,
+                              cudaStream_t stream);
 
 }  // namespace zt

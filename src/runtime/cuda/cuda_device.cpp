@@ -244,11 +244,18 @@ class CudaTransfers final : public TransferQueue {
     } catch (...) {
     }
   }
-  TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes) override {
-    // Read the source as the compute stream leaves it.
-    const CudaEvent after = CudaEvent::create();
-    after.record(dev_.stream());
-    kind_[0].stream.wait(after.get());
+  TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes, TransferTicket after_mark) override {
+    if (after_mark.id != 0) {
+      // Read the source as the compute stream left it at the mark (a retired
+      // mark's work is done).
+      ZT_CHECK(after_mark.id % 4 == 2, "to_host after a ticket that is not a compute mark");
+      if (cudaEvent_t e = event(after_mark)) kind_[0].stream.wait(e);
+    } else {
+      // Read the source as the compute stream leaves it.
+      const CudaEvent after = CudaEvent::create();
+      after.record(dev_.stream());
+      kind_[0].stream.wait(after.get());
+    }
     ZT_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, kind_[0].stream.get()));
     return record(0, kind_[0].stream.get());
   }
