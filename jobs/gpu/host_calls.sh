@@ -2,9 +2,10 @@
 # GPU host check of [Note: host round trips] (runtime/host_calls.hpp): runs
 # ztrain with ZTRAIN_COUNT_HOST_CALLS=1 (CUPTI driver-API callbacks; the
 # bundle's lib/ must hold libcupti) on GPT-2 124M and the 1B Llama, bf16, and
-# checks that from step 2 on the walk (first forward to the gradient
-# reduction) makes no synchronize, blocking copy, device-to-host copy or
-# allocation. The reduction window's calls are printed as they are.
+# checks that from step 2 on neither the walk (first forward to the gradient
+# reduction) nor the reduction (to the optimizer step; [Note: verdict on the
+# device]) makes a synchronize, blocking copy, device-to-host copy or
+# allocation.
 # Usage (on the GPU host, from the repository root):
 #   jobs/gpu/host_calls.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
@@ -37,11 +38,12 @@ for l in lines:
         print(f"{name}: unparsed line {l.strip()}"); bad = 1; continue
     step, counts = int(m.group(1)), [int(m.group(i)) for i in range(2, 6)]
     print(f"{name} step {step}: walk {sum(counts)} calls{m.group(6)}; reduction: {m.group(7).strip()}")
-    if step >= 2 and sum(counts) != 0:
+    reduction = [int(x) for x in re.findall(r"(\d+) (?:syncs|blocking copies|device-to-host copies|allocations)", m.group(7))]
+    if step >= 2 and (sum(counts) != 0 or len(reduction) != 4 or sum(reduction) != 0):
         bad = 1
 if not lines:
     print(f"{name}: no 'host calls' lines"); bad = 1
-print(f"{name}: {'FAIL' if bad else 'ok'} (walk windows from step 2 on without host round trips)")
+print(f"{name}: {'FAIL' if bad else 'ok'} (walk and reduction windows from step 2 on without host round trips)")
 sys.exit(bad)
 PY
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
