@@ -35,6 +35,13 @@ constexpr int kVerdictGradScale = 2;
 constexpr int kVerdictNorm = 3;
 constexpr int kVerdictLength = 4;
 
+// Sets [1] from [0] and the step's summed loss (null: not checked), before
+// the reduction that takes its max over the ranks.
+ZT_CLIP_HOST_DEVICE void flag_step_verdict(double* v, const double* loss_sum) {
+  const bool finite = isfinite(v[kVerdictSumSq]) && (loss_sum == nullptr || isfinite(*loss_sum));
+  v[kVerdictSkip] = finite ? 0.0 : 1.0;
+}
+
 // Fills [2] and [3] from [0], as GradientFinalizer does on the host:
 // norm = sqrt(sum) / loss_scale, scale = fp32(clip_coefficient(norm) / loss_scale).
 ZT_CLIP_HOST_DEVICE void finish_step_verdict(double* v, double max_norm, double loss_scale) {

@@ -1,7 +1,5 @@
 #include "optim/step_verdict.hpp"
 
-#include <cmath>
-
 #include "core/error.hpp"
 #include "optim/clip_math.hpp"
 
@@ -20,8 +18,7 @@ void step_verdict_flag(Device& dev, double* verdict, const double* loss_sum) {
   }
 #endif
   ZT_CHECK(dev.kind() == DeviceKind::cpu, "the step's verdict on ", dev.name(), ": not built for it");
-  const bool finite = std::isfinite(verdict[kVerdictSumSq]) && (loss_sum == nullptr || std::isfinite(*loss_sum));
-  verdict[kVerdictSkip] = finite ? 0.0 : 1.0;
+  flag_step_verdict(verdict, loss_sum);
 }
 
 void step_verdict_finish(Device& dev, double* verdict, double max_norm, double loss_scale) {

@@ -59,28 +59,15 @@ GradientVerdict GradientFinalizer::finalize_on_device(int64_t step, bool stop_re
   ZT_CHECK(on_device_, "the step's verdict on the device does not apply to this run");
   ZT_CHECK(loss_sum.dtype == DType::f64 && loss_sum.numel() == 1, "the step's summed loss: one f64");
   GradientVerdict v;
-  if (mirror_ >= 0) zero_.done(mirror_);
-  zero_.reduce_gradients();
-  reduce_tied_copies();
-  inject_overflow(step);
+  complete_gradients(step);
   double* d = static_cast<double*>(verdict_.data());
   const Tensor sums = verdict_.tensor().slice1d(0, 2);  // sum of squares, not-finite flag
   kernels_.zero(sums);
-  const Tensor acc = verdict_.tensor().slice1d(kVerdictSumSq, 1);
-  for (const OwnedShard& sh : zero_.owned_shards())
-    if (sh.unit != mirror_)  // the tied copy is counted on the first stage
-      kernels_.sum_squares(grad_of(sh), acc);
+  add_owned_squares(kernels_, verdict_.tensor().slice1d(kVerdictSumSq, 1));
   step_verdict_flag(dev_, d, static_cast<const double*>(loss_sum.data));
-  // Reduced as finalize() reduces its pair ([Note: stop agreement]), on the
+  // Reduced as finalize() reduces its triple ([Note: stop agreement]), on the
   // device's communicators, which order the compute stream after them.
-  if (comms_.data().size() > 1) {
-    CommRequest r = comms_.data().tensors->all_reduce(sums, zero_.options().stage == 0 ? ReduceOp::max : ReduceOp::sum);
-    wait(r);
-  }
-  if (comms_.pipeline().size() > 1) {
-    CommRequest r = comms_.pipeline().tensors->all_reduce(sums, ReduceOp::sum);
-    wait(r);
-  }
+  reduce_verdict_sums(sums, true);
   step_verdict_finish(dev_, d, clip_, 1.0);  // no loss scaler here
   verdict_ready_ = copies_->mark_compute();
   // The stop signal, agreed over every rank on the host.
@@ -106,12 +93,7 @@ void GradientFinalizer::resolve(GradientVerdict& v) {
 
 GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, bool loss_finite) {
   GradientVerdict v;
-  // The tie copy never runs a backward of its own; its gradient (from the
-  // head's) is complete once every micro-batch has gone back.
-  if (mirror_ >= 0) zero_.done(mirror_);
-  zero_.reduce_gradients();
-  reduce_tied_copies();
-  inject_overflow(step);
+  complete_gradients(step);
   v.loss_scale = loss_scale();
   if (scaler_) v.skipped = check_overflow(step);
 
@@ -126,10 +108,7 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, b
   // rather than the NaN itself, which a max reduction may drop.
   const double sq = owned_grad_sq();
   double pair[3] = {sq, stop_requested ? 1.0 : 0.0, std::isfinite(sq) && loss_finite ? 0.0 : 1.0};
-  const Tensor t(pair, DType::f64, Shape{3});
-  if (comms_.data().size() > 1)
-    all_reduce_sync(*comms_.data().host, t, zero_.options().stage == 0 ? ReduceOp::max : ReduceOp::sum);
-  if (comms_.pipeline().size() > 1) all_reduce_sync(*comms_.pipeline().host, t, ReduceOp::sum);
+  reduce_verdict_sums(Tensor(pair, DType::f64, Shape{3}), false);
   // Every element is owned by exactly one rank (padding has zero gradient),
   // so the norm counts no parameter twice.
   v.grad_norm = std::sqrt(pair[0]) / v.loss_scale;
@@ -145,6 +124,28 @@ GradientVerdict GradientFinalizer::finalize(int64_t step, bool stop_requested, b
     v.nonfinite = true;
   }
   return v;
+}
+
+void GradientFinalizer::complete_gradients(int64_t step) {
+  // The tie copy never runs a backward of its own; its gradient (from the
+  // head's) is complete once every micro-batch has gone back.
+  if (mirror_ >= 0) zero_.done(mirror_);
+  zero_.reduce_gradients();
+  reduce_tied_copies();
+  inject_overflow(step);
+}
+
+void GradientFinalizer::add_owned_squares(Kernels& k, const Tensor& acc) {
+  for (const OwnedShard& sh : zero_.owned_shards())
+    if (sh.unit != mirror_) k.sum_squares(grad_of(sh), acc);
+}
+
+void GradientFinalizer::reduce_verdict_sums(const Tensor& sums, bool on_device) {
+  const ReduceOp data_op = zero_.options().stage == 0 ? ReduceOp::max : ReduceOp::sum;
+  if (comms_.data().size() > 1)
+    all_reduce_sync(on_device ? *comms_.data().tensors : *comms_.data().host, sums, data_op);
+  if (comms_.pipeline().size() > 1)
+    all_reduce_sync(on_device ? *comms_.pipeline().tensors : *comms_.pipeline().host, sums, ReduceOp::sum);
 }
 
 void GradientFinalizer::reduce_tied_copies() {
@@ -207,9 +208,7 @@ double GradientFinalizer::owned_grad_sq() {
     return sq;
   }
   k.zero(norm_acc());
-  for (const OwnedShard& sh : zero_.owned_shards())
-    if (sh.unit != mirror_)  // the tied copy is counted on the first stage
-      k.sum_squares(grad_of(sh), norm_acc());
+  add_owned_squares(k, norm_acc());
   double sq = 0;
   if (norm_acc_.empty())
     sq = host_norm_acc_[0];

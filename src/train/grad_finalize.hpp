@@ -89,10 +89,20 @@ class GradientFinalizer {
   void resolve(GradientVerdict& v);
 
  private:
+  // What both verdicts start from: the gradients reduced over the data axis
+  // and the tie group, the step's injected fault applied.
+  void complete_gradients(int64_t step);
   void inject_overflow(int64_t step);
   void reduce_tied_copies();
   bool check_overflow(int64_t step);
   double owned_grad_sq();
+  // Adds the squares of every owned gradient shard into acc (one f64 where
+  // the gradients are), the tied copy counted once, on the first stage.
+  void add_owned_squares(Kernels& k, const Tensor& acc);
+  // Reduces the verdict's sums over the data axis (max at stage 0, where
+  // every rank holds the same reduced gradient; sum otherwise) and then
+  // over the pipeline axis, through the host's or the device's communicators.
+  void reduce_verdict_sums(const Tensor& sums, bool on_device);
   // The gradient shard of `sh` as a tensor where it lives, and the kernels
   // that run there.
   Tensor grad_of(const OwnedShard& sh) const;

@@ -10,10 +10,7 @@
 namespace zt {
 namespace {
 
-__global__ void verdict_flag_kernel(double* v, const double* loss) {
-  const bool finite = isfinite(v[kVerdictSumSq]) && (loss == nullptr || isfinite(*loss));
-  v[kVerdictSkip] = finite ? 0.0 : 1.0;
-}
+__global__ void verdict_flag_kernel(double* v, const double* loss) { flag_step_verdict(v, loss); }
 
 __global__ void verdict_finish_kernel(double* v, double max_norm, double loss_scale) {
   finish_step_verdict(v, max_norm, loss_scale);
