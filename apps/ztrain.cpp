@@ -23,6 +23,7 @@
 #include "modules/cuda/cuda_kernels.hpp"
 #include "modules/cuda/kernel_profile.hpp"
 #include "runtime/cuda/cuda_device.hpp"
+#include "runtime/cuda/gpu_timeline_cupti.hpp"
 #include "runtime/cuda/host_calls_cupti.hpp"
 #endif
 #if ZT_HAVE_NCCL
@@ -113,14 +114,22 @@ std::optional<int> collective_phase(int world_rank, Fn&& fn) {
   return std::nullopt;
 }
 
-// ZTRAIN_COUNT_HOST_CALLS=1: count the step's host round trips
-// ([Note: host round trips] in runtime/host_calls.hpp); other values are refused.
-bool count_host_calls_requested() {
-  const char* v = std::getenv("ZTRAIN_COUNT_HOST_CALLS");
+// An environment switch: unset, empty or 0 is off, 1 is on, anything else is
+// refused by name.
+bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
   if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
-  if (std::string(v) != "1") ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS must be 0 or 1, got \"", v, "\"");
+  if (std::string(v) != "1") ZT_USER_ERROR(name, " must be 0 or 1, got \"", v, "\"");
   return true;
 }
+
+// ZTRAIN_COUNT_HOST_CALLS=1: count the step's host round trips
+// ([Note: host round trips] in runtime/host_calls.hpp).
+bool count_host_calls_requested() { return env_switch("ZTRAIN_COUNT_HOST_CALLS"); }
+
+// ZTRAIN_GPU_TIMELINE=1: where the GPU idles between its operations during
+// the steps after the first ([Note: GPU timeline] in runtime/gpu_timeline.hpp).
+bool gpu_timeline_requested() { return env_switch("ZTRAIN_GPU_TIMELINE"); }
 
 bool cuda_available() {
 #if ZT_HAVE_CUDA
@@ -335,6 +344,8 @@ int main(int argc, char** argv) {
           if (args.profile) ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
           if (count_host_calls_requested())
             ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS counts CUDA calls: run it with --device cuda");
+          if (gpu_timeline_requested())
+            ZT_USER_ERROR("ZTRAIN_GPU_TIMELINE records a GPU's operations: run it with --device cuda");
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
@@ -367,15 +378,28 @@ int main(int argc, char** argv) {
   double seconds = 0;
   auto t0 = std::chrono::steady_clock::now();
 #if ZT_HAVE_CUDA
-  // The profile leaves out the run's first step (cuBLASLt plans and cuDNN
-  // graphs are built there) when the run has more than one.
+  // The profile and the GPU timeline leave out the run's first step (cuBLASLt
+  // plans and cuDNN graphs are built there) when the run has more than one;
+  // the timeline also leaves out the validation after the last step.
   auto* prof = dynamic_cast<ProfiledKernels*>(kernels.get());
+  std::unique_ptr<GpuTimelineRecorder> timeline;
+  if (device->kind() == DeviceKind::cuda && gpu_timeline_requested()) timeline = make_cupti_timeline();
   bool prof_started = false;
-  if (prof)
+  int64_t timeline_first = -1, timeline_steps = 0;
+  std::vector<DeviceSpan> spans;
+  if (prof || timeline)
     trainer->set_step_hook([&](int64_t step) {
+      if (timeline && timeline_first >= 0 && timeline_steps == 0 && step >= cfg.train.steps) {
+        spans = timeline->stop();
+        timeline_steps = step - timeline_first;
+      }
       if (prof_started || step >= cfg.train.steps) return;
       prof_started = true;
-      prof->reset();
+      if (prof) prof->reset();
+      if (timeline) {
+        timeline->start();
+        timeline_first = step;
+      }
       first_step = step;
       t0 = std::chrono::steady_clock::now();
     });
@@ -390,6 +414,12 @@ int main(int argc, char** argv) {
     return *code;
 #if ZT_HAVE_CUDA
   if (prof && mpi.world_rank() == 0) std::cout << prof->report(trainer->step() - first_step, seconds) << std::flush;
+  if (timeline && mpi.world_rank() == 0) {
+    if (timeline_steps > 0)
+      std::cout << describe_timeline(summarize_timeline(std::move(spans)), timeline_steps) << std::flush;
+    else
+      log_warn("ZTRAIN_GPU_TIMELINE: the run ended before a step after its first finished; nothing recorded");
+  }
 #endif
   return 0;
 }

@@ -2,17 +2,21 @@
 // the RAII handles and device selection. Tests that need a GPU skip without one.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
 #include "runtime/cuda/cuda_device.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
+#include "runtime/cuda/gpu_timeline_cupti.hpp"
 
 // tests/comm_cuda/spin_kernel.cu: keeps a stream busy for `cycles` clocks.
 void spin_on_stream(cudaStream_t stream, long long cycles);
+void spin_grid_on_stream(cudaStream_t stream, long long cycles, int blocks);
 
 #define ZT_REQUIRE_GPU()                                                  \
   do {                                                                    \
@@ -278,6 +282,101 @@ TEST(CudaRuntime, ErrorsCarryTheCudaName) {
     EXPECT_NE(std::string(e.what()).find("cudaErrorInvalidDevice"), std::string::npos) << e.what();
   }
   (void)cudaGetLastError();
+}
+
+// [Note: GPU timeline]: two spinning kernels with the host asleep between
+// them and ten memsets queued back to back; what ran before start() and
+// after stop() is not recorded.
+TEST(CudaRuntime, TimelineSeesEveryOperationAndTheGaps) {
+  ZT_REQUIRE_GPU();
+  std::unique_ptr<GpuTimelineRecorder> timeline;
+  try {
+    timeline = make_cupti_timeline();
+  } catch (const UserError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  cudaStream_t s = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* buf = nullptr;
+  ZT_CUDA_CHECK(cudaMalloc(&buf, size_t{1} << 20));
+  spin_on_stream(s, 1000);  // before start(): not recorded
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+  timeline->start();
+  spin_on_stream(s, 2000000LL);  // about 1 ms
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  spin_on_stream(s, 2000000LL);
+  for (int i = 0; i < 10; ++i) ZT_CUDA_CHECK(cudaMemsetAsync(buf, i, size_t{1} << 20, s));
+  const std::vector<DeviceSpan> spans = timeline->stop();
+  spin_on_stream(s, 1000);  // after stop(): not recorded
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+  const TimelineSummary t = summarize_timeline(spans);
+  std::printf("%s", describe_timeline(t, 1).c_str());
+  EXPECT_EQ(t.kernels, 2);
+  EXPECT_EQ(t.memsets, 10);
+  EXPECT_EQ(t.copies, 0);
+  EXPECT_GE(t.gaps[3], 1);  // the host's sleep
+  EXPECT_GE(t.gap_ns[3], 4'500'000u);
+  EXPECT_GT(t.busy_ns, 1'200'000u);  // two spins of 2e6 cycles at up to about 2 GHz
+  EXPECT_LT(t.busy_ns + 4'500'000u, t.span_ns + 1);
+  // Queued memsets follow one another within microseconds.
+  EXPECT_GE(t.gaps[0] + t.gaps[1], 5) << "gaps of up to 10 us between the queued memsets";
+  ZT_CUDA_CHECK(cudaFree(buf));
+  ZT_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// What launching as a CUDA graph changes between dependent kernels: 400
+// short kernels that fill the device, launched one by one on a stream and
+// then as one captured graph, each recorded by the timeline. Both must show
+// every kernel; the gaps each prints are the measurement ([Note: GPU
+// timeline], docs/perf.md).
+TEST(CudaRuntime, TimelineOfStreamAndGraphLaunches) {
+  ZT_REQUIRE_GPU();
+  std::unique_ptr<GpuTimelineRecorder> timeline;
+  try {
+    timeline = make_cupti_timeline();
+  } catch (const UserError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  int sms = 0;
+  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaStream_t s = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  constexpr int kKernels = 400;
+  constexpr long long kCycles = 20000;  // about 10 us
+  const auto launch_all = [&] {
+    for (int i = 0; i < kKernels; ++i) spin_grid_on_stream(s, kCycles, 4 * sms);
+  };
+  launch_all();  // warm
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+  timeline->start();
+  launch_all();
+  const TimelineSummary on_stream = summarize_timeline(timeline->stop());
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ZT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch_all();
+  ZT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  ZT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  ZT_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm
+  ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+  timeline->start();
+  ZT_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  const TimelineSummary as_graph = summarize_timeline(timeline->stop());
+  std::printf("%d kernels of %lld cycles x %d blocks, launched one by one:\n%s", kKernels, kCycles, 4 * sms,
+              describe_timeline(on_stream, 1).c_str());
+  std::printf("the same as one graph:\n%s", describe_timeline(as_graph, 1).c_str());
+  std::printf("[ timing   ] mean gap between kernels: %.3f us on the stream, %.3f us in the graph\n",
+              static_cast<double>(on_stream.idle_ns()) / (kKernels - 1) * 1e-3,
+              static_cast<double>(as_graph.idle_ns()) / (kKernels - 1) * 1e-3);
+  EXPECT_EQ(on_stream.kernels, kKernels);
+  EXPECT_EQ(as_graph.kernels, kKernels);
+  EXPECT_GT(on_stream.busy_ns, 0u);
+  EXPECT_GT(as_graph.busy_ns, 0u);
+  ZT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  ZT_CUDA_CHECK(cudaGraphDestroy(graph));
+  ZT_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace

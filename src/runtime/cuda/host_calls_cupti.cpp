@@ -72,15 +72,7 @@ Kind classify(const char* name) {
 class CuptiProbe final : public host_calls::Probe {
  public:
   CuptiProbe() {
-    const char* env = std::getenv("ZTRAIN_CUPTI_LIBRARY");
-    for (const char* name : {env, "libcupti.so.13", "libcupti.so.12", "libcupti.so"}) {
-      if (name == nullptr || *name == 0) continue;
-      lib_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (lib_ != nullptr) break;
-    }
-    if (lib_ == nullptr)
-      ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS: cannot load libcupti (tried $ZTRAIN_CUPTI_LIBRARY, libcupti.so.13, "
-                    "libcupti.so.12, libcupti.so; it is in the CUDA toolkit's lib64: add it to LD_LIBRARY_PATH)");
+    lib_ = open_cupti_library("ZTRAIN_COUNT_HOST_CALLS");
     auto sub = reinterpret_cast<SubscribeFn>(dlsym(lib_, "cuptiSubscribe"));
     auto enable = reinterpret_cast<EnableDomainFn>(dlsym(lib_, "cuptiEnableDomain"));
     unsubscribe_ = reinterpret_cast<UnsubscribeFn>(dlsym(lib_, "cuptiUnsubscribe"));
@@ -156,6 +148,19 @@ class CuptiProbe final : public host_calls::Probe {
 };
 
 }  // namespace
+
+void* open_cupti_library(const char* requester) {
+  static void* lib = nullptr;  // loaded once, kept for the process
+  if (lib != nullptr) return lib;
+  const char* env = std::getenv("ZTRAIN_CUPTI_LIBRARY");
+  for (const char* name : {env, "libcupti.so.13", "libcupti.so.12", "libcupti.so"}) {
+    if (name == nullptr || *name == 0) continue;
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) return lib;
+  }
+  ZT_USER_ERROR(requester, ": cannot load libcupti (tried $ZTRAIN_CUPTI_LIBRARY, libcupti.so.13, libcupti.so.12, "
+                "libcupti.so; it is in the CUDA toolkit's lib64: add it to LD_LIBRARY_PATH)");
+}
 
 std::unique_ptr<host_calls::Probe> make_cupti_probe() { return std::make_unique<CuptiProbe>(); }
 

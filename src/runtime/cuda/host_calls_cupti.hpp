@@ -14,4 +14,8 @@ namespace zt {
 // A missing libcupti is a UserError naming the library.
 std::unique_ptr<host_calls::Probe> make_cupti_probe();
 
+// libcupti, loaded once ($ZTRAIN_CUPTI_LIBRARY, else libcupti.so.13, .12, or
+// the unversioned name); a UserError naming `requester` when it is missing.
+void* open_cupti_library(const char* requester);
+
 }  // namespace zt
