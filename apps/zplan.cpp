@@ -121,10 +121,7 @@ int run(int argc, char** argv) {
   if (auto v = given("memory-gib")) d.memory_gib = *v;
   if (auto v = given("bf16-tflops")) {
     const double k = *v / d.bf16_tflops;
-    for (Curve* c : {&d.gemm_tflops, &d.attention_tflops, &d.classifier_tflops}) {
-      c->y0 *= k;
-      c->y1 *= k;
-    }
+    for (Curve* c : {&d.gemm_tflops, &d.attention_tflops, &d.classifier_tflops}) c->scale(k);
     d.bf16_tflops = *v;
   }
   if (auto v = given("hbm-gbs")) {

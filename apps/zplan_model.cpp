@@ -80,16 +80,19 @@ Curve curve(const nlohmann::json& j, const char* key, const std::string& where) 
   const nlohmann::json& c = j[key];
   Curve r;
   if (c.is_number()) {
-    r.y0 = r.y1 = c.get<double>();
+    r.points = {{1.0, c.get<double>()}};
+    if (!(r.points[0].second > 0)) ZT_USER_ERROR(where, ".", key, ": the rate must be > 0");
     return r;
   }
-  if (!c.is_array() || c.size() != 2 || !c[0].is_array() || !c[1].is_array() || c[0].size() != 2 || c[1].size() != 2)
-    ZT_USER_ERROR(where, ".", key, ": expected a number or [[x0, rate0], [x1, rate1]]");
-  r.x0 = c[0][0].get<double>();
-  r.y0 = c[0][1].get<double>();
-  r.x1 = c[1][0].get<double>();
-  r.y1 = c[1][1].get<double>();
-  if (!(r.x0 > 0 && r.x1 > r.x0 && r.y0 > 0 && r.y1 > 0)) ZT_USER_ERROR(where, ".", key, ": needs 0 < x0 < x1 and rates > 0");
+  const char* form = ": expected a number or [[x0, rate0], [x1, rate1], ...] with 0 < x0 < x1 < ... and rates > 0";
+  if (!c.is_array() || c.empty()) ZT_USER_ERROR(where, ".", key, form);
+  for (const nlohmann::json& pt : c) {
+    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number())
+      ZT_USER_ERROR(where, ".", key, form);
+    const double x = pt[0].get<double>(), y = pt[1].get<double>();
+    if (!(x > 0 && y > 0) || (!r.points.empty() && !(x > r.points.back().first))) ZT_USER_ERROR(where, ".", key, form);
+    r.points.emplace_back(x, y);
+  }
   return r;
 }
 
@@ -144,8 +147,13 @@ double scatter_gather_s(double bytes, int n, double busbw_gbs) {
 }  // namespace
 
 double Curve::at(double x) const {
-  if (y0 == y1 || x <= x0) return y0;
-  if (x >= x1) return y1;
+  ZT_CHECK(!points.empty(), "a rate curve without points");
+  if (x <= points.front().first) return points.front().second;
+  if (x >= points.back().first) return points.back().second;
+  size_t i = 1;
+  while (points[i].first < x) ++i;
+  const auto [x0, y0] = points[i - 1];
+  const auto [x1, y1] = points[i];
   const double t = (std::log(x) - std::log(x0)) / (std::log(x1) - std::log(x0));
   return std::exp(std::log(y0) + t * (std::log(y1) - std::log(y0)));
 }
@@ -217,10 +225,7 @@ Figures load_figures(const std::string& path) {
     x.label = d.value("label", key);
     x.memory_gib = num(d, "memory_gib", where);
     x.bf16_tflops *= flop;
-    for (Curve* c : {&x.gemm_tflops, &x.attention_tflops, &x.classifier_tflops}) {
-      c->y0 *= flop;
-      c->y1 *= flop;
-    }
+    for (Curve* c : {&x.gemm_tflops, &x.attention_tflops, &x.classifier_tflops}) c->scale(flop);
     x.membound_ns_per_kib /= bw;
     x.optimizer_gbs *= bw;
     x.intra_busbw_gbs = num(d, "intra_busbw_gbs", where);

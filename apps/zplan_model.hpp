@@ -17,11 +17,14 @@
 namespace zt::plan {
 
 // A rate that depends on a width (the model's d_model, or the sequence for
-// attention): measured at two points, interpolated in log-log between them,
-// held constant outside.
+// attention): measured at one or more points (x increasing), interpolated in
+// log-log between neighbours, held constant outside.
 struct Curve {
-  double x0 = 1, y0 = 0, x1 = 1, y1 = 0;
+  std::vector<std::pair<double, double>> points;  // (x, rate)
   double at(double x) const;
+  void scale(double k) {
+    for (auto& p : points) p.second *= k;
+  }
 };
 
 struct DeviceFigures {

@@ -40,9 +40,23 @@ print(f"ok: the {len(blocks)} zplan outputs in docs/plan.md are current")
 sys.exit(1 if bad or len(blocks) < 4 else 0)
 PY
 # The figures drive the table: a changed figure changes it.
-python3 -c "import json,sys; f=json.load(open(sys.argv[1])); f['devices']['h200']['gemm_tflops'][1][1] *= 0.5; json.dump(f, open('fig2.json','w'))" "$FIG"
+python3 -c "import json,sys; f=json.load(open(sys.argv[1])); f['devices']['h200']['gemm_tflops'][1][1] *= 0.5; assert f['devices']['h200']['gemm_tflops'][1][0] == 1024; json.dump(f, open('fig2.json','w'))" "$FIG"
 "$ZPLAN" validate --figures fig2.json >table2.md
 if ! cmp -s table.md table2.md; then echo "ok: the table follows the figures"; else fail "halving the GEMM rate changed nothing"; fi
+# A rate curve of three points: halving its middle point (d 1024) moves the
+# 355M runs and leaves the 124M (d 768) and 1.3B (d 2048) runs where they were.
+python3 - table.md table2.md <<'PY' || fail "the GEMM curve's middle point moved the wrong runs"
+import sys
+def rows(path):
+    return {l.split("|")[1].strip(): l for l in open(path) if l.startswith("| GPT-2")}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+moved = {k for k in a if a[k] != b.get(k)}
+want = {k for k in a if k.startswith("GPT-2 355M")}
+if not want or moved != want:
+    print("moved:", sorted(moved), "expected:", sorted(want))
+    sys.exit(1)
+print(f"ok: the middle point of the GEMM curve moves the {len(want)} 355M runs only")
+PY
 
 # ---- layouts against the estimator ----
 cat >base.json <<'JSON'
