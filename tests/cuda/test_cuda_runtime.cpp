@@ -284,17 +284,25 @@ TEST(CudaRuntime, ErrorsCarryTheCudaName) {
   (void)cudaGetLastError();
 }
 
+// The GPU timeline's recorder ([Note: GPU timeline]); skips without a GPU or
+// without libcupti (the bundle's lib/ holds it on the GPU host).
+class CudaTimeline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    try {
+      timeline = make_cupti_timeline();
+    } catch (const UserError& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+  std::unique_ptr<GpuTimelineRecorder> timeline;
+};
+
 // [Note: GPU timeline]: two spinning kernels with the host asleep between
 // them and ten memsets queued back to back; what ran before start() and
 // after stop() is not recorded.
-TEST(CudaRuntime, TimelineSeesEveryOperationAndTheGaps) {
-  ZT_REQUIRE_GPU();
-  std::unique_ptr<GpuTimelineRecorder> timeline;
-  try {
-    timeline = make_cupti_timeline();
-  } catch (const UserError& e) {
-    GTEST_SKIP() << e.what();
-  }
+TEST_F(CudaTimeline, SeesEveryOperationAndTheGaps) {
   cudaStream_t s = nullptr;
   ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   void* buf = nullptr;
@@ -330,14 +338,7 @@ TEST(CudaRuntime, TimelineSeesEveryOperationAndTheGaps) {
 // then as one captured graph, each recorded by the timeline. Both must show
 // every kernel; the gaps each prints are the measurement ([Note: GPU
 // timeline], docs/perf.md).
-TEST(CudaRuntime, TimelineOfStreamAndGraphLaunches) {
-  ZT_REQUIRE_GPU();
-  std::unique_ptr<GpuTimelineRecorder> timeline;
-  try {
-    timeline = make_cupti_timeline();
-  } catch (const UserError& e) {
-    GTEST_SKIP() << e.what();
-  }
+TEST_F(CudaTimeline, StreamAgainstGraphLaunches) {
   int sms = 0;
   ZT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaStream_t s = nullptr;
