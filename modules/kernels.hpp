@@ -134,6 +134,21 @@ class Kernels {
     (void)doc_start;
     return math;
   }
+  // [Note: attention's gradients in 16 bits] The dtype in which
+  // gqa_attention_bwd may write dq, dk and dv for queries q, and rope_bwd then
+  // rotate them: `math`, or q's 16-bit dtype where the backend's attention
+  // makes its gradients in that dtype and widens them (CUDA with cuDNN). A
+  // caller whose next products take the gradients in that dtype anyway (the
+  // Llama block's q, k and v weight and input products) saves the widening,
+  // the f32 rotation's traffic and the products' rounding passes; rope_bwd
+  // computes in f32 and rounds once, so the operands keep their bits. (Where
+  // cuDNN declines a shape after all, the flash kernels' f32 gradients are
+  // rounded before the rotation: dq and dk carry one rounding more there.)
+  virtual DType gqa_grad_dtype(const Tensor& q, const Tensor& doc_start, DType math) {
+    (void)q;
+    (void)doc_start;
+    return math;
+  }
 
   // ---- Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU --
   // RMSNorm over the last dimension: out (N, C) = x * rstd * w, rstd (N) =
@@ -152,8 +167,9 @@ class Kernels {
   // undefined. Token t of every sequence is at position t - doc_start[b, t]
   // (rope.hpp gives the convention and frequencies).
   virtual void rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) = 0;
-  // dq, dk (shapes of q, k), math dtype, in place: the transpose (inverse
-  // rotation), so they become the gradients of the unrotated inputs.
+  // dq, dk (shapes of q, k), in place: the transpose (inverse rotation), so
+  // they become the gradients of the unrotated inputs. In the math dtype, or
+  // in the dtype gqa_grad_dtype answers (computed in f32, rounded once).
   virtual void rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) = 0;
   // Causal grouped-query attention on separate q (B, T, n_head * hs), k and v
   // (B, T, n_kv_head * hs): query head h reads key/value head
@@ -162,7 +178,8 @@ class Kernels {
   virtual void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q,
                                  const Tensor& k, const Tensor& v, int n_head, int n_kv_head,
                                  const Tensor& doc_start) = 0;
-  // dq, dk, dv (shapes of q, k, v; math dtype) written from dout.
+  // dq, dk, dv (shapes of q, k, v) written from dout, in the math dtype or
+  // in the dtype gqa_grad_dtype answers.
   virtual void gqa_attention_bwd(Arena& ws, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                  const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse, int n_head, int n_kv_head,

@@ -204,9 +204,16 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
     k.matmul(ws, g[kOW], dres_m, true, s[kAtty], false, acc);
     k.matmul(ws, datty, dres_m, false, p[kOW], false, false);
   }
-  const Tensor dq = ws.alloc(md, Shape{B, T, C});
-  const Tensor dk = ws.alloc(md, Shape{B, T, KV_});
-  const Tensor dv = ws.alloc(md, Shape{B, T, KV_});
+  // [Note: attention's gradients in 16 bits]: where the backend makes them in
+  // q's 16-bit dtype and the q, k and v products take them in that dtype,
+  // they stay in it (the products' operands, with the bits of rounding the
+  // f32 gradients once).
+  DType gq = k.gqa_grad_dtype(s[kQ], ctx.doc_start, md);
+  for (DType partner : {s[kLn1].dtype, p[kQW].dtype, p[kKW].dtype, p[kVW].dtype})
+    if (partner != gq) gq = md;
+  const Tensor dq = ws.alloc(gq, Shape{B, T, C});
+  const Tensor dk = ws.alloc(gq, Shape{B, T, KV_});
+  const Tensor dv = ws.alloc(gq, Shape{B, T, KV_});
   k.gqa_attention_bwd(ws, dq, dk, dv, datty, s[kQ], s[kK], s[kV], s[kAtty], s[kLse], n_head_, n_kv_head_, ctx.doc_start);
   k.rope_bwd(dq, dk, rope_, ctx.doc_start);  // gradients of the unrotated projections
   const Tensor dln1 = grad_view(k.norm_bwd_dout_dtype(in, md));

@@ -136,9 +136,10 @@ void check_fwd_outputs(const Tensor& out, const Tensor& lse, const Dims& d, DTyp
 }
 
 // Runs the backward once a's inputs and outputs are set: delta and the
-// rounded dout come from the workspace.
-void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Tensor& lse, Arena& ws,
-             cudaStream_t stream) {
+// rounded dout come from the workspace. With cudnn_only, returns false having
+// done nothing where cuDNN declines; otherwise the flash kernels run there.
+bool run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Tensor& lse, Arena& ws,
+             cudaStream_t stream, bool cudnn_only = false) {
   const Dims& d = a.d;
   check_cuda(dout, "dout");
   check_cuda(out, "out");
@@ -149,7 +150,8 @@ void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Te
   ZT_CHECK(out.numel() == n_out && out.dtype == t, "attention_bwd: out must be (B, T, C) in ", dtype_name(t));
   ZT_CHECK(lse.numel() == n_stat && lse.dtype == DType::f32, "attention_bwd: lse must be (B, n_head, T) f32");
   a.lse = static_cast<const float*>(lse.data);
-  if (attn::cudnn_bwd(a, t, out.data, dout.data, dout.dtype, ws, stream)) return;
+  if (attn::cudnn_bwd(a, t, out.data, dout.data, dout.dtype, ws, stream)) return true;
+  if (cudnn_only) return false;
 
   const ArenaScope scope(ws);
   // A 16-bit dout ([Note: attention's dout in 16 bits] in modules/kernels.hpp)
@@ -189,6 +191,7 @@ void run_bwd(BwdArgs a, DType t, const Tensor& dout, const Tensor& out, const Te
     default:
       ZT_THROW("attention_bwd on CUDA: storage must be f32, bf16 or f16, got ", dtype_name(t));
   }
+  return true;
 }
 
 // Packed (B, T, 3C) qkv as separate matrices of row stride 3C.
@@ -286,21 +289,46 @@ void gqa_attention_bwd_cuda(const Tensor& dq, const Tensor& dk, const Tensor& dv
                             int n_kv_head, const Tensor& doc_start, Arena& ws, cudaStream_t stream) {
   const Dims d = gqa_dims(q, k, v, n_head, n_kv_head);
   for (const Tensor* t : {&dq, &dk, &dv}) check_cuda(*t, "gradient");
-  ZT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() && dq.dtype == DType::f32 &&
-               dk.dtype == DType::f32 && dv.dtype == DType::f32,
-           "gqa_attention_bwd: dq, dk, dv must be f32 of the shapes of q, k, v");
+  // f32, or the 16-bit storage dtype of q ([Note: attention's gradients in 16
+  // bits] in modules/kernels.hpp).
+  const DType g = dq.dtype;
+  ZT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() && dk.dtype == g &&
+               dv.dtype == g && (g == DType::f32 || (g == q.dtype && g != DType::f32)),
+           "gqa_attention_bwd: dq, dk, dv must be of the shapes of q, k, v, all f32 or all ", dtype_name(q.dtype));
   BwdArgs a{};
   a.d = d;
   a.q = q.data;
   a.k = k.data;
   a.v = v.data;
-  a.dq = static_cast<float*>(dq.data);
-  a.dk = static_cast<float*>(dk.data);
-  a.dv = static_cast<float*>(dv.data);
   a.ld_dq = d.ld_q;
   a.ld_dkv = d.ld_kv;
   a.doc_start = doc_start_ptr(doc_start, d);
+  if (g == DType::f32) {
+    a.dq = static_cast<float*>(dq.data);
+    a.dk = static_cast<float*>(dk.data);
+    a.dv = static_cast<float*>(dv.data);
+    run_bwd(a, q.dtype, dout, out, lse, ws, stream);
+    return;
+  }
+  // cuDNN writes them as they are; where it declines, the flash kernels
+  // write f32 into the workspace, rounded once into the outputs.
+  a.dq16 = dq.data;
+  a.dk16 = dk.data;
+  a.dv16 = dv.data;
+  if (run_bwd(a, q.dtype, dout, out, lse, ws, stream, true)) return;
+  const ArenaScope scope(ws);
+  a.dq16 = a.dk16 = a.dv16 = nullptr;
+  const Tensor wq = ws.alloc(DType::f32, dq.shape), wk = ws.alloc(DType::f32, dk.shape),
+               wv = ws.alloc(DType::f32, dv.shape);
+  a.dq = static_cast<float*>(wq.data);
+  a.dk = static_cast<float*>(wk.data);
+  a.dv = static_cast<float*>(wv.data);
+  a.ld_dq = d.C;
+  a.ld_dkv = static_cast<int64_t>(d.NKV) * d.hs;
   run_bwd(a, q.dtype, dout, out, lse, ws, stream);
+  cudnn_round(g, a.dq, dq.data, dq.numel(), stream);
+  cudnn_round(g, a.dk, dk.data, dk.numel(), stream);
+  cudnn_round(g, a.dv, dv.data, dv.numel(), stream);
 }
 
 }  // namespace zt

@@ -54,6 +54,12 @@ struct BwdArgs {
   // ld_g16 (the packed (B, T, 3C) layout), and dq, dk, dv above are unused.
   void* g16;
   int64_t ld_g16;
+  // cuDNN only, when g16 is not set: dq, dk, dv written dense in the storage
+  // dtype at these ((B, T, C), (B, T, NKV * hs) twice; [Note: attention's
+  // gradients in 16 bits] in modules/kernels.hpp).
+  void* dq16;
+  void* dk16;
+  void* dv16;
 };
 
 }  // namespace zt::attn

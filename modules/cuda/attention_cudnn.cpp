@@ -340,6 +340,8 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const void* dout, DTy
   if (dout_dtype != t && dout_dtype != DType::f32) return false;
   if (dout_dtype == t && !aligned16(dout)) return false;
   if (a.g16 != nullptr && (!aligned16(a.g16) || a.ld_g16 % 8 != 0)) return false;
+  const bool dense16 = a.g16 == nullptr && a.dq16 != nullptr;
+  if (dense16 && (!aligned16(a.dq16) || !aligned16(a.dk16) || !aligned16(a.dv16))) return false;
 #if ZT_HAVE_CUDNN
   const Dims& d = a.d;
   const Key k = key_of(d, t, true, a.g16 != nullptr ? a.ld_g16 : 0);
@@ -352,15 +354,15 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const void* dout, DTy
   void* dout_s = dout_dtype == t ? const_cast<void*>(dout) : ws.alloc(t, Shape{rows * d.C}).data;
   const int64_t es = static_cast<int64_t>(dtype_size(t));
   char* g16 = static_cast<char*>(a.g16);
-  void* dq = g16 ? g16 : ws.alloc(t, Shape{rows * d.C}).data;
-  void* dk = g16 ? g16 + d.C * es : ws.alloc(t, Shape{rows * Ckv}).data;
-  void* dv = g16 ? g16 + (d.C + Ckv) * es : ws.alloc(t, Shape{rows * Ckv}).data;
+  void* dq = g16 ? g16 : dense16 ? a.dq16 : ws.alloc(t, Shape{rows * d.C}).data;
+  void* dk = g16 ? g16 + d.C * es : dense16 ? a.dk16 : ws.alloc(t, Shape{rows * Ckv}).data;
+  void* dv = g16 ? g16 + (d.C + Ckv) * es : dense16 ? a.dv16 : ws.alloc(t, Shape{rows * Ckv}).data;
   if (dout_dtype != t) cudnn_round(t, static_cast<const float*>(dout), dout_s, rows * d.C, stream);
   Pack pack = {{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)},
                {kO, const_cast<void*>(out)}, {kdO, dout_s},                {kStats, const_cast<float*>(a.lse)},
                {kdQ, dq},                    {kdK, dk},                    {kdV, dv}};
   run(k, *e, h, pack, ws, stream);
-  if (g16 != nullptr) return true;  // the caller takes the 16-bit gradients
+  if (g16 != nullptr || dense16) return true;  // the caller takes the 16-bit gradients
   cudnn_widen(t, dq, d.C, rows, a.dq, a.ld_dq, stream);
   cudnn_widen(t, dk, Ckv, rows, a.dk, a.ld_dkv, stream);
   cudnn_widen(t, dv, Ckv, rows, a.dv, a.ld_dkv, stream);

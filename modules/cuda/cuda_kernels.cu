@@ -249,7 +249,8 @@ void CudaKernels::rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& r
 
 void CudaKernels::rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) {
   check_rope_pair(dq, dk, "rope_bwd");
-  check_dtype(dq, DType::f32, "rope_bwd gradient");
+  ZT_CHECK(dq.dtype == DType::f32 || dq.dtype == DType::bf16 || dq.dtype == DType::f16,
+           "rope_bwd gradient: f32, bf16 or f16, got ", dtype_name(dq.dtype));
   cuda::rope(dq.data, dq.shape[2], dk.defined() ? dk.data : nullptr, dk.defined() ? dk.shape[2] : 0, dq.dtype,
              dq.shape[0], dq.shape[1], rope, true, doc_start_of(doc_start, dq.shape[0], dq.shape[1]), stream_);
 }

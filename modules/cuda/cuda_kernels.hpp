@@ -123,6 +123,9 @@ class CudaKernels final : public Kernels {
   // qkv's dtype where cuDNN would run the backward ([Note: attention's dout
   // in 16 bits] in modules/kernels.hpp).
   DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) override;
+  DType gqa_grad_dtype(const Tensor& q, const Tensor& doc_start, DType math) override {
+    return attention_bwd_dout_dtype(q, doc_start, math);  // the same condition: cuDNN's own dtype
+  }
   Tensor gelu_bwd_bias_grad_and_operand(Arena& ws, const Tensor& dbias, const Tensor& dout, const Tensor& x,
                                         DType partner) override;
   // GELU and its derivative in the products' epilogues ([Note: GELU in the

@@ -95,6 +95,9 @@ class ProfiledKernels final : public Kernels {
   DType norm_bwd_dout_dtype(const Tensor& x, DType math) override {
     return inner_->norm_bwd_dout_dtype(x, math);
   }
+  DType gqa_grad_dtype(const Tensor& q, const Tensor& doc_start, DType math) override {
+    return inner_->gqa_grad_dtype(q, doc_start, math);
+  }
   DType attention_bwd_dout_dtype(const Tensor& qkv, const Tensor& doc_start, DType math) override {
     return inner_->attention_bwd_dout_dtype(qkv, doc_start, math);
   }

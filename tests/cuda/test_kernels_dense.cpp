@@ -405,6 +405,64 @@ TEST_F(CudaDense, GqaAttentionBackwardTakesDoutIn16Bits) {
   }
 }
 
+// [Note: attention's gradients in 16 bits]: dq, dk and dv written by
+// gqa_attention_bwd in the storage dtype, then rotated by rope_bwd in that
+// dtype, are the rounding of the f32 gradients rotated in f32, bit for bit, on
+// cuDNN; with ZTRAIN_ATTENTION=flash (where gqa_grad_dtype answers f32, and
+// where a shape cuDNN declines goes) the 16-bit gradients are the rounding of
+// the flash kernels' f32 ones.
+TEST_F(CudaDense, GqaGradientsIn16BitsAreTheF32Rounded) {
+  const int64_t B = 2, T = 128, NH = 4, NKV = 2, hs = 64, C = NH * hs, KV = NKV * hs;
+  RopeConfig rope;
+  rope.head_dim = hs;
+  rope.theta = 500000.0;
+  for (DType t : {DType::bf16, DType::f16}) {
+    const Tensor q = to_gpu(host_random(t, Shape{B, T, C})), k = to_gpu(host_random(t, Shape{B, T, KV})),
+                 v = to_gpu(host_random(t, Shape{B, T, KV}));
+    const Tensor out = gpu_tensor(t, Shape{B, T, C}), lse = gpu_tensor(DType::f32, Shape{B, NH, T});
+    gpu_k->gqa_attention_fwd(*gpu_ws, out, lse, q, k, v, static_cast<int>(NH), static_cast<int>(NKV), Tensor());
+    const Tensor dout = gpu_tensor(t, Shape{B, T, C});
+    gpu_k->cast(dout, to_gpu(host_random(DType::f32, Shape{B, T, C})));
+    // dq, dk, dv in dtype g after the backward and the rotation, as t.
+    auto run = [&](DType g, bool rotate) {
+      const Tensor dq = gpu_tensor(g, Shape{B, T, C}), dk = gpu_tensor(g, Shape{B, T, KV}),
+                   dv = gpu_tensor(g, Shape{B, T, KV});
+      gpu_k->gqa_attention_bwd(*gpu_ws, dq, dk, dv, dout, q, k, v, out, lse, static_cast<int>(NH),
+                               static_cast<int>(NKV), Tensor());
+      if (rotate) gpu_k->rope_bwd(dq, dk, rope, Tensor());
+      std::vector<std::vector<double>> r;
+      for (const Tensor* x : {&dq, &dk, &dv}) {
+        const Tensor rounded = gpu_tensor(t, x->shape);
+        gpu_k->cast(rounded, *x);
+        r.push_back(values(rounded));
+      }
+      return r;
+    };
+    for (const char* path : {"cudnn", "flash"}) {
+      if (std::string(path) == "cudnn" && !attention_cudnn_compiled()) continue;
+      ZT_CHECK(setenv("ZTRAIN_ATTENTION", path, 1) == 0, "setenv");
+      const std::string what = std::string(dtype_name(t)) + " " + path;
+      EXPECT_EQ(gpu_k->gqa_grad_dtype(q, Tensor(), DType::f32), std::string(path) == "cudnn" ? t : DType::f32)
+          << what;
+      const bool cudnn = std::string(path) == "cudnn";
+      const auto wide = run(DType::f32, cudnn);
+      const uint64_t calls = attention_cudnn_calls();
+      const auto narrow = run(t, cudnn);
+      EXPECT_EQ(attention_cudnn_calls() - calls, cudnn ? 1u : 0u) << what;
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(max_abs_diff(narrow[i], wide[i]), 0.0) << what << " gradient " << i;
+        double largest = 0;
+        for (double x : narrow[i]) largest = std::max(largest, std::fabs(x));
+        EXPECT_GT(largest, 0.0) << what << " gradient " << i;
+      }
+      gpu_ws->reset();
+    }
+    ZT_CHECK(unsetenv("ZTRAIN_ATTENTION") == 0, "unsetenv");
+    EXPECT_EQ(gpu_k->gqa_grad_dtype(q, gpu_tensor(DType::i32, Shape{B, T}), DType::f32), DType::f32)
+        << "document masking";
+  }
+}
+
 // [Note: timed algorithm choice]: a product whose algorithm was chosen by
 // running the candidates gives the bits of the heuristic's first choice, for
 // the plain, bias, GELU_AUX_BIAS and DGELU products at the shapes of a GPT-2
