@@ -74,20 +74,18 @@ GradientVerdict GradientFinalizer::finalize_on_device(int64_t step, bool stop_re
   v.stop = stop_requested;
   if (comms_.world().size() > 1)
     v.stop = all_reduce_scalar(comms_.world(), stop_requested ? 1.0 : 0.0, ReduceOp::max) != 0;
-  v.pending = true;
   v.device_verdict = d;
   return v;
 }
 
 void GradientFinalizer::resolve(GradientVerdict& v) {
-  if (!v.pending) return;
+  if (v.device_verdict == nullptr) return;
   double* h = static_cast<double*>(verdict_host_.data());
   const TransferTicket t = copies_->to_host(h, verdict_.data(), verdict_.bytes(), verdict_ready_);
   copies_->wait(t);
   v.grad_norm = h[kVerdictNorm];
   v.grad_scale = static_cast<float>(h[kVerdictGradScale]);
   v.skipped = v.nonfinite = h[kVerdictSkip] != 0;
-  v.pending = false;
   v.device_verdict = nullptr;
 }
 

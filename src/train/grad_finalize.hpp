@@ -56,10 +56,9 @@ struct GradientVerdict {
   // skipped, and the trainer counts such steps (train.nonfinite_tolerance).
   bool nonfinite = false;
   bool stop = false;      // some rank received a stop signal: every rank stops after this step
-  // [Note: verdict on the device]: grad_norm, grad_scale, skipped and
-  // nonfinite are still on the device; GradientFinalizer::resolve fills them.
-  bool pending = false;
-  // Where an update reads the verdict when it is pending (device memory).
+  // [Note: verdict on the device]: when not null, grad_norm, grad_scale,
+  // skipped and nonfinite are still here, in device memory, where an update
+  // reads them; GradientFinalizer::resolve fills them and clears this.
   const double* device_verdict = nullptr;
 };
 
@@ -82,7 +81,7 @@ class GradientFinalizer {
   bool verdict_on_device() const { return on_device_; }
   // The same on the device: `loss_sum` is this rank's summed loss of the
   // step (device memory, f64), whose finiteness the verdict includes. The
-  // verdict returned is pending.
+  // verdict returned is pending (its device_verdict set).
   GradientVerdict finalize_on_device(int64_t step, bool stop_requested, const Tensor& loss_sum);
   // Fills a pending verdict's fields once the device has computed them
   // (blocks the host until then); call after the update is queued.
