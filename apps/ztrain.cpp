@@ -385,21 +385,18 @@ int main(int argc, char** argv) {
   std::unique_ptr<GpuTimelineRecorder> timeline;
   if (device->kind() == DeviceKind::cuda && gpu_timeline_requested()) timeline = make_cupti_timeline();
   bool prof_started = false;
-  int64_t timeline_first = -1, timeline_steps = 0;
+  int64_t timeline_steps = 0;  // recorded, once the last step is done
   std::vector<DeviceSpan> spans;
   if (prof || timeline)
     trainer->set_step_hook([&](int64_t step) {
-      if (timeline && timeline_first >= 0 && timeline_steps == 0 && step >= cfg.train.steps) {
+      if (timeline && prof_started && timeline_steps == 0 && step >= cfg.train.steps) {
         spans = timeline->stop();
-        timeline_steps = step - timeline_first;
+        timeline_steps = step - first_step;
       }
       if (prof_started || step >= cfg.train.steps) return;
       prof_started = true;
       if (prof) prof->reset();
-      if (timeline) {
-        timeline->start();
-        timeline_first = step;
-      }
+      if (timeline) timeline->start();
       first_step = step;
       t0 = std::chrono::steady_clock::now();
     });
