@@ -271,7 +271,9 @@ bool attention_bwd_cuda_16bit(const Tensor& dqkv16, const Tensor& dout, const Te
   a.k = offset(qkv.data, d.C, qkv.dtype);
   a.v = offset(qkv.data, 2 * d.C, qkv.dtype);
   a.lse = static_cast<const float*>(lse.data);
-  a.g16 = dqkv16.data;
+  a.dq16 = dqkv16.data;
+  a.dk16 = const_cast<void*>(offset(dqkv16.data, d.C, qkv.dtype));
+  a.dv16 = const_cast<void*>(offset(dqkv16.data, 2 * d.C, qkv.dtype));
   a.ld_g16 = 3 * d.C;
   return attn::cudnn_bwd(a, qkv.dtype, out.data, dout.data, dout.dtype, ws, stream);
 }
@@ -320,11 +322,9 @@ void gqa_attention_bwd_cuda(const Tensor& dq, const Tensor& dk, const Tensor& dv
   a.dq16 = a.dk16 = a.dv16 = nullptr;
   const Tensor wq = ws.alloc(DType::f32, dq.shape), wk = ws.alloc(DType::f32, dk.shape),
                wv = ws.alloc(DType::f32, dv.shape);
-  a.dq = static_cast<float*>(wq.data);
+  a.dq = static_cast<float*>(wq.data);  // dense, as d.ld_q and d.ld_kv say
   a.dk = static_cast<float*>(wk.data);
   a.dv = static_cast<float*>(wv.data);
-  a.ld_dq = d.C;
-  a.ld_dkv = static_cast<int64_t>(d.NKV) * d.hs;
   run_bwd(a, q.dtype, dout, out, lse, ws, stream);
   cudnn_round(g, a.dq, dq.data, dq.numel(), stream);
   cudnn_round(g, a.dk, dk.data, dk.numel(), stream);

@@ -49,17 +49,15 @@ struct BwdArgs {
   float* dv;
   int64_t ld_dq, ld_dkv;
   const int32_t* doc_start;    // (B, T) or null
-  // cuDNN only (attn::cudnn_bwd): when set, dq, dk, dv are written in the
-  // storage dtype at g16, g16 + C and g16 + C + NKV * hs with row stride
-  // ld_g16 (the packed (B, T, 3C) layout), and dq, dk, dv above are unused.
-  void* g16;
-  int64_t ld_g16;
-  // cuDNN only, when g16 is not set: dq, dk, dv written dense in the storage
-  // dtype at these ((B, T, C), (B, T, NKV * hs) twice; [Note: attention's
-  // gradients in 16 bits] in modules/kernels.hpp).
+  // cuDNN only (attn::cudnn_bwd): when dq16 is set, dq, dk, dv are written in
+  // the storage dtype at dq16, dk16 and dv16, with row stride ld_g16 for all
+  // three (the packed (B, T, 3C) layout) or, ld_g16 = 0, dense ((B, T, C),
+  // (B, T, NKV * hs) twice; [Note: attention's gradients in 16 bits] in
+  // modules/kernels.hpp), and dq, dk, dv above are unused.
   void* dq16;
   void* dk16;
   void* dv16;
+  int64_t ld_g16;
 };
 
 }  // namespace zt::attn

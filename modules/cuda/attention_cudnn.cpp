@@ -103,7 +103,7 @@ struct Key {
   int B, T, NH, NKV, hs;
   int64_t ld_q, ld_kv;
   bool deterministic;  // the backward's algorithm (true for every forward)
-  int64_t ld_g;        // the backward's gradient row stride: 0 for dense ones, else ld_g16
+  int64_t ld_g;        // the backward's 16-bit gradients' row stride (BwdArgs::ld_g16): 0 for dense ones
   bool operator<(const Key& o) const {
     return std::tie(device, bwd, t, B, T, NH, NKV, hs, ld_q, ld_kv, deterministic, ld_g) <
            std::tie(o.device, o.bwd, o.t, o.B, o.T, o.NH, o.NKV, o.hs, o.ld_q, o.ld_kv, o.deterministic, o.ld_g);
@@ -193,7 +193,7 @@ std::shared_ptr<fe::graph::Graph> fwd_graph(const attn::Dims& d, DType t) {
 // dq (B, T, NH * hs), dk, dv (B, T, NKV * hs), all dense in the storage
 // dtype; deterministic ([Note: two attention paths]) unless the caller asks
 // for cuDNN's non-deterministic algorithm (ZTRAIN_ATTENTION).
-// ld_g > 0: all three gradients with that row stride (one packed buffer).
+// ld_g > 0: all three gradients with that row stride (the packed buffer).
 std::shared_ptr<fe::graph::Graph> bwd_graph(const attn::Dims& d, DType t, bool deterministic, int64_t ld_g) {
   auto g = new_graph(t);
   const int64_t Ckv = static_cast<int64_t>(d.NKV) * d.hs;
@@ -339,12 +339,11 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const void* dout, DTy
   if (!shape_fits(a.d, a.q, a.k, a.v) || !aligned16(out)) return false;
   if (dout_dtype != t && dout_dtype != DType::f32) return false;
   if (dout_dtype == t && !aligned16(dout)) return false;
-  if (a.g16 != nullptr && (!aligned16(a.g16) || a.ld_g16 % 8 != 0)) return false;
-  const bool dense16 = a.g16 == nullptr && a.dq16 != nullptr;
-  if (dense16 && (!aligned16(a.dq16) || !aligned16(a.dk16) || !aligned16(a.dv16))) return false;
+  const bool sixteen = a.dq16 != nullptr;  // the caller takes the 16-bit gradients
+  if (sixteen && (!aligned16(a.dq16) || !aligned16(a.dk16) || !aligned16(a.dv16) || a.ld_g16 % 8 != 0)) return false;
 #if ZT_HAVE_CUDNN
   const Dims& d = a.d;
-  const Key k = key_of(d, t, true, a.g16 != nullptr ? a.ld_g16 : 0);
+  const Key k = key_of(d, t, true, sixteen ? a.ld_g16 : 0);
   cudnnHandle_t h = nullptr;
   const Entry* e = prepare(k, d, &h);
   if (e == nullptr) return false;
@@ -352,17 +351,15 @@ bool cudnn_bwd(const BwdArgs& a, DType t, const void* out, const void* dout, DTy
   const int64_t rows = static_cast<int64_t>(d.B) * d.T, Ckv = static_cast<int64_t>(d.NKV) * d.hs;
   // dO, dQ, dK, dV in the storage dtype, dense; 64-byte aligned by the arena.
   void* dout_s = dout_dtype == t ? const_cast<void*>(dout) : ws.alloc(t, Shape{rows * d.C}).data;
-  const int64_t es = static_cast<int64_t>(dtype_size(t));
-  char* g16 = static_cast<char*>(a.g16);
-  void* dq = g16 ? g16 : dense16 ? a.dq16 : ws.alloc(t, Shape{rows * d.C}).data;
-  void* dk = g16 ? g16 + d.C * es : dense16 ? a.dk16 : ws.alloc(t, Shape{rows * Ckv}).data;
-  void* dv = g16 ? g16 + (d.C + Ckv) * es : dense16 ? a.dv16 : ws.alloc(t, Shape{rows * Ckv}).data;
+  void* dq = sixteen ? a.dq16 : ws.alloc(t, Shape{rows * d.C}).data;
+  void* dk = sixteen ? a.dk16 : ws.alloc(t, Shape{rows * Ckv}).data;
+  void* dv = sixteen ? a.dv16 : ws.alloc(t, Shape{rows * Ckv}).data;
   if (dout_dtype != t) cudnn_round(t, static_cast<const float*>(dout), dout_s, rows * d.C, stream);
   Pack pack = {{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)},
                {kO, const_cast<void*>(out)}, {kdO, dout_s},                {kStats, const_cast<float*>(a.lse)},
                {kdQ, dq},                    {kdK, dk},                    {kdV, dv}};
   run(k, *e, h, pack, ws, stream);
-  if (g16 != nullptr || dense16) return true;  // the caller takes the 16-bit gradients
+  if (sixteen) return true;
   cudnn_widen(t, dq, d.C, rows, a.dq, a.ld_dq, stream);
   cudnn_widen(t, dk, Ckv, rows, a.dk, a.ld_dkv, stream);
   cudnn_widen(t, dv, Ckv, rows, a.dv, a.ld_dkv, stream);

@@ -21,8 +21,9 @@
 // gradients in the storage dtype (into the workspace), which one more kernel
 // widens into the f32 outputs: so the gradients carry one more rounding to
 // bf16 / f16 than the flash kernels' (a relative u/2 per element). With
-// BwdArgs::g16 set (attention_bwd_cuda_16bit), cuDNN writes them in 16 bits
-// straight into the caller's packed buffer instead, and nothing is widened.
+// BwdArgs::dq16 set (attention_bwd_cuda_16bit's packed buffer, or the
+// grouped-query backward's 16-bit gradients), cuDNN writes them in 16 bits
+// straight into the caller's buffers instead, and nothing is widened.
 //
 // The backward asks cuDNN for its deterministic algorithm: the same inputs
 // give the same bits, as with the flash kernels. On Hopper that algorithm
