@@ -449,7 +449,7 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
               Config cfg;
               try {
                 cfg = parse_layout(in.model, in.dtype, l);
-                e = estimate_memory(cfg, dp);
+                e = estimate_memory(cfg, dp, /*gpu=*/true);
               } catch (const UserError&) {
                 ++refused;  // the config layer or the schedule refuses it (e.g. too few micro-batches)
                 continue;

@@ -338,7 +338,8 @@ def main(argv):
         rundir = os.path.join(raw, key)
         run_cmd = a.launch + [str(row["n"]), a.ztrain, a.config, "--device", a.device, "--steps", str(a.steps),
                               "--log-dir", rundir] + sets
-        est_cmd = a.launch + ["1", a.ztrain, a.config, "--estimate-memory", "--world", str(row["n"])] + sets
+        est_cmd = a.launch + ["1", a.ztrain, a.config, "--estimate-memory", "--device", a.device,
+                              "--world", str(row["n"])] + sets
         r = runs[key] = dict(status=None, cmd=quote(run_cmd), summary=None, est=None, log=rundir + ".log")
         what = (f"model {row['model']}, {row['n']} rank(s), P:V {row['P']}:{row['V']} ({row['sched']}), "
                 f"dp {row['dp']}, ZeRO stage {row['stage']}, micro {row['micro']} x accum {row['accum']} "

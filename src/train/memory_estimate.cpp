@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "io/token_dataset.hpp"
@@ -67,7 +68,7 @@ int64_t nvme_alignment(const OffloadConfig& o) {
 
 }  // namespace
 
-EstimateInput estimate_input(const Config& cfg, int world) {
+EstimateInput estimate_input(const Config& cfg, int world, bool gpu) {
   const int pp = cfg.pipeline.parallel_size;
   if (world < 1 || world % pp != 0)
     ZT_USER_ERROR("memory estimate: pipeline.parallel_size (", pp, ") must divide the number of ranks (", world, ")");
@@ -115,12 +116,21 @@ EstimateInput estimate_input(const Config& cfg, int world) {
   in.delayed_update = c.offload.delayed_update;
   in.grad_accumulation_on_device = c.offload.grad_accumulation == "device";
   in.param_from_master = c.offload.param_from_master;
+  if (gpu) {
+    // The CUDA classifier's path, as CudaKernels::classifier_fwd_bwd reads
+    // it (an unknown value is refused there by name).
+    const char* env = std::getenv("ZTRAIN_CLASSIFIER");
+    const std::string path = env == nullptr ? "" : env;
+    in.classifier = path == "separate" ? EstimateInput::Classifier::cuda_separate
+                                       : EstimateInput::Classifier::cuda_one_pass;
+    in.cuda_logits_f32 = path == "one-pass-f32";
+  }
   return in;
 }
 
-MemoryEstimate estimate_memory(const Config& cfg, int dp_size) {
+MemoryEstimate estimate_memory(const Config& cfg, int dp_size, bool gpu) {
   MemoryEstimate e;
-  e.input = estimate_input(cfg, dp_size * cfg.pipeline.parallel_size);
+  e.input = estimate_input(cfg, dp_size * cfg.pipeline.parallel_size, gpu);
   e.stages = estimate_stages(e.input);
   e.row = estimate(e.input);
   return e;
@@ -164,8 +174,8 @@ std::string format_memory_estimate(const MemoryEstimate& e) {
   return os.str();
 }
 
-std::string format_estimate_table(const Config& cfg, int world) {
-  const EstimateInput in = estimate_input(cfg, world);
+std::string format_estimate_table(const Config& cfg, int world, bool gpu) {
+  const EstimateInput in = estimate_input(cfg, world, gpu);
   return format_estimate_table(in, estimate_table(in));
 }
 

@@ -21,7 +21,9 @@ namespace zt {
 // as micro-batches). The batch triplet is resolved again for that dp on a
 // copy (UserError when it cannot be, when the pipeline size does not divide
 // `world`, or when the schedule refuses the micro-batches).
-EstimateInput estimate_input(const Config& cfg, int world);
+// `gpu`: the classifier's workspace is that of the CUDA kernels
+// (ZTRAIN_CLASSIFIER's path, EstimateInput::Classifier), else CpuKernels'.
+EstimateInput estimate_input(const Config& cfg, int world, bool gpu = false);
 
 struct MemoryEstimate {
   EstimateInput input;
@@ -30,14 +32,14 @@ struct MemoryEstimate {
 };
 
 // The config as it will run with `dp_size` data-parallel ranks per stage.
-MemoryEstimate estimate_memory(const Config& cfg, int dp_size);
+MemoryEstimate estimate_memory(const Config& cfg, int dp_size, bool gpu = false);
 // The row's figures; with a pipeline also each stage's units, pairs in
 // flight and device total.
 std::string format_memory_estimate(const MemoryEstimate& e);
 
 // ztrain --estimate-memory: the table for ZeRO stages 0-3 x offload
 // none/cpu/nvme, per rank, for the config's model and batch on `world` ranks.
-std::string format_estimate_table(const Config& cfg, int world);
+std::string format_estimate_table(const Config& cfg, int world, bool gpu = false);
 
 // Opens every data file named by the config and checks its format and token
 // range against the model's vocabulary (throws UserError naming the file).

@@ -63,7 +63,30 @@
 // micro-batch and chunk pairs in flight, each counted as its largest chunk.
 
 namespace zt {
+int64_t classifier_workspace(const EstimateInput& in, int64_t V, int64_t C, int64_t tokens) {
+  const int64_t a = static_cast<int64_t>(dtype_size(in.param_dtype));
+  switch (in.classifier) {
+    case EstimateInput::Classifier::cpu_chunks: {
+      const int64_t row = V * 4;
+      return std::clamp<int64_t>(in.classifier_chunk_bytes / row, 1, tokens) * row;
+    }
+    case EstimateInput::Classifier::cuda_separate:
+      return std::min(in.cuda_separate_chunk_bytes, tokens * V * 4);
+    case EstimateInput::Classifier::cuda_one_pass: {
+      const int64_t Vp = (V + 7) / 8 * 8, lsz = in.cuda_logits_f32 ? 4 : a;
+      const int64_t cap = std::max<int64_t>(in.cuda_one_pass_chunk_bytes / (Vp * lsz) / 8 * 8, 8);
+      const int64_t chunks = (tokens + cap - 1) / cap;
+      const int64_t rows = std::min<int64_t>(((tokens + chunks - 1) / chunks + 7) / 8 * 8, tokens);
+      int64_t ws = rows * Vp * lsz;
+      if (Vp != V) ws += Vp * C * a + (Vp - V / 8 * 8) * C * 4;  // w in Vp rows, dw's tail
+      return ws;
+    }
+  }
+  return 0;
+}
+
 namespace {
+
 
 // Trainer buffers per token of a micro-batch in flight: tokens and targets
 // (i32) and the loss weights (f32).
@@ -361,10 +384,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     const UnitDesc& d = m.units[static_cast<size_t>(u)];
     int64_t ws = tokens * d.act.backward.bytes(a);
     if (recomputed[static_cast<size_t>(u)]) ws += tokens * (d.act.output + d.act.stash).bytes(a);
-    if (d.act.logits_width > 0) {
-      const int64_t row = d.act.logits_width * 4;
-      ws += std::clamp<int64_t>(in.classifier_chunk_bytes / row, 1, tokens) * row;
-    }
+    if (d.act.logits_width > 0) ws += classifier_workspace(in, d.act.logits_width, m.shape.d_model, tokens);
     unit_ws = std::max(unit_ws, ws);
   }
   // One stage with several micro-batches in flight walks them breadth-first

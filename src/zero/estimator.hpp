@@ -80,7 +80,22 @@ struct EstimateInput {
   bool param_from_master = false;            // offload.param_from_master
   int offload_slots = 4;
   int64_t offload_tile_elements = int64_t{1} << 22;
-  int64_t classifier_chunk_bytes = int64_t{8} << 20;  // CpuKernels' default
+  // The classifier's workspace, by the kernels that run it:
+  //  - cpu_chunks: CpuKernels' chunks of f32 logits rows (all classes) of at
+  //    most classifier_chunk_bytes;
+  //  - cuda_one_pass: the CUDA one pass ([Note: classifier in one pass] in
+  //    modules/cuda/classifier.cu): equal chunks of rows of Vp = V rounded up
+  //    to 8 logits in the parameter dtype (f32 with cuda_logits_f32), at most
+  //    cuda_one_pass_chunk_bytes, plus the weight copied into Vp rows and an
+  //    f32 (Vp - V rounded down to 8, C) tail of dw when V % 8 != 0;
+  //  - cuda_separate: the CUDA forward and backward calls, slices of classes
+  //    over all rows, about cuda_separate_chunk_bytes.
+  enum class Classifier { cpu_chunks, cuda_one_pass, cuda_separate };
+  Classifier classifier = Classifier::cpu_chunks;
+  int64_t classifier_chunk_bytes = int64_t{8} << 20;           // CpuKernels' default
+  int64_t cuda_one_pass_chunk_bytes = int64_t{1} << 30;        // CudaKernelOptions' default
+  int64_t cuda_separate_chunk_bytes = int64_t{256} << 20;      // CudaKernelOptions' default
+  bool cuda_logits_f32 = false;                                // ZTRAIN_CLASSIFIER=one-pass-f32
   void validate() const;
 };
 
@@ -113,6 +128,10 @@ struct MemoryEstimateRow {
   int64_t total() const { return params + grads + optimizer + activations + comm + workspace; }
   int64_t model_states() const { return params + grads + optimizer; }
 };
+
+// The classifier's workspace for `tokens` rows of V classes of width C, by
+// in.classifier and in.param_dtype (EstimateInput::Classifier).
+int64_t classifier_workspace(const EstimateInput& in, int64_t V, int64_t C, int64_t tokens);
 
 // One row per pipeline stage, and the stage needing most.
 std::vector<MemoryEstimateRow> estimate_stages(const EstimateInput& in);

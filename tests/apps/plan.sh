@@ -80,7 +80,7 @@ PY
 mem_gib=$(head -1 layouts.txt)
 while read -r world stage oo op bytes sets; do
   # shellcheck disable=SC2086
-  "$ZTRAIN" base.json --estimate-memory --world "$world" $sets >est.txt 2>&1 || { fail "estimate failed for $sets"; continue; }
+  "$ZTRAIN" base.json --estimate-memory --device cuda --world "$world" $sets >est.txt 2>&1 || { fail "estimate failed for $sets"; continue; }
   want="none"; [ "$oo" = none ] || want=$oo; [ "$stage" = 3 ] && want="$oo/$op"
   est=$(awk -v s="$stage" -v o="$want" '$1 == s && $2 == o { print $10 }' est.txt)
   if awk -v e="$est" -v b="$bytes" -v m="$mem_gib" 'BEGIN { g = b / 1073741824; d = e - g; exit !(e != "" && d < 0.006 && d > -0.006 && e <= m) }'; then
@@ -99,7 +99,7 @@ listed = {(l["micro_batch"], l["checkpointing"]) for l in p["layouts"] if l["zer
 bad = 0
 for micro in (1, 2, 4, 8, 16, 32):
     for ckpt in (False, True):
-        out = subprocess.run([sys.argv[2], "base.json", "--estimate-memory", "--world", "2",
+        out = subprocess.run([sys.argv[2], "base.json", "--estimate-memory", "--device", "cuda", "--world", "2",
                               "--set", f"train_micro_batch_size_per_gpu={micro}", "--set", "gradient_accumulation_steps=1",
                               "--set", f"model.activation_checkpointing={'true' if ckpt else 'false'}"],
                              capture_output=True, text=True).stdout

@@ -302,6 +302,40 @@ TEST(Estimator, CheckpointingReducesActivations) {
   EXPECT_EQ((l.output + l.stash).bytes(2), 217088 + 264);
 }
 
+// The classifier's workspace by the kernels that run it: CpuKernels' 8 MiB of
+// f32 rows, the CUDA one pass's chunks of rows of Vp = V rounded up to 8
+// classes in the parameter dtype (at most 1 GiB, equal chunks of a multiple
+// of 8 rows) with the weight padded to Vp rows and dw's f32 tail, and the
+// separate calls' 256 MiB slices (modules/cuda/classifier.cu).
+TEST(Estimator, ClassifierWorkspaceOfTheKernelsThatRunIt) {
+  EstimateInput in = input_for(gpt(kGpt2), 1, 0);
+  const int64_t V = 50257, Vp = 50264, C = 768;
+  EXPECT_EQ(classifier_workspace(in, V, C, 8192), (8388608 / (V * 4)) * V * 4);  // 41 rows
+  in.classifier = EstimateInput::Classifier::cuda_one_pass;
+  const int64_t padded_w = Vp * C * 2 + 8 * C * 4;
+  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 8192 * Vp * 2 + padded_w);  // one chunk: 785 MiB of logits
+  EXPECT_EQ(classifier_workspace(in, V, C, 16384), 8192 * Vp * 2 + padded_w);  // two of 8192 rows
+  EXPECT_EQ(classifier_workspace(in, V, C, 100), 100 * Vp * 2 + padded_w);  // 100 rows, not rounded up
+  in.cuda_logits_f32 = true;  // 5336 rows a chunk at most: two of 4096
+  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 4096 * Vp * 4 + padded_w);
+  in.cuda_logits_f32 = false;
+  EXPECT_EQ(classifier_workspace(in, 128256, 2048, 8192), 4096 * int64_t{128256} * 2);  // Llama 3: V % 8 == 0
+  in.param_dtype = DType::f32;  // f32 logits, the weight's copy in f32
+  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 4096 * Vp * 4 + Vp * C * 4 + 8 * C * 4);
+  in.param_dtype = DType::bf16;
+  in.classifier = EstimateInput::Classifier::cuda_separate;
+  EXPECT_EQ(classifier_workspace(in, V, C, 8192), int64_t{256} << 20);
+  // The estimate's workspace is the head's with the GPU's classifier.
+  in.micro_batch = 8;
+  in.classifier = EstimateInput::Classifier::cpu_chunks;
+  const MemoryEstimateRow cpu = estimate(in);
+  in.classifier = EstimateInput::Classifier::cuda_one_pass;
+  const MemoryEstimateRow gpu = estimate(in);
+  EXPECT_GE(gpu.workspace, 8192 * Vp * 2 + padded_w);
+  EXPECT_GT(gpu.workspace, cpu.workspace + 8192 * Vp);
+  EXPECT_EQ(gpu.total() - gpu.workspace, cpu.total() - cpu.workspace);
+}
+
 // The activations the runner really saves: the saved arena's high-water mark
 // with chunks small enough that every allocation gets its own (capacity =
 // sum of the live allocations at the end of forward).
