@@ -131,6 +131,17 @@ bool count_host_calls_requested() { return env_switch("ZTRAIN_COUNT_HOST_CALLS")
 // the steps after the first ([Note: GPU timeline] in runtime/gpu_timeline.hpp).
 bool gpu_timeline_requested() { return env_switch("ZTRAIN_GPU_TIMELINE"); }
 
+// ZTRAIN_CUDA_GRAPH: unset, empty or 1 records each step after the first as
+// one CUDA graph where the layout allows ([Note: step graph] in
+// runtime/device.hpp); 0 runs every step operation by operation.
+bool cuda_graph_requested() {
+  const char* v = std::getenv("ZTRAIN_CUDA_GRAPH");
+  const std::string mode = v != nullptr ? v : "";
+  if (!mode.empty() && mode != "0" && mode != "1")
+    ZT_USER_ERROR("ZTRAIN_CUDA_GRAPH must be 0 or 1, got \"", mode, "\"");
+  return mode != "0";
+}
+
 bool cuda_available() {
 #if ZT_HAVE_CUDA
   return cuda_device_count() > 0;
@@ -138,6 +149,10 @@ bool cuda_available() {
   return false;
 #endif
 }
+
+// --estimate-memory and --dry-run: the GPU's kernels' workspace for
+// --device cuda, and for auto where a GPU is visible.
+bool estimate_for_gpu(const std::string& device) { return device == "cuda" || (device == "auto" && cuda_available()); }
 
 // The GPU backend: the GPU of this rank's node-local index and its kernels.
 // profile: the kernels wrapped in ProfiledKernels ([Note: kernel profile]).
@@ -168,7 +183,8 @@ void apply_memory_cap(const Config& cfg, const Topology& topo, Device& device) {
   if (gib <= 0) return;
   const double bytes = gib * 1073741824.0;
   const size_t cap = bytes >= 1.8e19 ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(bytes));
-  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).stages.at(static_cast<size_t>(topo.pp_rank()));
+  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size(), device.kind() == DeviceKind::cuda)
+                                    .stages.at(static_cast<size_t>(topo.pp_rank()));
   const std::string estimate =
       row.supported ? "the estimator predicts " + human_bytes(static_cast<size_t>(row.total())) +
                           " on the device for this rank"
@@ -288,7 +304,9 @@ int main(int argc, char** argv) {
         cfg = load_config(args.config, overrides);
         if (args.estimate_memory) {
           if (mpi.world_rank() == 0)
-            std::cout << format_estimate_table(cfg, args.world > 0 ? args.world : mpi.world_size()) << std::flush;
+            std::cout << format_estimate_table(cfg, args.world > 0 ? args.world : mpi.world_size(),
+                                               estimate_for_gpu(args.device))
+                      << std::flush;
           exit_now = true;
           return;
         }
@@ -314,7 +332,8 @@ int main(int argc, char** argv) {
           validate_data_files(cfg);
           if (mpi.world_rank() == 0) {
             std::cout << resolved_json(cfg).dump(2) << "\n";
-            std::cout << format_memory_estimate(estimate_memory(cfg, topo->dp_size())) << std::flush;
+            std::cout << format_memory_estimate(estimate_memory(cfg, topo->dp_size(), estimate_for_gpu(args.device)))
+                      << std::flush;
           }
         }))
       return *code;
@@ -338,6 +357,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Trainer> trainer;
   if (auto code = agree([&] {
         const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
+        (void)cuda_graph_requested();  // its value checked before the first step
         if (cuda) {
           make_cuda_backend(*topo, device, kernels, args.profile, peak_flops);
         } else {
@@ -365,6 +385,14 @@ int main(int argc, char** argv) {
   if (auto code = agree([&] { trainer = std::make_unique<Trainer>(cfg, comms, *device, *kernels); })) return *code;
   // MFU in the step line, against each rank's own device's measured peak.
   trainer->set_peak_flops(peak_flops);
+  if (device->kind() == DeviceKind::cuda && cuda_graph_requested()) {
+    const std::string why_not =
+        args.profile ? "--profile (its events around each kernel call)" : trainer->enable_step_graph();
+    if (mpi.world_rank() == 0)
+      log_info(why_not.empty() ? std::string("each step after the first runs as one CUDA graph (ZTRAIN_CUDA_GRAPH=0: "
+                                             "operation by operation)")
+                               : "the steps run without a CUDA graph: " + why_not);
+  }
   if (mpi.world_rank() == 0 && peak_flops > 0)
     log_info("bf16 GEMM peak measured on this device: ", static_cast<int>(peak_flops / 1e12), " TFLOP/s");
   log_info("ztrain ", ZT_VERSION, ": ", mpi.world_size(), " ranks (dp ", topo->dp_size(), " x pp ",
@@ -409,6 +437,8 @@ int main(int argc, char** argv) {
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }))
     return *code;
+  if (mpi.world_rank() == 0 && !trainer->step_graph_summary().empty())
+    log_info("CUDA graph of the step: ", trainer->step_graph_summary());
 #if ZT_HAVE_CUDA
   if (prof && mpi.world_rank() == 0) std::cout << prof->report(trainer->step() - first_step, seconds) << std::flush;
   if (timeline && mpi.world_rank() == 0) {

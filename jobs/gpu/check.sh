@@ -45,6 +45,10 @@ PY
   done
 done
 grep -h "data-parallel communicator\|device cuda" "$out"/z*-np*.log | sort | uniq -c | tee -a "$summary"
+# The step as one CUDA graph against the same steps operation by operation.
+bash "$(dirname "$0")/check_graph.sh" "$bundle" "$out/graph" > /dev/null
+cat "$out/graph/summary.txt" >> "$summary"
+grep -h "CUDA graph of the step, " "$out/graph/summary.txt"
 ZT_INJECT_FAULT="overflow:rank=0,step=3,unit=2" "${mpi[@]}" -x ZT_INJECT_FAULT -np 1 "$bundle/bin/ztrain" "$out/tiny.json" \
   --device cuda --steps 8 --set fp16.enabled=true --set fp16.hysteresis=1 --log-dir "$out/fp16" > "$out/fp16.log" 2>&1
 note "fp16 on GPU: rc=$? scales $(grep -o '"loss_scale":[^,}]*' "$out/fp16/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ') skipped $(grep -o '"skipped":[a-z]*' "$out/fp16/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')"

@@ -31,6 +31,7 @@ struct MemoryStats {
 
 class UploadStaging;
 class TransferQueue;
+class StepGraph;
 
 class Device {
  public:
@@ -66,6 +67,9 @@ class Device {
   // Copies between this device and host memory that overlap the device's
   // compute ([Note: offload transfers], runtime/transfer.hpp).
   virtual std::unique_ptr<TransferQueue> make_transfer_queue();
+  // The training step's device work captured and launched as one graph
+  // ([Note: step graph]); null where the device has none (the CPU).
+  virtual std::unique_ptr<StepGraph> make_step_graph() { return nullptr; }
   // Host memory for offloaded state: page-locked when `pinned` (copies from
   // and to it run asynchronously on a GPU), pageable otherwise. Its buffers
   // are host memory (DeviceKind::cpu) with their own accounting (stats()).
@@ -213,6 +217,44 @@ class UploadStaging {
   // Queues copies out of the slot next() returned: `bytes` from `offset` of
   // the slot to device memory `dst`. Returns at once.
   virtual void upload(void* dst, size_t offset, size_t bytes) = 0;
+};
+
+// [Note: step graph] The device work a training step queues between its
+// first forward and the end of its gradient reduction, recorded and launched
+// as one graph (a CUDA graph) instead of operation by operation: the GPU
+// then goes from one kernel to the next without the queue's launch latency
+// (0.25 us between dependent kernels in a graph against 1.1 us on a stream
+// on an H200; docs/perf.md, "CUDA graph of the step"). The host code of the
+// step runs as it does without the graph, every step: begin() starts
+// recording the compute stream, the operations queued until cut() or
+// end_and_launch() are recorded instead of run, and each of those two calls
+// updates the graph of the same piece of the step before with them (the
+// same operations with new arguments: the upload slot, any temporary) or
+// instantiates a new one when they differ in kind or order, then launches
+// it where the operations would have run; cut() records the next piece.
+// The step is cut into pieces (StepWalk: 1, 1, 2, 4, 8, ... units'
+// forwards or backwards) so that the GPU starts on the first piece while
+// the host still records the rest: one graph of the whole step kept the GPU
+// idle while the host recorded it after the step's verdict, which the host
+// waits for (2.6 ms a step at GPT-2 124M on an H200). What may happen
+// between begin() and end_and_launch() is what
+// a step without host round trips does ([Note: host round trips]): no
+// synchronisation, no copy to the host, no allocation from the device's
+// memory (the caching allocator's reuse is fine: the graph keeps the stream's
+// order), and no other stream ordered after the recorded work before the
+// launch. An event recorded in between for the host or another stream
+// (an upload slot's, a compute mark) becomes the graph's own record of it.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual void begin() = 0;
+  virtual void cut() = 0;
+  virtual void end_and_launch() = 0;
+  // Ends a recording that an error interrupted, launching nothing.
+  virtual void abandon() noexcept = 0;
+  // "N steps, each in P graphs of K operations in all, I instantiations, U
+  // updates".
+  virtual std::string summary() const = 0;
 };
 
 std::unique_ptr<Device> make_cpu_device();

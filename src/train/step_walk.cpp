@@ -52,14 +52,21 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   stop_requested_ = stop_requested;
   evaluating_ = false;
   timing_ = StepTiming{};
-  zero_.zero_grads();
-  kernels_.zero(loss_sum_.tensor());
   // The same count on every rank (computed from the sampler, not reduced).
   // A batch without one counted target contributes no gradient.
   last_targets_ = data_.train_targets(state.step);
   set_loss_weight(last_targets_ > 0 ? finalizer_.loss_scale() / static_cast<double>(last_targets_) : 0.0);
+  // [Note: step graph]: the first step builds plans and tunes products (host
+  // waits), so the graph starts with the second; reduce_grads() launches it.
+  if (graph_ && trained_ > 0) {
+    graph_->begin();
+    recording_ = true;
+    unit_pieces_ = 0;
+  }
+  zero_.zero_grads();
+  kernels_.zero(loss_sum_.tensor());
   WalkArgs args;
-  args.params = &zero_;
+  args.params = this;  // ZeRO's, through acquire() below
   args.grads = &zero_;
   args.hooks = this;
   args.dloss = dloss_.tensor();
@@ -67,12 +74,34 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   args.train = true;
   args.group = static_cast<int>(opts_.group);
   host_calls::begin();  // [Note: host round trips]
-  executor_->run(train_program_, args, &timing_.walk);
+  try {
+    executor_->run(train_program_, args, &timing_.walk);
+  } catch (...) {
+    if (recording_) graph_->abandon();
+    recording_ = false;
+    throw;
+  }
+  ZT_CHECK(!recording_, "the step's graph was not launched: the schedule has no gradient reduction");
+  ++trained_;
   ++state.step;
   state_ = nullptr;
   if (timing) *timing = timing_;
   return verdict_;
 }
+
+// The pieces double in units (1, 1, 2, 4, 8, ...: cut before the 2nd, 3rd,
+// 5th, 9th ... acquire): the first is recorded and running at once, and the
+// host, which records several times faster than the GPU runs what it
+// records, stays ahead with few boundaries between graphs.
+std::vector<Tensor> StepWalk::acquire(int unit, Phase phase) {
+  if (recording_) {
+    const int k = unit_pieces_++;
+    if (k > 0 && (k & (k - 1)) == 0) graph_->cut();
+  }
+  return zero_.acquire(unit, phase);
+}
+void StepWalk::release(int unit, Phase phase) { zero_.release(unit, phase); }
+void StepWalk::set_run_length(int n) { zero_.set_run_length(n); }
 
 void StepWalk::load_batch(int mb, const Tensor& tokens, const Tensor& targets, const Tensor& doc_start) {
   if (evaluating_)
@@ -94,6 +123,10 @@ void StepWalk::reduce_grads() {
     double loss = 0;
     dev_.copy_to_host(&loss, loss_sum_.data(), sizeof loss);
     verdict_ = finalizer_.finalize(state_->step + 1, stop_requested_, std::isfinite(loss));
+  }
+  if (recording_) {
+    recording_ = false;
+    graph_->end_and_launch();
   }
   timing_.reduce_s = now_s() - t0;
 }

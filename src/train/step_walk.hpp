@@ -28,7 +28,7 @@ struct StepTiming {
   double optimizer_s = 0;  // OptimizerStep: update and publish
 };
 
-class StepWalk final : private StepHooks {
+class StepWalk final : private StepHooks, private ParamProvider {
  public:
   StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
            Kernels& kernels, CommBundle& comms, ZeroEngine& zero,
@@ -50,6 +50,12 @@ class StepWalk final : private StepHooks {
   // reduction (ReduceGrads to OptimizerStep).
   const host_calls::Counts& walk_calls() const { return walk_calls_; }
   const host_calls::Counts& reduce_calls() const { return reduce_calls_; }
+  // Record each train() after the first, from its first forward to the end
+  // of its gradient reduction, as one graph on the device and launch it
+  // ([Note: step graph] in runtime/device.hpp). The caller has checked that
+  // the layout's step queues nothing a graph cannot hold.
+  void set_step_graph(std::unique_ptr<StepGraph> graph) { graph_ = std::move(graph); }
+  const StepGraph* step_graph() const { return graph_.get(); }
   // Mean validation loss over `batches` global batches of the val split.
   // Collective.
   double evaluate(int64_t batches);
@@ -60,6 +66,11 @@ class StepWalk final : private StepHooks {
   void reduce_grads() override;
   void optimizer_step() override;
   double reduce_loss(const Buffer& acc, double tokens);
+  // ParamProvider: ZeRO's, cutting the step's graph into a piece a unit
+  // ([Note: step graph]) while it is recorded.
+  std::vector<Tensor> acquire(int unit, Phase phase) override;
+  void release(int unit, Phase phase) override;
+  void set_run_length(int n) override;
   void set_loss_weight(double w);
 
   const RunOptions& opts_;
@@ -84,6 +95,10 @@ class StepWalk final : private StepHooks {
   GradientVerdict verdict_;
   StepTiming timing_;
   host_calls::Counts walk_calls_, reduce_calls_;
+  std::unique_ptr<StepGraph> graph_;  // set_step_graph
+  bool recording_ = false;  // the graph of this train() is being recorded
+  int unit_pieces_ = 0;     // units acquired while recording this train()
+  int64_t trained_ = 0;  // train() calls so far
 };
 
 }  // namespace zt

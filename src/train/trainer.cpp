@@ -163,7 +163,8 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   // shared scratch arena with the stage's workspace figure (each plus 5%), so
   // one chunk usually holds it all and the peak bytes reported are what the
   // step really keeps; an arena grows by such chunks if the estimate was short.
-  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).stages.at(static_cast<size_t>(topo.pp_rank()));
+  const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size(), dev.kind() == DeviceKind::cuda)
+                                    .stages.at(static_cast<size_t>(topo.pp_rank()));
   const auto chunk = [](int64_t bytes) {
     return std::max<size_t>(size_t{1} << 16, static_cast<size_t>(static_cast<double>(bytes) * 1.05));
   };
@@ -182,6 +183,27 @@ Trainer::~Trainer() = default;
 int64_t Trainer::step() const { return impl_->state.step; }
 void Trainer::set_peak_flops(double peak) { impl_->reporter->set_peak_flops(peak); }
 void Trainer::set_step_hook(std::function<void(int64_t)> hook) { impl_->step_hook = std::move(hook); }
+
+std::string Trainer::enable_step_graph() {
+  Impl& s = *impl_;
+  // [Note: step graph]: what each condition keeps out of the recording.
+  if (s.topo.world_size() > 1) return "more than one rank (the communicators' streams and host reductions)";
+  if (s.cfg.zero.offload_optimizer.device != "none" || s.cfg.zero.offload_param.device != "none")
+    return "offload (the copy streams and the host's update)";
+  if (s.cfg.zero.stage == 3) return "ZeRO stage 3 (its gathers order the compute stream after the communicator's)";
+  if (!s.finalizer->verdict_on_device()) return "the step's verdict read by the host (fp16 loss scaling or ZTRAIN_VERDICT=host)";
+  if (s.data->packing()) return "packed documents";
+  if (s.fault.kind != InjectedFault::Kind::none) return "an injected fault (ZT_INJECT_FAULT)";
+  std::unique_ptr<StepGraph> g = s.dev.make_step_graph();
+  if (!g) return "a device without graphs";
+  s.walk->set_step_graph(std::move(g));
+  return "";
+}
+
+std::string Trainer::step_graph_summary() const {
+  const StepGraph* g = impl_->walk->step_graph();
+  return g ? g->summary() : "";
+}
 
 int64_t Trainer::num_params() const { return impl_->zero->layout().total_numel(); }
 

@@ -13,6 +13,7 @@
 #include "runtime/cuda/cuda_device.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
 #include "runtime/cuda/gpu_timeline_cupti.hpp"
+#include "runtime/transfer.hpp"
 
 // tests/comm_cuda/spin_kernel.cu: keeps a stream busy for `cycles` clocks.
 void spin_on_stream(cudaStream_t stream, long long cycles);
@@ -234,6 +235,79 @@ TEST(CudaRuntime, UploadStagingQueuesCopiesAndRefillsASlotOnlyAfterItsCopy) {
     dev.copy_to_host(back.data(), dst[static_cast<size_t>(k)].data(), n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(back[static_cast<size_t>(i)], k * 1000003 + n + i) << "upload " << k;
   }
+}
+
+// [Note: step graph]: eight steps recorded and launched in two pieces each,
+// each uploading from the staging slots (two, so the host refills a slot a
+// graph still has to read unless the slot's event, recorded inside the
+// graph, holds it back) into its own buffer behind a spin that keeps the GPU
+// behind the host. One instantiation a piece, then updates (new slot,
+// destination and memset value).
+TEST(CudaRuntime, StepGraphUpdatesItsOperationsAndHoldsUploadSlotsUntilTheGraphRead) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  constexpr int kSteps = 8;
+  constexpr int64_t n = 1 << 14;
+  std::unique_ptr<UploadStaging> staging = dev.make_upload_staging(n * sizeof(int32_t), 2);
+  std::vector<Buffer> dst, marks;
+  for (int k = 0; k < kSteps; ++k) {
+    dst.emplace_back(dev, DType::i32, Shape{n}, MemTag::activations);
+    marks.emplace_back(dev, DType::i32, Shape{n}, MemTag::activations);
+  }
+  std::unique_ptr<StepGraph> graph = dev.make_step_graph();
+  ASSERT_NE(graph, nullptr);
+  dev.synchronize();
+  for (int k = 0; k < kSteps; ++k) {
+    int32_t* slot = static_cast<int32_t*>(staging->next());
+    for (int64_t i = 0; i < n; ++i) slot[i] = static_cast<int32_t>(k * 1000003 + i);
+    graph->begin();
+    EXPECT_TRUE(step_capture_active());
+    spin_on_stream(dev.stream(), 100000000LL);  // about 50 ms
+    staging->upload(dst[static_cast<size_t>(k)].data(), 0, n * sizeof(int32_t));
+    graph->cut();  // a second piece
+    EXPECT_TRUE(step_capture_active());
+    ZT_CUDA_CHECK(cudaMemsetAsync(marks[static_cast<size_t>(k)].data(), k + 1, n * sizeof(int32_t), dev.stream()));
+    graph->end_and_launch();
+    EXPECT_FALSE(step_capture_active());
+  }
+  EXPECT_EQ(cudaStreamQuery(dev.stream()), cudaErrorNotReady) << "the host did not run ahead of the graphs";
+  dev.synchronize();
+  std::vector<int32_t> back(static_cast<size_t>(n));
+  for (int k = 0; k < kSteps; ++k) {
+    dev.copy_to_host(back.data(), dst[static_cast<size_t>(k)].data(), n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i += 331) ASSERT_EQ(back[static_cast<size_t>(i)], k * 1000003 + i) << "step " << k;
+    dev.copy_to_host(back.data(), marks[static_cast<size_t>(k)].data(), n * sizeof(int32_t));
+    const int32_t b = k + 1;
+    EXPECT_EQ(back[0], b | b << 8 | b << 16 | b << 24) << "step " << k;
+  }
+  // The spin, the copy and the slot's event record, then the memset.
+  EXPECT_NE(graph->summary().find("8 steps, each in 2 graphs of 4 operations in all, 2 instantiations, 14 updates"),
+            std::string::npos)
+      << graph->summary();
+}
+
+// A copy stream cannot join the step's graph: the transfer queue refuses
+// while it is recorded, and an interrupted recording is ended cleanly.
+TEST(CudaRuntime, StepGraphRefusesCopyStreamsAndEndsAnInterruptedRecording) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  std::unique_ptr<TransferQueue> copies = dev.make_transfer_queue();
+  Buffer d(dev, DType::f32, Shape{256}, MemTag::activations);
+  std::vector<float> h(256, 1.0f);
+  std::unique_ptr<StepGraph> graph = dev.make_step_graph();
+  graph->begin();
+  EXPECT_THROW(copies->to_device(d.data(), h.data(), d.bytes(), TransferTicket{}), Error);
+  graph->abandon();
+  EXPECT_FALSE(step_capture_active());
+  dev.memset_zero(d.data(), d.bytes());  // the stream runs again
+  dev.synchronize();
+  graph->begin();
+  dev.memset_zero(d.data(), d.bytes());
+  graph->end_and_launch();
+  dev.synchronize();
+  EXPECT_NE(graph->summary().find("1 steps, each in 1 graphs of 1 operations in all, 1 instantiations, 0 updates"),
+            std::string::npos)
+      << graph->summary();
 }
 
 TEST(CudaRuntime, StreamsEventsAndHandlesAreMoveOnlyOwners) {

@@ -223,6 +223,114 @@ class PinnedStaging final : public UploadStaging {
 
 }  // namespace
 
+namespace {
+
+// [Note: step graph] on the GPU: the compute stream recorded in relaxed mode
+// (other threads, the watchdog's and the offload's, keep making CUDA calls),
+// one executable graph per piece of the step kept from step to step and
+// updated in place.
+class CudaStepGraph final : public StepGraph {
+ public:
+  explicit CudaStepGraph(CudaDevice& dev) : dev_(dev) {}
+  ~CudaStepGraph() override {
+    abandon();
+    for (cudaGraphExec_t e : execs_) (void)cudaGraphExecDestroy(e);  // freed once a queued launch is done
+  }
+  CudaStepGraph(const CudaStepGraph&) = delete;
+  CudaStepGraph& operator=(const CudaStepGraph&) = delete;
+
+  void begin() override {
+    ZT_CHECK(!step_capture_active(), "the step's CUDA graph is already being recorded");
+    piece_ = 0;
+    nodes_ = 0;
+    start_piece();
+  }
+
+  void cut() override {
+    launch_piece();
+    start_piece();
+  }
+
+  void end_and_launch() override {
+    launch_piece();
+    ++steps_;
+    pieces_ = piece_;
+  }
+
+  void abandon() noexcept override {
+    if (!step_capture_active()) return;
+    set_step_capture_active(false);
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(dev_.stream(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+  }
+
+  std::string summary() const override {
+    std::string s = std::to_string(steps_) + " steps, each in " + std::to_string(pieces_) + " graphs of " +
+                    std::to_string(nodes_) + " operations in all, " + std::to_string(instantiations_) +
+                    " instantiations, " + std::to_string(updates_) + " updates";
+    if (last_update_failure_ != 0)
+      s += " (an update refused with cudaGraphExecUpdateResult " + std::to_string(last_update_failure_) + ")";
+    return s;
+  }
+
+ private:
+  void start_piece() {
+    ZT_CUDA_CHECK(cudaStreamBeginCapture(dev_.stream(), cudaStreamCaptureModeRelaxed));
+    set_step_capture_active(true);
+  }
+
+  // Ends the piece's recording and launches it, updating the executable
+  // graph of this piece of the last step, or making one.
+  void launch_piece() {
+    ZT_CHECK(step_capture_active(), "the step's CUDA graph is not being recorded");
+    set_step_capture_active(false);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t st = cudaStreamEndCapture(dev_.stream(), &graph);
+    if (st != cudaSuccess) {
+      (void)cudaGetLastError();
+      ZT_THROW("recording the step's CUDA graph failed (", cudaGetErrorName(st), ": ", cudaGetErrorString(st),
+               "): an operation of the step cannot be recorded; ZTRAIN_CUDA_GRAPH=0 runs the step without a "
+               "graph");
+    }
+    struct GraphOwner {
+      cudaGraph_t g;
+      ~GraphOwner() { (void)cudaGraphDestroy(g); }
+    } owner{graph};
+    size_t nodes = 0;
+    ZT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    nodes_ += nodes;
+    if (piece_ == execs_.size()) execs_.push_back(nullptr);
+    cudaGraphExec_t& exec = execs_[piece_++];
+    if (exec != nullptr) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess) {
+        ++updates_;
+        ZT_CUDA_CHECK(cudaGraphLaunch(exec, dev_.stream()));
+        return;
+      }
+      (void)cudaGetLastError();  // other operations: instantiated anew below
+      last_update_failure_ = static_cast<int>(info.result);
+      ZT_CUDA_CHECK(cudaGraphExecDestroy(exec));  // a launch still queued keeps its copy
+      exec = nullptr;
+    }
+    ZT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    ++instantiations_;
+    ZT_CUDA_CHECK(cudaGraphLaunch(exec, dev_.stream()));
+  }
+
+  CudaDevice& dev_;
+  std::vector<cudaGraphExec_t> execs_;  // one per piece of the step
+  size_t piece_ = 0;                    // the piece being recorded
+  int64_t steps_ = 0, instantiations_ = 0, updates_ = 0;
+  size_t pieces_ = 0, nodes_ = 0;       // of the last step
+  int last_update_failure_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepGraph> CudaDevice::make_step_graph() { return std::make_unique<CudaStepGraph>(*this); }
+
 std::unique_ptr<UploadStaging> CudaDevice::make_upload_staging(size_t slot_bytes, int slots) {
   return std::make_unique<PinnedStaging>(*this, slot_bytes, slots);
 }
@@ -245,6 +353,7 @@ class CudaTransfers final : public TransferQueue {
     }
   }
   TransferTicket to_host(void* host_dst, const void* dev_src, size_t bytes, TransferTicket after_mark) override {
+    refuse_in_step_graph("a copy to the host");
     if (after_mark.id != 0) {
       // Read the source as the compute stream left it at the mark (a retired
       // mark's work is done).
@@ -260,6 +369,7 @@ class CudaTransfers final : public TransferQueue {
     return record(0, kind_[0].stream.get());
   }
   TransferTicket to_device(void* dev_dst, const void* host_src, size_t bytes, TransferTicket after) override {
+    refuse_in_step_graph("a copy from the host");
     if (after.id != 0) {
       ZT_CHECK(after.id % 4 == 2, "to_device after a ticket that is not a compute mark");
       if (cudaEvent_t e = event(after)) kind_[1].stream.wait(e);
@@ -277,6 +387,7 @@ class CudaTransfers final : public TransferQueue {
     }
   }
   void compute_waits(TransferTicket t) override {
+    refuse_in_step_graph("the compute stream waiting for a copy");
     if (cudaEvent_t e = event(t)) ZT_CUDA_CHECK(cudaStreamWaitEvent(dev_.stream(), e, 0));
   }
   void wait_all() override {
@@ -301,6 +412,12 @@ class CudaTransfers final : public TransferQueue {
       kind_[k].events.pop_front();
     }
     return TransferTicket{id};
+  }
+  // The copy streams are not part of the step's graph ([Note: step graph]):
+  // a copy ordered after recorded work would run before it.
+  static void refuse_in_step_graph(const char* what) {
+    ZT_CHECK(!step_capture_active(), what, " on a copy stream while the step's CUDA graph is recorded: this layout "
+             "cannot run in a graph (ZTRAIN_CUDA_GRAPH=0 runs it without)");
   }
   // The event of a ticket still queued; null once retired (the work is done).
   cudaEvent_t event(TransferTicket t) {

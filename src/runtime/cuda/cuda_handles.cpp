@@ -36,7 +36,23 @@ CudaEvent CudaEvent::create(bool timing) {
   ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e.e_, timing ? cudaEventDefault : cudaEventDisableTiming));
   return e;
 }
-void CudaEvent::record(cudaStream_t stream) const { ZT_CUDA_CHECK(cudaEventRecord(e_, stream)); }
+namespace {
+thread_local bool t_step_capture = false;
+}  // namespace
+bool step_capture_active() { return t_step_capture; }
+void set_step_capture_active(bool on) { t_step_capture = on; }
+
+void CudaEvent::record(cudaStream_t stream) const {
+  if (t_step_capture) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    ZT_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+    if (st == cudaStreamCaptureStatusActive) {
+      ZT_CUDA_CHECK(cudaEventRecordWithFlags(e_, stream, cudaEventRecordExternal));
+      return;
+    }
+  }
+  ZT_CUDA_CHECK(cudaEventRecord(e_, stream));
+}
 // A query first: waiting on work that is done is no wait, and the host-call
 // probe ([Note: host round trips]) counts only the calls that block.
 void CudaEvent::synchronize(const char* what) const {

@@ -16,6 +16,12 @@ namespace zt {
 void watched_stream_sync(cudaStream_t s, const char* what);
 void watched_event_sync(cudaEvent_t e, const char* what);
 
+// Whether this thread is recording the step's graph ([Note: step graph] in
+// runtime/device.hpp): set by the CUDA StepGraph between begin() and
+// end_and_launch().
+bool step_capture_active();
+void set_step_capture_active(bool on);
+
 class CudaStream {
  public:
   CudaStream() = default;  // empty: owns nothing
@@ -66,6 +72,10 @@ class CudaEvent {
 
   cudaEvent_t get() const { return e_; }
   explicit operator bool() const { return e_ != nullptr; }
+  // While the step's graph is recorded from `stream`, the record becomes a
+  // node of the graph that records the event when the graph runs there (an
+  // external record), so the host and other streams see the event as they
+  // would without the graph, once the graph is launched.
   void record(cudaStream_t stream) const;
   // Blocks until the recorded work is done; a watched wait ([Note: watched
   // host waits]) named `what` (a string with static storage).
