@@ -180,6 +180,11 @@ void NcclCommunicator::synchronize() {
 
 std::shared_ptr<NcclCompletion> NcclCommunicator::begin_call() {
   check_async_error();
+  // The call's events are polled by the watchdog and released with the
+  // flight recorder's entries, which an event recorded into the step's CUDA
+  // graph does not allow ([Note: step graph] in runtime/device.hpp).
+  ZT_CHECK(!step_capture_active(), "an NCCL call in group '", name_, "' while the step's CUDA graph is recorded: "
+           "this layout cannot run in a graph (ZTRAIN_CUDA_GRAPH=0 runs it without)");
   ZT_CUDA_CHECK(cudaEventRecord(input_ready_.get(), compute_));
   ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_.get(), 0));
   if (group_depth_ > 0) return group_done_;

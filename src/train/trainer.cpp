@@ -190,7 +190,9 @@ std::string Trainer::enable_step_graph() {
   if (s.topo.world_size() > 1) return "more than one rank (the communicators' streams and host reductions)";
   if (s.cfg.zero.offload_optimizer.device != "none" || s.cfg.zero.offload_param.device != "none")
     return "offload (the copy streams and the host's update)";
-  if (s.cfg.zero.stage == 3) return "ZeRO stage 3 (its gathers order the compute stream after the communicator's)";
+  if (s.cfg.zero.stage != 0)
+    return "ZeRO stage " + std::to_string(s.cfg.zero.stage) +
+           " (its reductions and gathers are collectives even on one rank, which the graph does not record)";
   if (!s.finalizer->verdict_on_device()) return "the step's verdict read by the host (fp16 loss scaling or ZTRAIN_VERDICT=host)";
   if (s.data->packing()) return "packed documents";
   if (s.fault.kind != InjectedFault::Kind::none) return "an injected fault (ZT_INJECT_FAULT)";

@@ -56,7 +56,7 @@ class Trainer {
   void set_step_hook(std::function<void(int64_t)> hook);
   // Records each step after the first as one graph on the device and
   // launches it ([Note: step graph] in runtime/device.hpp) where the layout
-  // allows: one rank, no offload, ZeRO stage 0-2, the step's verdict on the
+  // allows: one rank, no offload, ZeRO stage 0, the step's verdict on the
   // device, no packed documents, no injected fault. Returns "" when it will, else why
   // not.
   std::string enable_step_graph();
