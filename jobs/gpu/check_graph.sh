@@ -2,8 +2,10 @@
 # The training step as one CUDA graph ([Note: step graph] in
 # src/runtime/device.hpp) against the same steps queued operation by
 # operation (ZTRAIN_CUDA_GRAPH=0), on the GPU host: the tiny GPT in bf16 at
-# ZeRO stage 0, in fp32, with two micro-batches a step, and the tiny Llama,
-# 20 steps each; the losses and gradient norms must be equal bit for bit,
+# ZeRO stage 0, in fp32, with two micro-batches a step, with validation and
+# checkpoints between steps, and the tiny Llama, 20 steps each; the losses
+# (validation losses too) and gradient norms must be equal bit for bit, a
+# run resumed with graphs must continue as the run without,
 # and the log must show 19 steps in graphs, each instantiated once (every
 # later step an update of it). ZeRO stages 1-3 must run without graphs and
 # say why.
@@ -22,18 +24,22 @@ JSON
 
 for run in "bf16:--set bf16.enabled=true" "fp32:--set bf16.enabled=false" \
            "acc:--set bf16.enabled=true --set train_micro_batch_size_per_gpu=4 --set train_batch_size=8" \
-           "llama:--set bf16.enabled=true --set model.preset=llama-tiny"; do
+           "llama:--set bf16.enabled=true --set model.preset=llama-tiny" \
+           "eval:--set bf16.enabled=true --set train.eval_interval=5 --set train.eval_steps=2 --set checkpoint.interval=7"; do
   tag=${run%%:*}
   read -r -a extra <<< "${run#*:}"
   for g in 0 1; do
+    ck=()
+    [ "$tag" = eval ] && ck=(--set "checkpoint.dir=\"$out/ck-$g\"")
     ZTRAIN_CUDA_GRAPH=$g "${mpi[@]}" -x ZTRAIN_CUDA_GRAPH -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda \
-      --steps 20 "${extra[@]}" --log-dir "$out/graph-$tag-$g" > "$out/graph-$tag-$g.log" 2>&1 || note "graph $tag $g: rc=$?"
+      --steps 20 "${extra[@]}" "${ck[@]}" --log-dir "$out/graph-$tag-$g" > "$out/graph-$tag-$g.log" 2>&1 || note "graph $tag $g: rc=$?"
   done
   python3 - "$tag" "$out/graph-$tag-0/metrics.jsonl" "$out/graph-$tag-1/metrics.jsonl" "$out/graph-$tag-1.log" <<'PY' | tee -a "$summary"
 import json, re, sys
 tag, a, b, log = sys.argv[1:]
 def rows(p):
-    try: return [(r["step"], r["loss"], r.get("grad_norm")) for r in map(json.loads, open(p)) if "step" in r and "loss" in r]
+    try: return [(r["step"], r["loss"], r.get("grad_norm"), r.get("val_loss")) for r in map(json.loads, open(p))
+                 if "step" in r and "loss" in r]
     except OSError: return []
 ra, rb = rows(a), rows(b)
 line = next((l.strip() for l in open(log) if "CUDA graph of the step:" in l), "no graph summary in the log")
@@ -44,6 +50,23 @@ print(f"CUDA graph of the step, {tag}, 20 steps: {'ok' if ok else 'FAIL'} ({len(
       f"{'equal' if ra == rb else 'differ'}; {line.split('CUDA graph of the step: ')[-1]})")
 PY
 done
+# Resumed from the eval run's checkpoint at step 14 with graphs: the steps
+# after it as in the uninterrupted run without graphs.
+ZTRAIN_CUDA_GRAPH=1 "${mpi[@]}" -x ZTRAIN_CUDA_GRAPH -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda \
+  --steps 20 --set bf16.enabled=true --set train.eval_interval=5 --set train.eval_steps=2 --set checkpoint.interval=7 \
+  --set "checkpoint.dir=\"$out/ck-1\"" --resume "$out/ck-1/step_14" --log-dir "$out/graph-resume" > "$out/graph-resume.log" 2>&1 \
+  || note "graph resume: rc=$?"
+python3 - "$out/graph-eval-0/metrics.jsonl" "$out/graph-resume/metrics.jsonl" <<'PY' | tee -a "$summary"
+import json, sys
+def rows(p, first):
+    try: return [(r["step"], r["loss"], r.get("grad_norm"), r.get("val_loss")) for r in map(json.loads, open(p))
+                 if "step" in r and "loss" in r and r["step"] > first]
+    except OSError: return []
+a, b = rows(sys.argv[1], 14), rows(sys.argv[2], 14)
+ok = len(a) == 6 and a == b
+print(f"CUDA graph of the step, resumed at step 14: {'ok' if ok else 'FAIL'} (steps 15-20 {'equal' if a == b else 'differ'} "
+      f"to the run without graphs, {len(b)} steps)")
+PY
 for stage in 1 2 3; do
   ZTRAIN_CUDA_GRAPH=1 "${mpi[@]}" -x ZTRAIN_CUDA_GRAPH -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda --steps 3 \
     --set zero_optimization.stage=$stage --log-dir "$out/graph-z$stage" > "$out/graph-z$stage.log" 2>&1
