@@ -22,12 +22,7 @@ for np in 1 2; do
   note "test_device_comm np $np: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/comm_np$np.log" | tr '\n' ' ')"
 done
 
-cat > "$out/tiny.json" <<'JSON'
-{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1, "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1}},
- "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 10, "warmup_type": "linear"}},
- "model": {"preset": "tiny"}, "train": {"steps": 50, "eval_interval": 0}}
-JSON
+tiny_config "$out/tiny.json"
 "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cpu --log-dir "$out/cpu" > "$out/cpu.log" 2>&1
 "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda --set bf16.enabled=true --log-dir "$out/gpu-bf16" > "$out/gpu-bf16.log" 2>&1
 compare "bf16 GPU vs fp32 CPU, 50 steps" "$out/cpu/metrics.jsonl" "$out/gpu-bf16/metrics.jsonl" 0.02

@@ -15,12 +15,7 @@ set -uo pipefail
 # shellcheck source=jobs/gpu/lib.sh
 . "$(dirname "$0")/lib.sh" check_graph.sh "$@"
 
-cat > "$out/tiny.json" <<'JSON'
-{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1, "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1}},
- "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 10, "warmup_type": "linear"}},
- "model": {"preset": "tiny"}, "train": {"steps": 50, "eval_interval": 0}}
-JSON
+tiny_config "$out/tiny.json"
 
 for run in "bf16:--set bf16.enabled=true" "fp32:--set bf16.enabled=false" \
            "acc:--set bf16.enabled=true --set train_micro_batch_size_per_gpu=4 --set train_batch_size=8" \
