@@ -184,7 +184,7 @@ int64_t Trainer::step() const { return impl_->state.step; }
 void Trainer::set_peak_flops(double peak) { impl_->reporter->set_peak_flops(peak); }
 void Trainer::set_step_hook(std::function<void(int64_t)> hook) { impl_->step_hook = std::move(hook); }
 
-std::string Trainer::enable_step_graph() {
+std::string Trainer::enable_step_graph(std::unique_ptr<StepGraph> graph) {
   Impl& s = *impl_;
   // [Note: step graph]: what each condition keeps out of the recording.
   if (s.topo.world_size() > 1) return "more than one rank (the communicators' streams and host reductions)";
@@ -196,7 +196,7 @@ std::string Trainer::enable_step_graph() {
   if (!s.finalizer->verdict_on_device()) return "the step's verdict read by the host (fp16 loss scaling or ZTRAIN_VERDICT=host)";
   if (s.data->packing()) return "packed documents";
   if (s.fault.kind != InjectedFault::Kind::none) return "an injected fault (ZT_INJECT_FAULT)";
-  std::unique_ptr<StepGraph> g = s.dev.make_step_graph();
+  std::unique_ptr<StepGraph> g = graph ? std::move(graph) : s.dev.make_step_graph();
   if (!g) return "a device without graphs";
   s.walk->set_step_graph(std::move(g));
   return "";

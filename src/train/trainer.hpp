@@ -58,8 +58,8 @@ class Trainer {
   // launches it ([Note: step graph] in runtime/device.hpp) where the layout
   // allows: one rank, no offload, ZeRO stage 0, the step's verdict on the
   // device, no packed documents, no injected fault. Returns "" when it will, else why
-  // not.
-  std::string enable_step_graph();
+  // not. `graph`: the graph to record into (tests); null: the device's.
+  std::string enable_step_graph(std::unique_ptr<StepGraph> graph = nullptr);
   // "" without the graph.
   std::string step_graph_summary() const;
 

@@ -2,9 +2,12 @@
 // step is read, and reading it (or not, or evaluating between steps) changes
 // nothing in training; one stage and a two-stage pipeline walk the same
 // global batch to the same losses; an fp16 step skipped for overflow does
-// not count as an update.
+// not count as an update; the step graph's recording is begun, cut and
+// launched where [Note: step graph] says, and only where the layout allows.
 #include <cmath>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "train/trainer.hpp"
 #include "train_test_util.hpp"
@@ -77,6 +80,80 @@ TEST(StepWalk, SkippedFp16StepIsNotAnUpdate) {
   EXPECT_EQ(s2.loss_scale, s1.loss_scale);
   EXPECT_EQ(t.state_json().at("applied_steps").get<int64_t>(), 1);
   EXPECT_EQ(t.state_json().at("step").get<int64_t>(), 2);
+}
+
+
+// A StepGraph that records nothing and logs the calls the walk makes.
+class LoggedGraph final : public StepGraph {
+ public:
+  explicit LoggedGraph(std::vector<std::string>* log) : log_(log) {}
+  void begin() override { log_->push_back("begin"); }
+  void cut() override { log_->push_back("cut"); }
+  void end_and_launch() override { log_->push_back("end"); }
+  void abandon() noexcept override { log_->push_back("abandon"); }
+  std::string summary() const override { return "logged"; }
+
+ private:
+  std::vector<std::string>* log_;
+};
+
+// [Note: step graph]: nothing is recorded in the first step; each later step
+// begins once, is cut before the 2nd, 3rd, 5th, 9th, ... unit it acquires
+// (pieces of 1, 1, 2, 4, ... units) and launched once, at the end of its
+// gradient reduction; the steps' losses are those of a walk without it.
+// Only one rank at ZeRO stage 0 with the verdict on the device may record.
+TEST(StepWalk, StepGraphIsRecordedInDoublingPiecesWhereTheLayoutAllows) {
+  const Config cfg = test::small_config(test::log_dir());
+  test::CpuRank a, b;
+  Trainer plain(cfg, a.comms, a.dev, a.kernels), graphed(cfg, b.comms, b.dev, b.kernels);
+  std::vector<std::string> log;
+  const std::string why_not = graphed.enable_step_graph(std::make_unique<LoggedGraph>(&log));
+  if (test::world_size() > 1) {
+    EXPECT_NE(why_not.find("more than one rank"), std::string::npos) << why_not;
+  } else {
+    EXPECT_EQ(why_not, "");
+    EXPECT_EQ(graphed.step_graph_summary(), "logged");
+  }
+  for (Trainer* t : {&plain, &graphed}) t->start();
+  const std::vector<double> want = losses(plain, 3, true);
+  std::vector<std::vector<std::string>> per_step;
+  std::vector<double> got;
+  for (int i = 0; i < 3; ++i) {
+    log.clear();
+    got.push_back(graphed.train_step(true).loss);
+    per_step.push_back(log);
+  }
+  EXPECT_EQ(got, want);  // bit for bit
+  if (test::world_size() > 1) {
+    for (const auto& calls : per_step) EXPECT_TRUE(calls.empty());
+  } else {
+    EXPECT_TRUE(per_step[0].empty()) << "the first step is not recorded";
+    // 4 micro-batches x (6 forwards + 6 backwards) = 48 units acquired: cut
+    // before the 2nd, 3rd, 5th, 9th, 17th and 33rd.
+    const std::vector<std::string> want_calls = {"begin", "cut", "cut", "cut", "cut", "cut", "cut", "end"};
+    EXPECT_EQ(per_step[1], want_calls);
+    EXPECT_EQ(per_step[2], want_calls);
+  }
+  EXPECT_EQ(graphed.evaluate(), plain.evaluate());
+
+  // The layouts that may not record say why.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"zero_optimization.stage=1"}, "ZeRO stage 1"},
+      {{"zero_optimization.stage=3"}, "ZeRO stage 3"},
+      {{"fp16.enabled=true"}, "verdict read by the host"},
+      {{"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""}, "offload"},
+  };
+  for (const auto& [sets, reason] : refused) {
+    test::CpuRank r;
+    Trainer t(test::small_config(test::log_dir(), sets), r.comms, r.dev, r.kernels);
+    const std::string why = t.enable_step_graph(std::make_unique<LoggedGraph>(&log));
+    EXPECT_NE(why.find(test::world_size() > 1 ? "more than one rank" : reason), std::string::npos)
+        << sets.back() << ": " << why;
+    EXPECT_EQ(t.step_graph_summary(), "");
+  }
+  test::CpuRank r;
+  Trainer cpu_dev(cfg, r.comms, r.dev, r.kernels);
+  if (test::world_size() == 1) EXPECT_EQ(cpu_dev.enable_step_graph(), "a device without graphs");
 }
 
 }  // namespace
