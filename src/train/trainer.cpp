@@ -195,6 +195,8 @@ std::string Trainer::enable_step_graph(std::unique_ptr<StepGraph> graph) {
            " (its reductions and gathers are collectives even on one rank, which the graph does not record)";
   if (!s.finalizer->verdict_on_device()) return "the step's verdict read by the host (fp16 loss scaling or ZTRAIN_VERDICT=host)";
   if (s.data->packing()) return "packed documents";
+  if (s.cfg.train.device_memory_cap_gib > 0)
+    return "a device memory cap (train.device_memory_cap_gib: the cache release it may need synchronizes the device)";
   if (s.fault.kind != InjectedFault::Kind::none) return "an injected fault (ZT_INJECT_FAULT)";
   std::unique_ptr<StepGraph> g = graph ? std::move(graph) : s.dev.make_step_graph();
   if (!g) return "a device without graphs";

@@ -54,11 +54,12 @@ class Trainer {
   // Called after each step of run() with the step just taken (the kernel
   // profile starts after the first: `ztrain --profile`).
   void set_step_hook(std::function<void(int64_t)> hook);
-  // Records each step after the first as one graph on the device and
-  // launches it ([Note: step graph] in runtime/device.hpp) where the layout
-  // allows: one rank, no offload, ZeRO stage 0, the step's verdict on the
-  // device, no packed documents, no injected fault. Returns "" when it will, else why
-  // not. `graph`: the graph to record into (tests); null: the device's.
+  // Records each step after the first as graphs on the device and launches
+  // them ([Note: step graph] in runtime/device.hpp) where the layout allows:
+  // one rank, no offload, ZeRO stage 0, the step's verdict on the device, no
+  // packed documents, no device memory cap, no injected fault. Returns ""
+  // when it will, else why not. `graph`: the graph to record into (tests);
+  // null: the device's.
   std::string enable_step_graph(std::unique_ptr<StepGraph> graph = nullptr);
   // "" without the graph.
   std::string step_graph_summary() const;

@@ -142,6 +142,7 @@ TEST(StepWalk, StepGraphIsRecordedInDoublingPiecesWhereTheLayoutAllows) {
       {{"zero_optimization.stage=3"}, "ZeRO stage 3"},
       {{"fp16.enabled=true"}, "verdict read by the host"},
       {{"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""}, "offload"},
+      {{"train.device_memory_cap_gib=100"}, "device memory cap"},
   };
   for (const auto& [sets, reason] : refused) {
     test::CpuRank r;
