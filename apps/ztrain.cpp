@@ -114,13 +114,13 @@ std::optional<int> collective_phase(int world_rank, Fn&& fn) {
   return std::nullopt;
 }
 
-// An environment switch: unset, empty or 0 is off, 1 is on, anything else is
-// refused by name.
-bool env_switch(const char* name) {
+// An environment switch: 0 is off, 1 is on, unset or empty is `unset`,
+// anything else is refused by name.
+bool env_switch(const char* name, bool unset = false) {
   const char* v = std::getenv(name);
-  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
-  if (std::string(v) != "1") ZT_USER_ERROR(name, " must be 0 or 1, got \"", v, "\"");
-  return true;
+  if (v == nullptr || std::string(v).empty()) return unset;
+  if (std::string(v) != "0" && std::string(v) != "1") ZT_USER_ERROR(name, " must be 0 or 1, got \"", v, "\"");
+  return std::string(v) == "1";
 }
 
 // ZTRAIN_COUNT_HOST_CALLS=1: count the step's host round trips
@@ -132,15 +132,9 @@ bool count_host_calls_requested() { return env_switch("ZTRAIN_COUNT_HOST_CALLS")
 bool gpu_timeline_requested() { return env_switch("ZTRAIN_GPU_TIMELINE"); }
 
 // ZTRAIN_CUDA_GRAPH: unset, empty or 1 records each step after the first as
-// one CUDA graph where the layout allows ([Note: step graph] in
+// CUDA graphs where the layout allows ([Note: step graph] in
 // runtime/device.hpp); 0 runs every step operation by operation.
-bool cuda_graph_requested() {
-  const char* v = std::getenv("ZTRAIN_CUDA_GRAPH");
-  const std::string mode = v != nullptr ? v : "";
-  if (!mode.empty() && mode != "0" && mode != "1")
-    ZT_USER_ERROR("ZTRAIN_CUDA_GRAPH must be 0 or 1, got \"", mode, "\"");
-  return mode != "0";
-}
+bool cuda_graph_requested() { return env_switch("ZTRAIN_CUDA_GRAPH", true); }
 
 bool cuda_available() {
 #if ZT_HAVE_CUDA
@@ -389,7 +383,7 @@ int main(int argc, char** argv) {
     const std::string why_not =
         args.profile ? "--profile (its events around each kernel call)" : trainer->enable_step_graph();
     if (mpi.world_rank() == 0)
-      log_info(why_not.empty() ? std::string("each step after the first runs as one CUDA graph (ZTRAIN_CUDA_GRAPH=0: "
+      log_info(why_not.empty() ? std::string("each step after the first runs as CUDA graphs (ZTRAIN_CUDA_GRAPH=0: "
                                              "operation by operation)")
                                : "the steps run without a CUDA graph: " + why_not);
   }

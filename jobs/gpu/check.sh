@@ -40,7 +40,7 @@ PY
   done
 done
 grep -h "data-parallel communicator\|device cuda" "$out"/z*-np*.log | sort | uniq -c | tee -a "$summary"
-# The step as one CUDA graph against the same steps operation by operation.
+# The step as CUDA graphs against the same steps operation by operation.
 bash "$(dirname "$0")/check_graph.sh" "$bundle" "$out/graph" > /dev/null
 cat "$out/graph/summary.txt" >> "$summary"
 grep -h "CUDA graph of the step, " "$out/graph/summary.txt"

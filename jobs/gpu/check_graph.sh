@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The training step as one CUDA graph ([Note: step graph] in
+# The training step as CUDA graphs ([Note: step graph] in
 # src/runtime/device.hpp) against the same steps queued operation by
 # operation (ZTRAIN_CUDA_GRAPH=0), on the GPU host: the tiny GPT in bf16 at
 # ZeRO stage 0, in fp32, with two micro-batches a step, with validation and

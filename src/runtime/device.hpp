@@ -67,7 +67,7 @@ class Device {
   // Copies between this device and host memory that overlap the device's
   // compute ([Note: offload transfers], runtime/transfer.hpp).
   virtual std::unique_ptr<TransferQueue> make_transfer_queue();
-  // The training step's device work captured and launched as one graph
+  // The training step's device work captured and launched as graphs
   // ([Note: step graph]); null where the device has none (the CPU).
   virtual std::unique_ptr<StepGraph> make_step_graph() { return nullptr; }
   // Host memory for offloaded state: page-locked when `pinned` (copies from
@@ -221,7 +221,7 @@ class UploadStaging {
 
 // [Note: step graph] The device work a training step queues between its
 // first forward and the end of its gradient reduction, recorded and launched
-// as one graph (a CUDA graph) instead of operation by operation: the GPU
+// as graphs (CUDA graphs) instead of operation by operation: the GPU
 // then goes from one kernel to the next without the queue's launch latency
 // (0.25 us between dependent kernels in a graph against 1.1 us on a stream
 // on an H200; docs/perf.md, "CUDA graph of the step"). The host code of the

@@ -51,7 +51,7 @@ class StepWalk final : private StepHooks, private ParamProvider {
   const host_calls::Counts& walk_calls() const { return walk_calls_; }
   const host_calls::Counts& reduce_calls() const { return reduce_calls_; }
   // Record each train() after the first, from its first forward to the end
-  // of its gradient reduction, as one graph on the device and launch it
+  // of its gradient reduction, as graphs on the device and launch them
   // ([Note: step graph] in runtime/device.hpp). The caller has checked that
   // the layout's step queues nothing a graph cannot hold.
   void set_step_graph(std::unique_ptr<StepGraph> graph) { graph_ = std::move(graph); }

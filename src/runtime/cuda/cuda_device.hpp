@@ -71,7 +71,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<UploadStaging> make_upload_staging(size_t slot_bytes, int slots) override;
   // Two copy streams, one per direction ([Note: offload transfers]).
   std::unique_ptr<TransferQueue> make_transfer_queue() override;
-  // The compute stream recorded into a CUDA graph ([Note: step graph]).
+  // The compute stream recorded into CUDA graphs ([Note: step graph]).
   std::unique_ptr<StepGraph> make_step_graph() override;
 
   // Bytes taken from the GPU: held by callers plus cached for reuse.
