@@ -41,7 +41,8 @@ class CpuKernels final : public Kernels {
   void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
                    double eps, const Tensor& x_copy = Tensor()) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                   const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres = Tensor()) override;
+                   const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres = Tensor(),
+                   const Tensor& dx_operand = Tensor()) override;
   void rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) override;
   void rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) override;
   void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,

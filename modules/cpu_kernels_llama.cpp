@@ -151,7 +151,9 @@ void CpuKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor
 }
 
 void CpuKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                             const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
+                             const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres,
+                             const Tensor& dx_operand) {
+  ZT_CHECK(!dx_operand.defined(), "rmsnorm_bwd: the CPU's products read dx itself (norm_bwd_writes_operand is false)");
   const int64_t C = cpu::cols(x), N = cpu::rows(x);
   if (dres.defined()) {
     ZT_CHECK(!accumulate_dx && dres.numel() == x.numel() && dx.data != dout.data,

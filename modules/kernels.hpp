@@ -157,10 +157,26 @@ class Kernels {
   virtual void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
                            double eps, const Tensor& x_copy = Tensor()) = 0;
   // dx (N, C) = (or += when accumulate_dx) the input gradient; dw (C) +=;
-  // dres as layernorm_bwd's.
+  // dres as layernorm_bwd's. dx_operand, when defined (only where
+  // norm_bwd_writes_operand says so), also receives dx's final value rounded
+  // to its dtype ([Note: the norm writes the products' operand]).
   virtual void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
                            const Tensor& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& dres = Tensor()) = 0;
+                           const Tensor& dres = Tensor(), const Tensor& dx_operand = Tensor()) = 0;
+  // [Note: the norm writes the products' operand] A pre-norm block's input
+  // gradient dx (f32) is the residual stream's gradient: the block before
+  // reads it as its dout, and the branch's two products (the weight
+  // gradient and the input gradient of the branch's last product) read it
+  // through matmul_operand, which on CUDA is a cast kernel over it. Where the
+  // backend rounds an f32 operand beside `partner` (x's 16-bit dtype) and
+  // its norm backward can write that rounding as it writes dx, this says
+  // true, and rmsnorm_bwd's dx_operand is that operand: the bits of
+  // matmul_operand(dx, partner), without a pass of its own. False by
+  // default (the CPU's products read f32 at full precision).
+  virtual bool norm_bwd_writes_operand(const Tensor& x, DType partner) {
+    (void)x, (void)partner;
+    return false;
+  }
   // The attention inputs q (B, T, H * head_dim) and k (B, T, H_kv *
   // head_dim), storage dtype, rotated in place in one pass that takes each
   // (position, frequency)'s cos and sin once for every head of both; k may be

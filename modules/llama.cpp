@@ -6,6 +6,7 @@
 // embedding N(0, 0.02) (initializer_range), RMSNorm weights 1.
 #include "modules/llama.hpp"
 
+#include <initializer_list>
 #include <string>
 
 #include "modules/gpt_init.hpp"
@@ -30,6 +31,22 @@ enum BlockStash {
 };
 
 enum HeadStash { kLnf, kLnfRstd, kLse2, kLosses, kHeadStashSize };
+
+// [Note: the norm writes the products' operand] (modules/kernels.hpp).
+// Whether `op` (a UnitContext's dout_operand) is `t` as products whose other
+// operands have the dtypes `partners` read it.
+bool norm_made_operand(const Tensor& op, const Tensor& t, std::initializer_list<DType> partners) {
+  return op.defined() && op.dtype != t.dtype && shared_partner(t, partners) == op.dtype;
+}
+
+// Where the backward's last norm (input x) writes din's operand for the unit
+// before, marked written; undefined where the runner offers no space or
+// the backend's norm cannot write that dtype.
+Tensor din_operand_space(Kernels& k, const UnitContext& ctx, const Tensor& x) {
+  if (ctx.din_operand == nullptr || !k.norm_bwd_writes_operand(x, ctx.din_operand->space.dtype)) return Tensor();
+  ctx.din_operand->written = true;
+  return ctx.din_operand->space;
+}
 
 }  // namespace
 
@@ -173,9 +190,13 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor dh = ws.alloc(md, Shape{B, T, F_});
   {
     // dout, like din and dq, dk, dv below, feeds two products, which read it
-    // converted once (shared_matmul_operand, in a scope of ws).
+    // converted once (shared_matmul_operand, in a scope of ws), or as the
+    // next block's norm wrote it ([Note: the norm writes the products'
+    // operand] in modules/kernels.hpp).
     ArenaScope scope(ws);
-    const Tensor dout_m = shared_matmul_operand(k, ws, dout, {h.dtype, p[kDownW].dtype});
+    const Tensor dout_m = norm_made_operand(ctx.dout_operand, dout, {h.dtype, p[kDownW].dtype})
+                              ? ctx.dout_operand
+                              : shared_matmul_operand(k, ws, dout, {h.dtype, p[kDownW].dtype});
     k.matmul(ws, g[kDownW], dout_m, true, h, false, acc);    // (C, F) += dout^T h
     k.matmul(ws, dh, dout_m, false, p[kDownW], false, false);  // dh = dout Wd
   }
@@ -194,13 +215,19 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
   const Tensor dln = grad_view(k.norm_bwd_dout_dtype(s[kRes], md));
   k.matmul(ws, dln, dgate, false, p[kGateW], false, false);
   k.matmul(ws, dln, dup, false, p[kUpW], false, true);
-  k.rmsnorm_bwd(din, false, g[kLn2W], dln, s[kRes], p[kLn2W], s[kRstd2], dout);
+  // d res, and its operand for the two products below where the norm writes
+  // it (an (B, T, C) buffer of ws in act dtype, after dh's).
+  const DType res_partner = shared_partner(din, {s[kAtty].dtype, p[kOW].dtype});
+  const Tensor dres_op = res_partner != din.dtype && k.norm_bwd_writes_operand(s[kRes], res_partner)
+                             ? ws.alloc(res_partner, Shape{B, T, C})
+                             : Tensor();
+  k.rmsnorm_bwd(din, false, g[kLn2W], dln, s[kRes], p[kLn2W], s[kRstd2], dout, dres_op);
 
   // din now holds d res. Attention branch: res = x + atty Wo^T.
   const Tensor datty = grad_view(k.attention_bwd_dout_dtype(s[kQ], ctx.doc_start, md));
   {
     ArenaScope scope(ws);
-    const Tensor dres_m = shared_matmul_operand(k, ws, din, {s[kAtty].dtype, p[kOW].dtype});
+    const Tensor dres_m = dres_op.defined() ? dres_op : shared_matmul_operand(k, ws, din, {s[kAtty].dtype, p[kOW].dtype});
     k.matmul(ws, g[kOW], dres_m, true, s[kAtty], false, acc);
     k.matmul(ws, datty, dres_m, false, p[kOW], false, false);
   }
@@ -229,7 +256,7 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
     k.matmul(ws, dln1, dk_m, false, p[kKW], false, true);
     k.matmul(ws, dln1, dv_m, false, p[kVW], false, true);
   }
-  k.rmsnorm_bwd(din, true, g[kLn1W], dln1, in, p[kLn1W], s[kRstd1]);
+  k.rmsnorm_bwd(din, true, g[kLn1W], dln1, in, p[kLn1W], s[kRstd1], Tensor(), din_operand_space(k, ctx, in));
 }
 
 // ---- head ---------------------------------------------------------------------
@@ -273,7 +300,7 @@ void LlamaHeadUnit::backward(const UnitContext& ctx, const std::vector<Tensor>& 
   Kernels& k = *ctx.kernels;
   const Tensor dlnf = ctx.scratch->alloc(math_dtype(ctx.act_dtype), Shape{ctx.B, ctx.T, C_});
   head_loss_bwd(ctx, dlnf, grads[1], dout, stash.t[kLnf], params[1], stash.t[kLse2], stash.t[kLosses]);
-  k.rmsnorm_bwd(din, false, grads[0], dlnf, in, params[0], stash.t[kLnfRstd]);
+  k.rmsnorm_bwd(din, false, grads[0], dlnf, in, params[0], stash.t[kLnfRstd], Tensor(), din_operand_space(k, ctx, in));
 }
 
 }  // namespace zt

@@ -42,6 +42,7 @@ class LlamaBlockUnit final : public DescribedUnit {
   LlamaBlockUnit(const ModelShape& s, UnitDesc desc);
   Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
   DType input_dtype(DType act) const override { return act; }
+  bool writes_din_operand() const override { return true; }
   Shape output_shape(int64_t B, int64_t T) const override { return input_shape(B, T); }
   DType output_dtype(DType act) const override { return act; }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
@@ -64,6 +65,7 @@ class LlamaHeadUnit final : public DescribedUnit {
   LlamaHeadUnit(const ModelShape& s, UnitDesc desc);
   Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
   DType input_dtype(DType act) const override { return act; }
+  bool writes_din_operand() const override { return true; }
   // Per-token loss (B, T) in math_dtype(act), as GPT-2's head.
   Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
   DType output_dtype(DType act) const override { return math_dtype(act); }

@@ -141,7 +141,22 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
     ping[0] = mb.scratch.alloc(gdt, Shape{max_elems});
     ping[1] = mb.scratch.alloc(gdt, Shape{max_elems});
   }
+  // [Note: the norm writes the products' operand] (kernels.hpp): where a unit
+  // writes its din's operand, two more ping-pong buffers in act_dtype, and
+  // the unit before reads it as its dout_operand.
+  Tensor op_ping[2];
+  bool operands = false;
+  for (int i = first + 1; i < last && max_elems > 0 && grad_operands_; ++i) {
+    const Unit& u = *units_[static_cast<size_t>(i)];
+    operands = operands || (u.writes_din_operand() && u.input_dtype(act_dtype_) == act_dtype_ &&
+                            kernels_.norm_bwd_writes_operand(mb.inputs[static_cast<size_t>(i)], act_dtype_));
+  }
+  if (operands) {
+    op_ping[0] = mb.scratch.alloc(act_dtype_, Shape{max_elems});
+    op_ping[1] = mb.scratch.alloc(act_dtype_, Shape{max_elems});
+  }
   Tensor d = dout;
+  Tensor d_operand;  // d as the products read it, where the unit after wrote it
   int parity = 0;
   for (int i = last - 1; i >= first; --i) {
     const size_t ui = static_cast<size_t>(i);
@@ -164,6 +179,12 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
       din = Tensor(ping[parity].data, gdt, u.input_shape(mb.B, mb.T), ping[parity].device);
     UnitContext ctx = context(mb, mb.saved);
     ctx.grads_fresh = grads.grads_fresh(i);
+    ctx.dout_operand = d_operand;
+    UnitContext::GradOperand din_operand;
+    if (i > first && operands && u.writes_din_operand()) {
+      din_operand.space = Tensor(op_ping[parity].data, act_dtype_, din.shape, op_ping[parity].device);
+      ctx.din_operand = &din_operand;
+    }
     const std::vector<Tensor> views = params.acquire(i, Phase::backward);
     const std::vector<Tensor> g = grads.grads(i);
     u.backward(ctx, views, g, x, d, din, stash);
@@ -175,6 +196,7 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
     mb.saved.release_to(mb.marks[ui]);
     mb.inputs[ui] = Tensor();
     d = din;
+    d_operand = din_operand.written ? din_operand.space : Tensor();
     parity ^= 1;
   }
   mb.scratch.release_to(base);

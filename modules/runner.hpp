@@ -105,6 +105,9 @@ class UnitRunner {
   const Unit& unit(int i) const { return *units_.at(static_cast<size_t>(i)); }
   DType act_dtype() const { return act_dtype_; }
   DType param_dtype() const { return param_dtype_; }
+  // [Note: the norm writes the products' operand] (kernels.hpp): on by
+  // default; off, every unit converts its dout itself (the tests compare).
+  void set_grad_operands(bool on) { grad_operands_ = on; }
 
  private:
   UnitContext context(MicroBatchState& mb, Arena& keep) const;
@@ -114,6 +117,7 @@ class UnitRunner {
   Kernels& kernels_;
   DType param_dtype_, act_dtype_;
   std::vector<bool> recompute_;  // per unit
+  bool grad_operands_ = true;
 };
 
 }  // namespace zt

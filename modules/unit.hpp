@@ -62,6 +62,18 @@ struct UnitContext {
   // The other gradients are zero or hold earlier micro-batches' sums, as
   // always. Set by the runner from GradSink::grads_fresh.
   bool grads_fresh = false;
+  // [Note: the norm writes the products' operand] (kernels.hpp): dout as the
+  // backend's products read it (act_dtype), written by the unit after this
+  // one together with its din; undefined where none was written. And where
+  // this unit's backward may write its din's operand (act_dtype, din's
+  // shape), setting `written`; null for nowhere. Only for units whose
+  // writes_din_operand() is true.
+  Tensor dout_operand;
+  struct GradOperand {
+    Tensor space;
+    bool written = false;
+  };
+  GradOperand* din_operand = nullptr;
 };
 
 // What a unit's forward keeps for its backward (views into ctx.saved).
@@ -78,6 +90,9 @@ class Unit {
   // Whether activation checkpointing may drop this unit's stash after forward
   // and re-run its forward before backward (blocks: yes; embedding, head: no).
   virtual bool checkpointable() const { return false; }
+  // Whether backward may write its din's products' operand when offered
+  // (UnitContext::din_operand).
+  virtual bool writes_din_operand() const { return false; }
   // Input and output of one micro-batch.
   virtual Shape input_shape(int64_t B, int64_t T) const = 0;
   virtual DType input_dtype(DType act_dtype) const = 0;

@@ -210,7 +210,8 @@ void CudaKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tenso
 }
 
 void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                              const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
+                              const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres,
+                              const Tensor& dx_operand) {
   const int64_t C = cols(x), N = rows(x);
   ZT_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel() && w.numel() == C && dw.numel() == C &&
                rstd.numel() == N,
@@ -219,8 +220,14 @@ void CudaKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor
   for (const Tensor* t : {&dx, &dw, &dout, &x, &w, &rstd}) check_on_device(*t, "rmsnorm_bwd tensor");
   for (const Tensor* t : {&dx, &dw, &rstd}) check_dtype(*t, DType::f32, "rmsnorm_bwd gradient");
   if (dout.dtype != x.dtype) check_dtype(dout, DType::f32, "rmsnorm_bwd dout");  // [Note: norms' dout in 16 bits]
-  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), accumulate_dx, dres_p, static_cast<float*>(dw.data), dout.data,
-                    dout.dtype, x.data, x.dtype, w.data, w.dtype,
+  if (dx_operand.defined()) {  // [Note: the norm writes the products' operand]
+    ZT_CHECK(norm_bwd_writes_operand(x, dx_operand.dtype) && dx_operand.numel() == x.numel(),
+             "rmsnorm_bwd: dx operand ", dx_operand.shape.str(), " ", dtype_name(dx_operand.dtype), " for x ",
+             x.shape.str(), " ", dtype_name(x.dtype), " (x's shape and 16-bit dtype)");
+    check_on_device(dx_operand, "rmsnorm_bwd dx operand");
+  }
+  cuda::rmsnorm_bwd(static_cast<float*>(dx.data), dx_operand.data, accumulate_dx, dres_p,
+                    static_cast<float*>(dw.data), dout.data, dout.dtype, x.data, x.dtype, w.data, w.dtype,
                     static_cast<const float*>(rstd.data), N, C, scratch(cuda::rmsnorm_bwd_workspace_bytes(N, C)),
                     stream_);
 }

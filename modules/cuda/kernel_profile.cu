@@ -176,10 +176,11 @@ void ProfiledKernels::rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const T
   timed("rmsnorm_fwd", 0, bytes_of({&out, &x, &x_copy}), [&] { inner_->rmsnorm_fwd(out, rstd, x, w, eps, x_copy); });
 }
 void ProfiledKernels::rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout,
-                                  const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
-  timed("rmsnorm_bwd", 0,
-        bytes_of({&dx, &dout, &x, &dres}) + (accumulate_dx ? static_cast<double>(dx.bytes()) : 0.0),
-        [&] { inner_->rmsnorm_bwd(dx, accumulate_dx, dw, dout, x, w, rstd, dres); });
+                                  const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres,
+                                  const Tensor& dx_operand) {
+  timed(dx_operand.defined() ? "rmsnorm_bwd+operand" : "rmsnorm_bwd", 0,
+        bytes_of({&dx, &dout, &x, &dres, &dx_operand}) + (accumulate_dx ? static_cast<double>(dx.bytes()) : 0.0),
+        [&] { inner_->rmsnorm_bwd(dx, accumulate_dx, dw, dout, x, w, rstd, dres, dx_operand); });
 }
 void ProfiledKernels::rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) {
   timed("rope_fwd", 0, 2.0 * bytes_of({&q, &k}), [&] { inner_->rope_fwd(q, k, rope, doc_start); });

@@ -62,7 +62,10 @@ class ProfiledKernels final : public Kernels {
   void rmsnorm_fwd(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, double eps,
                    const Tensor& x_copy) override;
   void rmsnorm_bwd(const Tensor& dx, bool accumulate_dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
-                   const Tensor& w, const Tensor& rstd, const Tensor& dres) override;
+                   const Tensor& w, const Tensor& rstd, const Tensor& dres, const Tensor& dx_operand) override;
+  bool norm_bwd_writes_operand(const Tensor& x, DType partner) override {
+    return inner_->norm_bwd_writes_operand(x, partner);
+  }
   void rope_fwd(const Tensor& q, const Tensor& k, const RopeConfig& rope, const Tensor& doc_start) override;
   void rope_bwd(const Tensor& dq, const Tensor& dk, const RopeConfig& rope, const Tensor& doc_start) override;
   void gqa_attention_fwd(Arena& ws, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,

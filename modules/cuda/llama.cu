@@ -46,8 +46,8 @@ __global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* 
 // TD: dout's type, float or TX ([Note: norms' dout in 16 bits] in
 // modules/kernels.hpp).
 template <typename TX, typename TW, typename TD>
-__global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* dres, const TD* dout, const TX* x,
-                                      const TW* w, const float* rstd, int64_t N, int C) {
+__global__ void rmsnorm_bwd_dx_kernel(float* dx, TX* dx16, bool accumulate, const float* dres, const TD* dout,
+                                      const TX* x, const TW* w, const float* rstd, int64_t N, int C) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -60,9 +60,12 @@ __global__ void rmsnorm_bwd_dx_kernel(float* dx, bool accumulate, const float* d
   float* dxr = dx + row * C;
   // dx may alias dres: each element is read, then written, by one lane.
   const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
+  TX* const d16 = dx16 != nullptr ? dx16 + row * C : nullptr;
   for (int c = lane; c < C; c += 32) {
     const float v = r * (to_float(dr[c]) * to_float(w[c]) - to_float(xr[c]) * r * gx_mean);
-    dxr[c] = base != nullptr ? base[c] + v : v;
+    const float out = base != nullptr ? base[c] + v : v;
+    dxr[c] = out;
+    if (d16 != nullptr) d16[c] = from_float<TX>(out);  // cast's rounding of the f32 just stored
   }
 }
 
@@ -204,7 +207,7 @@ void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w,
 
 size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C) { return column_partials_floats(1, N, C) * sizeof(float); }
 
-void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const void* dout, DType dt,
+void rmsnorm_bwd(float* dx, void* dx16, bool accumulate_dx, const float* dres, float* dw, const void* dout, DType dt,
                  const void* x, DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C,
                  void* workspace, cudaStream_t stream) {
   if (N <= 0) return;
@@ -221,8 +224,9 @@ void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, co
       // dw first: dx may alias dout.
       column_sums_into<1>(RmsNormParamLoad<TX, TD>{dp, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
                           static_cast<float*>(workspace), N, C, stream);
+      ZT_CHECK(dx16 == nullptr || !(std::is_same_v<TX, float>), "rmsnorm_bwd: a 16-bit copy of dx for f32 x");
       rmsnorm_bwd_dx_kernel<TX, TW, TD><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-          dx, accumulate_dx, dres, dp, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N,
+          dx, static_cast<TX*>(dx16), accumulate_dx, dres, dp, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N,
           static_cast<int>(C));
       ZT_CUDA_CHECK_LAUNCH();
     };

@@ -23,8 +23,10 @@ size_t rmsnorm_bwd_workspace_bytes(int64_t N, int64_t C);
 // dout w; with dres (not null) dx = dres + that. dw (C) += column sums of
 // dout xhat (deterministic, no atomics). dx may alias dout (f32) or dres.
 // dout (dtype dt) is f32 or x's dtype, widened as it is loaded ([Note:
-// norms' dout in 16 bits] in modules/kernels.hpp).
-void rmsnorm_bwd(float* dx, bool accumulate_dx, const float* dres, float* dw, const void* dout, DType dt,
+// norms' dout in 16 bits] in modules/kernels.hpp). dx16, when not null (x's
+// dtype, 16-bit), also receives each dx element rounded to nearest even
+// ([Note: the norm writes the products' operand]).
+void rmsnorm_bwd(float* dx, void* dx16, bool accumulate_dx, const float* dres, float* dw, const void* dout, DType dt,
                  const void* x, DType xt, const void* w, DType wt, const float* rstd, int64_t N, int64_t C,
                  void* workspace, cudaStream_t stream);
 

@@ -4,6 +4,8 @@
 // must agree. Also: checkpointing on the GPU is bit-identical (every kernel
 // is deterministic), and steady-state GPU steps allocate nothing.
 #include "cuda_test_support.hpp"
+#include "modules/cuda/kernel_profile.hpp"
+#include "modules/llama_desc.hpp"
 #include "modules/model.hpp"
 
 namespace zt::test {
@@ -174,6 +176,53 @@ TEST_F(GptGpu, CheckpointingIsBitIdenticalAndSteadyStateAllocatesNothing) {
   for (size_t i = 0; i < grads[0].size(); ++i) {
     EXPECT_EQ(max_abs_diff(grads[0][i], grads[1][i]), 0.0) << "parameter " << i;
   }
+}
+
+// [Note: the norm writes the products' operand]: a bf16 Llama's blocks read
+// their dout and residual gradient as the norms after them wrote them, not
+// through cast kernels, and every loss and gradient keeps its bits.
+TEST_F(GptGpu, LlamaNormsWriteTheProductsOperandsWithTheCastsBits) {
+  ModelShape s;
+  s.arch = "llama";
+  s.name = "llama operands";
+  s.n_layer = 2;
+  s.d_model = 64;
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.ffn_hidden = 96;
+  s.vocab = 97;
+  s.seq_len = 32;
+  s.rms_norm_eps = 1e-5;
+  s.rope.head_dim = 16;
+  s.rope.theta = 10000.0;
+  const Model model = build_model(describe_llama(s));
+  const std::vector<const Unit*> uv = model.units();
+  const int64_t B = 3;
+  const int head = static_cast<int>(uv.size()) - 1;
+  const Tensor tok = host_tensor(DType::i32, Shape{B, s.seq_len}), tg = host_tensor(DType::i32, Shape{B, s.seq_len});
+  fill_tokens(tok, rng_key(seed, 1), s.vocab);
+  fill_tokens(tg, rng_key(seed, 2), s.vocab);
+  FlatStore init(*host, uv, DType::bf16, seed);
+  const Tensor tok_d = to_gpu(tok), tg_d = to_gpu(tg), w_d = to_gpu(loss_weights(B, s.seq_len));
+  std::vector<std::vector<double>> got[2];
+  std::string report[2];
+  for (int on = 0; on < 2; ++on) {
+    ProfiledKernels prof(std::make_unique<CudaKernels>(*gpu), gpu->stream());
+    DeviceStore store(*gpu, uv, init, DType::bf16);
+    UnitRunner runner(uv, prof, *gpu, DType::bf16, DType::bf16, false);
+    runner.set_grad_operands(on == 1);
+    MicroBatchState mb(*gpu, static_cast<int>(uv.size()));
+    got[on].push_back(step(runner, mb, store, store, tok_d, tg_d, w_d, head));
+    for (int u = 0; u <= head; ++u)
+      for (int p = 0; p < init.num_params(u); ++p) got[on].push_back(values(store.grad(u, p)));
+    report[on] = prof.report(1, 1.0);
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  for (size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(got[0][i] == got[1][i]) << (i ? "gradient " : "losses ") << i;
+  EXPECT_NE(report[0].find("matmul operand f32->bf16"), std::string::npos) << report[0];
+  EXPECT_EQ(report[0].find("rmsnorm_bwd+operand"), std::string::npos) << report[0];
+  EXPECT_EQ(report[1].find("matmul operand f32->bf16"), std::string::npos) << "a cast kernel is left:\n" << report[1];
+  EXPECT_NE(report[1].find("rmsnorm_bwd+operand"), std::string::npos) << report[1];
 }
 
 }  // namespace

@@ -78,6 +78,41 @@ TEST_F(CudaLlama, RmsNormBackwardTakesDoutIn16Bits) {
   }
 }
 
+// [Note: the norm writes the products' operand]: with dx_operand, the
+// backward's dx keeps its bits and the operand is dx rounded as cast rounds
+// it, bit for bit, in all three forms (plain, accumulated, with dres).
+TEST_F(CudaLlama, RmsNormBackwardWritesTheProductsOperand) {
+  EXPECT_FALSE(cpu_k->norm_bwd_writes_operand(host_tensor(DType::bf16, Shape{4, 8}), DType::bf16));
+  EXPECT_FALSE(gpu_k->norm_bwd_writes_operand(gpu_tensor(DType::f32, Shape{4, 8}), DType::bf16));
+  EXPECT_FALSE(gpu_k->norm_bwd_writes_operand(gpu_tensor(DType::bf16, Shape{4, 8}), DType::f16));
+  for (DType t : {DType::bf16, DType::f16}) {
+    EXPECT_TRUE(gpu_k->norm_bwd_writes_operand(gpu_tensor(t, Shape{4, 8}), t));
+    for (int64_t C : {100, 2048}) {
+      const int64_t N = 37;
+      const Tensor x_d = to_gpu(host_random(t, Shape{N, C}, 2.0)), w_d = to_gpu(host_random(t, Shape{C}));
+      const Tensor out_d = gpu_tensor(t, Shape{N, C}), rstd_d = gpu_tensor(DType::f32, Shape{N});
+      gpu_k->rmsnorm_fwd(out_d, rstd_d, x_d, w_d, 1e-5);
+      const Tensor dout_d = to_gpu(host_random(DType::f32, Shape{N, C}));
+      const Tensor dx0 = host_random(DType::f32, Shape{N, C}), dw0 = host_random(DType::f32, Shape{C}),
+                   dres = host_random(DType::f32, Shape{N, C});
+      for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 accumulate, 2 with dres
+        const std::string what = std::string(dtype_name(t)) + " C " + std::to_string(C) + " mode " +
+                                 std::to_string(mode);
+        const Tensor dx_ref = to_gpu(dx0), dw_ref = to_gpu(dw0), dx_d = to_gpu(dx0), dw_d = to_gpu(dw0);
+        const Tensor op = gpu_tensor(t, Shape{N, C}), op_ref = gpu_tensor(t, Shape{N, C});
+        poison(op);
+        const Tensor dres_d = mode == 2 ? to_gpu(dres) : Tensor();
+        gpu_k->rmsnorm_bwd(dx_ref, mode == 1, dw_ref, dout_d, x_d, w_d, rstd_d, dres_d);
+        gpu_k->rmsnorm_bwd(dx_d, mode == 1, dw_d, dout_d, x_d, w_d, rstd_d, dres_d, op);
+        gpu_k->cast(op_ref, dx_ref);
+        EXPECT_EQ(max_abs_diff(values(dx_d), values(dx_ref)), 0.0) << what << ": dx";
+        EXPECT_EQ(max_abs_diff(values(dw_d), values(dw_ref)), 0.0) << what << ": dw";
+        EXPECT_TRUE(values(op) == values(op_ref)) << what << ": operand (poisoned with NaN before)";
+      }
+    }
+  }
+}
+
 // The residual-stream forms ([Note: residual stream]): the forward's copy of
 // x is x's bits, and the backward's dx = dres + the norm's gradient matches
 // the CPU's composition (copy, then accumulate).
