@@ -15,8 +15,11 @@
 // found it (mark/release), so a step allocates nothing once the arena has grown.
 #pragma once
 
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "modules/rope.hpp"
 #include "runtime/device.hpp"
@@ -270,6 +273,24 @@ class Kernels {
     const Tensor lse = ws.alloc(losses.dtype, losses.shape);
     classifier_fwd(ws, losses, lse, x, w, targets);
     classifier_bwd(ws, dx, dw, dloss, x, w, targets, lse);
+  }
+  // ZTRAIN_CLASSIFIER, the CUDA backend's classifier_fwd_bwd (read at every
+  // call, and by the memory estimator for the device's figure): unset or
+  // empty is [Note: classifier in one pass] (modules/cuda/classifier.cu) with
+  // the logits in the storage dtype (f32 logits for f32 storage), the loss of
+  // rounded logits as under PyTorch's autocast and torch.compile, for half
+  // the traffic; "one-pass-f32" keeps f32 logits for 16-bit storage too;
+  // "separate" is the forward then the backward (four products). Any other
+  // value is an error that names it.
+  enum class ClassifierPath : uint8_t { one_pass, one_pass_f32, separate };
+  static ClassifierPath classifier_path_from_env() {
+    const char* env = std::getenv("ZTRAIN_CLASSIFIER");
+    const std::string path = env == nullptr ? "" : env;
+    if (path.empty()) return ClassifierPath::one_pass;
+    if (path == "one-pass-f32") return ClassifierPath::one_pass_f32;
+    if (path == "separate") return ClassifierPath::separate;
+    ZT_USER_ERROR("ZTRAIN_CLASSIFIER=", path, ": unknown classifier path; leave it unset (one pass, logits in the "
+                  "storage dtype) or use one-pass-f32 or separate");
   }
 
   // ---- token + position embedding ---------------------------------------

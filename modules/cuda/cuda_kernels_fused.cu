@@ -105,27 +105,18 @@ void CudaKernels::classifier_bwd(Arena& ws, const Tensor& dx, const Tensor& dw, 
   classifier_bwd_cuda(ws, dx, dw, dloss, x, wx, targets, lse, blas(), stream_, classifier_chunk_bytes_);
 }
 
-// ZTRAIN_CLASSIFIER, read at every call: unset or empty is [Note: classifier
-// in one pass] with the logits in the storage dtype (f32 logits for f32
-// storage): the loss of rounded logits, as under PyTorch's autocast and
-// torch.compile, for half the traffic; "one-pass-f32" keeps f32 logits for
-// 16-bit storage too; "separate" is the forward then the backward (four
-// products).
+// The path ZTRAIN_CLASSIFIER names (Kernels::classifier_path_from_env).
 void CudaKernels::classifier_fwd_bwd(Arena& ws, const Tensor& losses, const Tensor& dx, const Tensor& dw,
                                      const Tensor& dloss, const Tensor& x, const Tensor& w, const Tensor& targets) {
-  const char* env = std::getenv("ZTRAIN_CLASSIFIER");
-  const std::string path = env == nullptr ? "" : env;
-  if (path == "separate") {
+  const ClassifierPath path = classifier_path_from_env();
+  if (path == ClassifierPath::separate) {
     Kernels::classifier_fwd_bwd(ws, losses, dx, dw, dloss, x, w, targets);
     return;
   }
-  if (!path.empty() && path != "one-pass-f32")
-    ZT_USER_ERROR("ZTRAIN_CLASSIFIER=", path, ": unknown classifier path; leave it unset (one pass, logits in the "
-                  "storage dtype) or use one-pass-f32 or separate");
   ArenaScope scope(ws);
   const Tensor wx = classifier_weight(ws, x, w, stream_);
   classifier_fwd_bwd_cuda(ws, losses, dx, dw, dloss, x, wx, targets, blas(), stream_,
-                          classifier_one_pass_chunk_bytes_, path == "one-pass-f32" ? DType::f32 : x.dtype);
+                          classifier_one_pass_chunk_bytes_, path == ClassifierPath::one_pass_f32 ? DType::f32 : x.dtype);
 }
 
 ClassifierBlas CudaKernels::blas() const {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "io/token_dataset.hpp"
+#include "modules/kernels.hpp"
 #include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
 #include "runtime/aio/aio.hpp"
@@ -117,13 +118,11 @@ EstimateInput estimate_input(const Config& cfg, int world, bool gpu) {
   in.grad_accumulation_on_device = c.offload.grad_accumulation == "device";
   in.param_from_master = c.offload.param_from_master;
   if (gpu) {
-    // The CUDA classifier's path, as CudaKernels::classifier_fwd_bwd reads
-    // it (an unknown value is refused there by name).
-    const char* env = std::getenv("ZTRAIN_CLASSIFIER");
-    const std::string path = env == nullptr ? "" : env;
-    in.classifier = path == "separate" ? EstimateInput::Classifier::cuda_separate
-                                       : EstimateInput::Classifier::cuda_one_pass;
-    in.cuda_logits_f32 = path == "one-pass-f32";
+    // The CUDA classifier's path, as CudaKernels::classifier_fwd_bwd reads it.
+    const Kernels::ClassifierPath path = Kernels::classifier_path_from_env();
+    in.classifier = path == Kernels::ClassifierPath::separate ? EstimateInput::Classifier::cuda_separate
+                                                              : EstimateInput::Classifier::cuda_one_pass;
+    in.cuda_logits_f32 = path == Kernels::ClassifierPath::one_pass_f32;
   }
   return in;
 }
