@@ -69,6 +69,13 @@ class Communicator {
   virtual void group_start() {}
   virtual void group_end() {}
 
+  // Whether every collective of this communicator is device work on the
+  // caller's compute stream alone, which a CUDA graph of the step may
+  // record ([Note: step graph] in runtime/device.hpp): NCCL within a group of
+  // one rank ([Note: one-rank group] in nccl_communicator.cpp). False for
+  // host communicators and those with streams or host stages of their own.
+  virtual bool graph_safe() const { return false; }
+
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = CommCounters{}; }
 

@@ -85,6 +85,28 @@ bool on_host(const Tensor& a, const Tensor& b) {
   return a.device == DeviceKind::cpu;
 }
 
+// [Note: one-rank group] A group of one rank exchanges nothing: all_reduce
+// and broadcast leave the buffer as it is, reduce_scatter and all_gather
+// copy `in` to `out`. NcclCommunicator runs them so, with no NCCL call: the
+// copy (none in place) is queued on the compute stream, which orders it
+// before everything queued there after, so the handle is complete as far as
+// the compute stream and whatever is ordered after it can tell. Nothing
+// reaches NCCL's stream, the flight recorder or the watchdog, and a step
+// whose collectives are all local may be recorded in a CUDA graph
+// (graph_safe(); [Note: step graph] in runtime/device.hpp). Inside
+// group_start() / group_end() the calls still go to NCCL, whose handles
+// complete together at the group's end.
+class LocalHandle final : public DeviceCommHandle {
+ public:
+  explicit LocalHandle(cudaStream_t compute) : compute_(compute) {}
+  void wait() override {}
+  bool test() override { return true; }
+  void wait_host() override { ZT_CUDA_CHECK(cudaStreamSynchronize(compute_)); }
+
+ private:
+  cudaStream_t compute_;
+};
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& group, cudaStream_t compute)
@@ -223,9 +245,16 @@ void NcclCommunicator::group_end() {
   }
 }
 
+CommRequest NcclCommunicator::local_copy(const Tensor& in, const Tensor& out) {
+  if (in.data != out.data)
+    ZT_CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, out.bytes(), cudaMemcpyDeviceToDevice, compute_));
+  return std::make_unique<LocalHandle>(compute_);
+}
+
 CommRequest NcclCommunicator::all_reduce(Tensor buf, ReduceOp op) {
   count(CommOp::all_reduce, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.all_reduce(buf, op);
+  if (size_ == 1 && group_depth_ == 0) return local_copy(buf, buf);  // [Note: one-rank group]
   auto done = begin_call();
   recorder_->record(CommOp::all_reduce, -1, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype),
@@ -238,6 +267,7 @@ CommRequest NcclCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op)
            " elements, out ", out.numel(), ", group size ", size_);
   count(CommOp::reduce_scatter, in.bytes());
   if (on_host(in, out)) return group_.reduce_scatter(in, out, op);
+  if (size_ == 1 && group_depth_ == 0) return local_copy(in, out);
   auto done = begin_call();
   recorder_->record(CommOp::reduce_scatter, -1, in.numel(), in.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype),
@@ -250,6 +280,7 @@ CommRequest NcclCommunicator::all_gather(Tensor in, Tensor out) {
            " elements, out ", out.numel(), ", group size ", size_);
   count(CommOp::all_gather, out.bytes());
   if (on_host(in, out)) return group_.all_gather(in, out);
+  if (size_ == 1 && group_depth_ == 0) return local_copy(in, out);
   auto done = begin_call();
   recorder_->record(CommOp::all_gather, -1, out.numel(), out.dtype, OpState::queued, done);
   // Bytes: gathering moves data without arithmetic, so any dtype (u16 too) works.
@@ -261,6 +292,7 @@ CommRequest NcclCommunicator::broadcast(Tensor buf, int root) {
   ZT_CHECK(root >= 0 && root < size_, "broadcast root ", root, " outside group of ", size_);
   count(CommOp::broadcast, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.broadcast(buf, root);
+  if (size_ == 1 && group_depth_ == 0) return local_copy(buf, buf);
   auto done = begin_call();
   recorder_->record(CommOp::broadcast, root, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.bytes(), ncclUint8, root, comm_, stream_));

@@ -46,6 +46,9 @@ class NcclCommunicator final : public DeviceCommunicator {
   int size() const override { return size_; }
   const std::string& group_name() const override { return name_; }
   const char* backend() const override { return "nccl"; }
+  // [Note: one-rank group] (nccl_communicator.cpp): one rank's collectives
+  // are local copies on the compute stream.
+  bool graph_safe() const override { return size_ == 1; }
 
   CommRequest all_reduce(Tensor buf, ReduceOp op) override;
   CommRequest reduce_scatter(Tensor in, Tensor out, ReduceOp op) override;
@@ -78,6 +81,8 @@ class NcclCommunicator final : public DeviceCommunicator {
   // Orders the comm stream after the compute stream; returns the completion
   // the call's handle waits on (shared by every call of an open group).
   std::shared_ptr<NcclCompletion> begin_call();
+  // [Note: one-rank group]: `in` copied to `out` on the compute stream.
+  CommRequest local_copy(const Tensor& in, const Tensor& out);
   CommRequest end_call(std::shared_ptr<NcclCompletion> done);
   // Polls the comm stream until it is idle (true), or an asynchronous error
   // or the timeout comes first (false).

@@ -190,9 +190,9 @@ std::string Trainer::enable_step_graph(std::unique_ptr<StepGraph> graph) {
   if (s.topo.world_size() > 1) return "more than one rank (the communicators' streams and host reductions)";
   if (s.cfg.zero.offload_optimizer.device != "none" || s.cfg.zero.offload_param.device != "none")
     return "offload (the copy streams and the host's update)";
-  if (s.cfg.zero.stage != 0)
-    return "ZeRO stage " + std::to_string(s.cfg.zero.stage) +
-           " (its reductions and gathers are collectives even on one rank, which the graph does not record)";
+  if (s.cfg.zero.stage != 0 && !s.comms.data().tensors->graph_safe())
+    return "ZeRO stage " + std::to_string(s.cfg.zero.stage) + " (its reductions and gathers go through the " +
+           s.comms.data().tensors->group_name() + " group's communicator, whose calls the graph does not record)";
   if (!s.finalizer->verdict_on_device()) return "the step's verdict read by the host (fp16 loss scaling or ZTRAIN_VERDICT=host)";
   if (s.data->packing()) return "packed documents";
   if (s.cfg.train.device_memory_cap_gib > 0)

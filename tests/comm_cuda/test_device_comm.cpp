@@ -294,6 +294,43 @@ TEST_P(DeviceComm, HostTensorsGoToMpiAndBytesAreCounted) {
   EXPECT_EQ(c.calls[int(CommOp::barrier)], 1u);
 }
 
+// [Note: one-rank group]: NCCL on one rank runs its collectives as copies on
+// the compute stream, so a CUDA graph records them; launched, the graph
+// gives the collectives' results.
+TEST_P(DeviceComm, OneRankCollectivesAreRecordedInAGraph) {
+  if (std::string(GetParam().backend) != "nccl" || nranks() != 1) {
+    EXPECT_FALSE(comm_->graph_safe());
+    GTEST_SKIP() << "NCCL on one rank";
+  }
+  EXPECT_TRUE(comm_->graph_safe());
+  const int64_t n = 4099;
+  DeviceBuffer a(n * dtype_size(dt())), b(n * dtype_size(dt())), c(n * dtype_size(dt()));
+  upload_seeded(a, 0, n);
+  CUDA_OK(cudaMemsetAsync(b.p, 0, n * dtype_size(dt()), stream_));
+  CUDA_OK(cudaMemsetAsync(c.p, 0, n * dtype_size(dt()), stream_));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  comm_->reset_counters();
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  CommRequest r = comm_->reduce_scatter(device_tensor(a, n), device_tensor(b, n), ReduceOp::sum);
+  wait(r);
+  r = comm_->all_reduce(device_tensor(b, n), ReduceOp::sum);
+  wait(r);
+  r = comm_->broadcast(device_tensor(b, n), 0);
+  wait(r);
+  r = comm_->all_gather(device_tensor(b, n), device_tensor(c, n));
+  wait(r);
+  CUDA_OK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, stream_));
+  const std::vector<float> got = download(c, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], seed(0, i)) << i;
+  EXPECT_EQ(comm_->counters().calls[int(CommOp::all_gather)], 1u);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // Types outside the f32/bf16 matrix, once per backend.
 TEST_P(DeviceComm, AllReduceOtherTypes) {
   if (dt() != DType::f32) GTEST_SKIP() << "runs in the f32 case";
