@@ -219,8 +219,9 @@ TEST_F(GptGpu, LlamaNormsWriteTheProductsOperandsWithTheCastsBits) {
   }
   ASSERT_EQ(got[0].size(), got[1].size());
   for (size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(got[0][i] == got[1][i]) << (i ? "gradient " : "losses ") << i;
+  // Within a block the norm writes the residual gradient's operand either
+  // way; off, each block's dout is cast.
   EXPECT_NE(report[0].find("matmul operand f32->bf16"), std::string::npos) << report[0];
-  EXPECT_EQ(report[0].find("rmsnorm_bwd+operand"), std::string::npos) << report[0];
   EXPECT_EQ(report[1].find("matmul operand f32->bf16"), std::string::npos) << "a cast kernel is left:\n" << report[1];
   EXPECT_NE(report[1].find("rmsnorm_bwd+operand"), std::string::npos) << report[1];
 }
