@@ -7,7 +7,8 @@
 # each run takes BENCH_STEPS steps (default 30) printed every 10, and its
 # tokens/s is the mean over the windows after the first (steps 11..).
 # BENCH_CASES picks cases (default: gpt2-124m-mb16 gpt2-1.3b-mb8
-# gpt2-124m-mb16x4; also llama3.2-1b-mb4). The last loss of every run is
+# gpt2-124m-mb16x4; also llama3.2-1b-mb4, and gpt2-124m-mb16-z3 at ZeRO
+# stage 3). The last loss of every run is
 # printed in full, so that binaries meant to compute the same bits can be
 # compared.
 #
@@ -22,10 +23,11 @@ mkdir -p "$out"
 results="$out/results.tsv"
 printf 'case\tbinary\tround\ttokens_per_s\tstep_ms\tpeak_gib\tloss\n' > "$results"
 
-config() {  # config NAME PRESET MICRO ACCUM [SEQ]
+config() {  # config NAME PRESET MICRO ACCUM [SEQ [ZERO_STAGE]]
   echo "${5:-1024}" > "$out/$1.seq"
   cat > "$out/$1.json" <<JSON
 {"train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4, "steps_per_print": 10,
+ "zero_optimization": {"stage": ${6:-0}},
  "gradient_clipping": 1.0, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0003, "betas": [0.9, 0.95], "weight_decay": 0.1}},
  "model": {"preset": "$2", "seq_len": ${5:-1024}}, "train": {"steps": $steps, "eval_interval": 0}}
@@ -35,6 +37,7 @@ config gpt2-124m-mb16 gpt2-124m 16 1
 config gpt2-1.3b-mb8 gpt2-1.3b 8 1
 config gpt2-124m-mb16x4 gpt2-124m 16 4
 config llama3.2-1b-mb4 llama3.2-1b 4 1 2048
+config gpt2-124m-mb16-z3 gpt2-124m 16 1 1024 3
 
 measure() {  # measure CASE LABEL BINARY ROUND
   local dir="$out/$1-$2-r$4"
