@@ -74,6 +74,39 @@ inline bool vec_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Vec<T>) == 0;
 }
 
+// ---- a warp per row ------------------------------------------------------------
+// The norms' kernels (LayerNorm, RMSNorm) give a row to a warp.
+// for_lane_columns visits the row's columns owned by `lane`, kVec at a time
+// (kVecPath: C is a multiple of kVec and every row start is vector-aligned)
+// or one at a time: f(c) takes columns c .. c + width - 1; load_cols and
+// store_cols move them as floats.
+template <bool kVecPath, typename F>
+__device__ __forceinline__ void for_lane_columns(int lane, int C, F&& f) {
+  if constexpr (kVecPath) {
+    for (int c = lane * kVec; c < C; c += 32 * kVec) f(c);
+  } else {
+    for (int c = lane; c < C; c += 32) f(c);
+  }
+}
+
+template <bool kVecPath, typename T>
+__device__ __forceinline__ void load_cols(const T* p, int c, float (&v)[kVecPath ? kVec : 1]) {
+  if constexpr (kVecPath) {
+    load_vec(p + c, v);
+  } else {
+    v[0] = to_float(p[c]);
+  }
+}
+
+template <bool kVecPath, typename T>
+__device__ __forceinline__ void store_cols(T* p, int c, const float (&v)[kVecPath ? kVec : 1]) {
+  if constexpr (kVecPath) {
+    store_vec(p + c, v);
+  } else {
+    p[c] = from_float<T>(v[0]);
+  }
+}
+
 // ---- reductions ------------------------------------------------------------------
 // Butterfly sums: the same order on every run, so results are reproducible.
 template <typename T>

@@ -13,27 +13,6 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr float kEps = 1e-5f;
 
-// Visits the row's columns owned by `lane`, kVec at a time (kVecPath: C is a
-// multiple of kVec and every row start is vector-aligned) or one at a time.
-// f(c, k) is called for column c + k, k < width.
-template <bool kVecPath, typename F>
-__device__ __forceinline__ void for_lane_columns(int lane, int C, F&& f) {
-  if constexpr (kVecPath) {
-    for (int c = lane * kVec; c < C; c += 32 * kVec) f(c);
-  } else {
-    for (int c = lane; c < C; c += 32) f(c);
-  }
-}
-
-template <bool kVecPath, typename T>
-__device__ __forceinline__ void load_cols(const T* p, int c, float (&v)[kVecPath ? kVec : 1]) {
-  if constexpr (kVecPath) {
-    load_vec(p + c, v);
-  } else {
-    v[0] = to_float(p[c]);
-  }
-}
-
 template <typename TX, typename TW, bool kVecPath>
 __global__ void layernorm_fwd_kernel(TX* out, float* mean, float* rstd, const TX* x, const TW* w, const TW* b,
                                      TX* x_copy, int64_t N, int C) {

@@ -16,38 +16,47 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = 256;
 constexpr int kMaxHalf = 256;  // head_dim <= 512
 
-template <typename TX, typename TW>
+// RMSNorm's rows, a warp each, kVec columns a lane and step where C and the
+// pointers allow (kVecPath, as LayerNorm's kernels), else one: the scalar
+// form loaded 2-byte elements one by one and reached 1.7 TB/s at Llama 3.2
+// 1B's rows of 2048 (the profile of 2026-12-04).
+template <typename TX, typename TW, bool kVecPath>
 __global__ void rmsnorm_fwd_kernel(TX* out, float* rstd, const TX* x, const TW* w, TX* x_copy, int64_t N, int C,
                                    float eps) {
+  constexpr int W = kVecPath ? kVec : 1;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const TX* xr = x + row * C;
   float ss = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float v = to_float(xr[c]);
-    ss += v * v;
-  }
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float v[W];
+    load_cols<kVecPath>(xr, c, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) ss += v[k] * v[k];
+  });
   const float r = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(C) + eps);
   TX* orow = out + row * C;
-  if (x_copy != nullptr) {  // the residual stream's copy, in the same pass
-    TX* crow = x_copy + row * C;
-    for (int c = lane; c < C; c += 32) {
-      const TX v = xr[c];
-      crow[c] = v;
-      orow[c] = from_float<TX>(to_float(v) * r * to_float(w[c]));
-    }
-  } else {
-    for (int c = lane; c < C; c += 32) orow[c] = from_float<TX>(to_float(xr[c]) * r * to_float(w[c]));
-  }
+  TX* crow = x_copy != nullptr ? x_copy + row * C : nullptr;  // the residual stream's copy, in the same pass
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float v[W], wv[W];
+    load_cols<kVecPath>(xr, c, v);
+    if (crow != nullptr) store_cols<kVecPath>(crow, c, v);  // 16-bit values are exact in f32
+    load_cols<kVecPath>(w, c, wv);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = v[k] * r * wv[k];
+    store_cols<kVecPath>(orow, c, v);
+  });
   if (lane == 0) rstd[row] = r;
 }
 
 // TD: dout's type, float or TX ([Note: norms' dout in 16 bits] in
-// modules/kernels.hpp).
-template <typename TX, typename TW, typename TD>
+// modules/kernels.hpp). The columns a lane takes do not depend on TD (kVec
+// either way), so a 16-bit dout gives its f32 widening's bits.
+template <typename TX, typename TW, typename TD, bool kVecPath>
 __global__ void rmsnorm_bwd_dx_kernel(float* dx, TX* dx16, bool accumulate, const float* dres, const TD* dout,
                                       const TX* x, const TW* w, const float* rstd, int64_t N, int C) {
+  constexpr int W = kVecPath ? kVec : 1;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -55,18 +64,33 @@ __global__ void rmsnorm_bwd_dx_kernel(float* dx, TX* dx16, bool accumulate, cons
   const TD* dr = dout + row * C;
   const float r = rstd[row];
   float gx = 0.0f;
-  for (int c = lane; c < C; c += 32) gx += to_float(dr[c]) * to_float(w[c]) * to_float(xr[c]) * r;
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float dv[W], wv[W], xv[W];
+    load_cols<kVecPath>(dr, c, dv);
+    load_cols<kVecPath>(w, c, wv);
+    load_cols<kVecPath>(xr, c, xv);
+#pragma unroll
+    for (int k = 0; k < W; ++k) gx += dv[k] * wv[k] * xv[k] * r;
+  });
   const float gx_mean = warp_sum(gx) / static_cast<float>(C);
   float* dxr = dx + row * C;
   // dx may alias dres: each element is read, then written, by one lane.
   const float* base = dres != nullptr ? dres + row * C : accumulate ? dxr : nullptr;
   TX* const d16 = dx16 != nullptr ? dx16 + row * C : nullptr;
-  for (int c = lane; c < C; c += 32) {
-    const float v = r * (to_float(dr[c]) * to_float(w[c]) - to_float(xr[c]) * r * gx_mean);
-    const float out = base != nullptr ? base[c] + v : v;
-    dxr[c] = out;
-    if (d16 != nullptr) d16[c] = from_float<TX>(out);  // cast's rounding of the f32 just stored
-  }
+  for_lane_columns<kVecPath>(lane, C, [&](int c) {
+    float dv[W], wv[W], xv[W], old[W] = {};
+    load_cols<kVecPath>(dr, c, dv);
+    load_cols<kVecPath>(w, c, wv);
+    load_cols<kVecPath>(xr, c, xv);
+    if (base != nullptr) load_cols<kVecPath>(base, c, old);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float v = r * (dv[k] * wv[k] - xv[k] * r * gx_mean);
+      dv[k] = base != nullptr ? old[k] + v : v;
+    }
+    store_cols<kVecPath>(dxr, c, dv);
+    if (d16 != nullptr) store_cols<kVecPath>(d16, c, dv);  // cast's rounding of the f32 just stored
+  });
 }
 
 // dw's column sums: dout xhat.
@@ -198,9 +222,17 @@ void rmsnorm_fwd(void* out, float* rstd, const void* x, DType xt, const void* w,
   with_norm_types(xt, wt, [&](auto tx, auto tw) {
     using TX = typename decltype(tx)::type;
     using TW = typename decltype(tw)::type;
-    rmsnorm_fwd_kernel<TX, TW><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<TX*>(out), rstd, static_cast<const TX*>(x), static_cast<const TW*>(w), static_cast<TX*>(x_copy), N,
-        static_cast<int>(C), eps);
+    auto args = [&](auto kernel) {
+      kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(static_cast<TX*>(out), rstd, static_cast<const TX*>(x),
+                                                       static_cast<const TW*>(w), static_cast<TX*>(x_copy), N,
+                                                       static_cast<int>(C), eps);
+    };
+    if (C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<TW>(w) && vec_aligned<TX>(out) &&
+        (x_copy == nullptr || vec_aligned<TX>(x_copy))) {
+      args(rmsnorm_fwd_kernel<TX, TW, true>);
+    } else {
+      args(rmsnorm_fwd_kernel<TX, TW, false>);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -225,9 +257,18 @@ void rmsnorm_bwd(float* dx, void* dx16, bool accumulate_dx, const float* dres, f
       column_sums_into<1>(RmsNormParamLoad<TX, TD>{dp, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
                           static_cast<float*>(workspace), N, C, stream);
       ZT_CHECK(dx16 == nullptr || !(std::is_same_v<TX, float>), "rmsnorm_bwd: a 16-bit copy of dx for f32 x");
-      rmsnorm_bwd_dx_kernel<TX, TW, TD><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-          dx, static_cast<TX*>(dx16), accumulate_dx, dres, dp, static_cast<const TX*>(x), static_cast<const TW*>(w), rstd, N,
-          static_cast<int>(C));
+      auto args = [&](auto kernel) {
+        kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dx, static_cast<TX*>(dx16), accumulate_dx, dres, dp,
+                                                         static_cast<const TX*>(x), static_cast<const TW*>(w), rstd,
+                                                         N, static_cast<int>(C));
+      };
+      if (C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<TW>(w) && vec_aligned<float>(dx) &&
+          vec_aligned<TD>(dout) && (dres == nullptr || vec_aligned<float>(dres)) &&
+          (dx16 == nullptr || vec_aligned<TX>(dx16))) {
+        args(rmsnorm_bwd_dx_kernel<TX, TW, TD, true>);
+      } else {
+        args(rmsnorm_bwd_dx_kernel<TX, TW, TD, false>);
+      }
       ZT_CUDA_CHECK_LAUNCH();
     };
     if (dt == DType::f32) {
