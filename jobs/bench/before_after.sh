@@ -7,8 +7,8 @@
 # each run takes BENCH_STEPS steps (default 30) printed every 10, and its
 # tokens/s is the mean over the windows after the first (steps 11..).
 # BENCH_CASES picks cases (default: gpt2-124m-mb16 gpt2-1.3b-mb8
-# gpt2-124m-mb16x4; also llama3.2-1b-mb4, and gpt2-124m-mb16-z3 at ZeRO
-# stage 3). The last loss of every run is
+# gpt2-124m-mb16x4; also llama3.2-1b-mb4, gpt2-124m-mb16-z3 at ZeRO stage
+# 3, gpt2-1.3b-mb8-z2 and gpt2-1.3b-mb8-z3). The last loss of every run is
 # printed in full, so that binaries meant to compute the same bits can be
 # compared.
 #
@@ -38,6 +38,8 @@ config gpt2-1.3b-mb8 gpt2-1.3b 8 1
 config gpt2-124m-mb16x4 gpt2-124m 16 4
 config llama3.2-1b-mb4 llama3.2-1b 4 1 2048
 config gpt2-124m-mb16-z3 gpt2-124m 16 1 1024 3
+config gpt2-1.3b-mb8-z2 gpt2-1.3b 8 1 1024 2
+config gpt2-1.3b-mb8-z3 gpt2-1.3b 8 1 1024 3
 
 measure() {  # measure CASE LABEL BINARY ROUND
   local dir="$out/$1-$2-r$4"

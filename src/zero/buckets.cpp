@@ -41,6 +41,14 @@ bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing,
                          const float* pre_add, double* sq_into) {
   const int dp = comm.size();
+  if (dp == 1 && landing == nullptr) {
+    // One rank's reduction is its own gradient: added into the shard as
+    // finish() would add the staging copy ([Note: one-rank group] in
+    // comm/nccl_communicator.cpp), without the copy.
+    const Tensor acc(shard, DType::f32, Shape{S}, dev.kind());
+    k.add(acc, acc, Tensor(const_cast<float*>(full), DType::f32, Shape{S}, dev.kind()));
+    return false;
+  }
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(S, bucket_elems / dp));
   const bool whole = piece >= S && landing != nullptr && sq_into != nullptr;
   for (int64_t off = 0; off < S; off += piece) {
