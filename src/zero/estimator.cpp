@@ -32,7 +32,8 @@
 //            units ([Note: stage-3 live parameters]); units smaller than
 //            stage3_param_persistence_threshold stay whole.
 // Communication staging: stage 0 all-reduces in place; stages >= 1 stage one
-// reduce bucket (fp32); stages 1-2 one all-gather bucket (parameter dtype)
+// reduce bucket (fp32; none on one rank unless the gradients land on the
+// host); stages 1-2 one all-gather bucket (parameter dtype)
 // for publishing the updated shards, stage 3 one for units gathered in pieces.
 // Offload (stage >= 1, docs/offload.md): offload_optimizer moves master, m and
 // v (12 bytes per owned element, of `ratio` of the elements) to host memory,
@@ -348,9 +349,12 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     upload_pool += 2 * (unit_max / n_layout) * 4;
   r.grads = device_grads * 4;
 
-  // Communication staging (stage 0 all-reduces in place): one reduce bucket
-  // (fp32) and, where units are all-gathered in pieces, one all-gather bucket.
-  if (stage >= 1) r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
+  // Communication staging (stage 0 all-reduces in place, and one rank adds
+  // its gradient into its shard straight from its buffer unless it lands on
+  // the host: reduce_scatter_unit): one reduce bucket (fp32) and, where units
+  // are all-gathered in pieces, one all-gather bucket.
+  if (stage >= 1 && (in.dp > 1 || host_grads))
+    r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
   // Pieces staged until their copies to the host are done (one is counted above).
   if (host_grads) r.comm += (GradLanding::kDefaultInFlight - 1) * piece * 4;
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
