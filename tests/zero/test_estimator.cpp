@@ -144,6 +144,17 @@ TEST(Estimator, StagesPartitionByDp) {
   EXPECT_GT(r3.comm, 0);
 }
 
+// One rank adds each unit's gradient into its shard straight from the
+// unit's buffer (reduce_scatter_unit): no reduce bucket is staged, unless the
+// gradients land on the host, whose pieces are staged for their copies.
+TEST(Estimator, OneRankStagesNoReduceBucket) {
+  EXPECT_EQ(estimate(input_for(gpt(kTiny), 1, 3)).comm, 0);
+  EXPECT_GT(estimate(input_for(gpt(kTiny), 2, 3)).comm, 0);
+  EstimateInput off = input_for(gpt(kTiny), 1, 3);
+  off.offload_optimizer = "cpu";
+  EXPECT_GT(estimate(off).comm, 0);
+}
+
 TEST(Estimator, Stage3PrefetchReuseAndPersistence) {
   // Blocks of 49,856 parameters, larger than the embedding and the head.
   EstimateInput in = input_for(gpt(GptConfig{4, 4, 64, 64, 256}), 2, 3);
