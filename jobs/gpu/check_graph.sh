@@ -7,7 +7,8 @@
 # (validation losses too) and gradient norms must be equal bit for bit, a
 # run resumed with graphs must continue as the run without,
 # and the log must show 19 steps in graphs, each instantiated once (every
-# later step an update of it). ZeRO stages 1-3 on one rank record too (their
+# later step an update of it). ZeRO stages 1-3 on one rank (stage 2 also
+# with overlap_comm, stage 3's default) record too (their
 # collectives are local copies: [Note: one-rank group] in
 # src/comm/nccl_communicator.cpp); two ranks must run without graphs and say
 # why.
@@ -25,6 +26,7 @@ for run in "bf16:--set bf16.enabled=true" "fp32:--set bf16.enabled=false" \
            "z1:--set bf16.enabled=true --set zero_optimization.stage=1" \
            "z2:--set bf16.enabled=true --set zero_optimization.stage=2" \
            "z3:--set bf16.enabled=true --set zero_optimization.stage=3" \
+           "z2o:--set bf16.enabled=true --set zero_optimization.stage=2 --set zero_optimization.overlap_comm=true" \
            "eval:--set bf16.enabled=true --set train.eval_interval=5 --set train.eval_steps=2 --set checkpoint.interval=7"; do
   tag=${run%%:*}
   read -r -a extra <<< "${run#*:}"
