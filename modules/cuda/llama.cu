@@ -105,6 +105,24 @@ struct RmsNormParamLoad {
   }
 };
 
+// The same, kVec columns at a time (column_vec_partials_kernel: the same
+// sums, bit for bit).
+template <typename TX, typename TD>
+struct RmsNormParamVecLoad {
+  const TD* dout;
+  const TX* x;
+  const float* rstd;
+  int64_t C;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][kVec]) const {
+    float xv[kVec];
+    load_vec(x + r * C + c, xv);
+    load_vec(dout + r * C + c, v[0]);
+    const float rs = rstd[r];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[0][i] = v[0][i] * xv[i] * rs;
+  }
+};
+
 template <typename F>
 void with_norm_types(DType xt, DType wt, F&& f) {
   with_float_type(xt, "rmsnorm", [&](auto tx) {
@@ -254,7 +272,9 @@ void rmsnorm_bwd(float* dx, void* dx16, bool accumulate_dx, const float* dres, f
       using TD = typename decltype(td)::type;
       const TD* dp = static_cast<const TD*>(dout);
       // dw first: dx may alias dout.
-      column_sums_into<1>(RmsNormParamLoad<TX, TD>{dp, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
+      const bool vec_sums = C % kVec == 0 && vec_aligned<TX>(x) && vec_aligned<TD>(dout);
+      column_sums_into<1>(vec_sums, RmsNormParamVecLoad<TX, TD>{dp, static_cast<const TX*>(x), rstd, C},
+                          RmsNormParamLoad<TX, TD>{dp, static_cast<const TX*>(x), rstd, C}, dw, nullptr,
                           static_cast<float*>(workspace), N, C, stream);
       ZT_CHECK(dx16 == nullptr || !(std::is_same_v<TX, float>), "rmsnorm_bwd: a 16-bit copy of dx for f32 x");
       auto args = [&](auto kernel) {

@@ -113,6 +113,38 @@ TEST_F(CudaLlama, RmsNormBackwardWritesTheProductsOperand) {
   }
 }
 
+// RMSNorm's vector path: dw's column sums by vectors are the scalar sums'
+// bits (dout one element off alignment sends the same inputs down the
+// scalar kernels), and dx of both paths agrees to f32 rounding (the lanes
+// sum other columns).
+TEST_F(CudaLlama, RmsNormVectorAndScalarPathsAgree) {
+  for (DType t : kStorage) {
+    for (int64_t C : {64, 2048}) {
+      const int64_t N = 4099;
+      const std::string what = std::string(dtype_name(t)) + " C " + std::to_string(C);
+      const Tensor x = host_random(t, Shape{N, C}, 2.0), w_d = to_gpu(host_random(t, Shape{C}));
+      const Tensor rstd_d = gpu_tensor(DType::f32, Shape{N}), rstd_o = gpu_tensor(DType::f32, Shape{N});
+      std::vector<double> out[2], rstd[2], dw[2], dx[2];
+      const Tensor dout = host_random(t, Shape{N, C}), dw0 = host_random(DType::f32, Shape{C});
+      for (int off = 0; off < 2; ++off) {  // 0: vectors, 1: one element off
+        const Tensor x_o = to_gpu(x, off), out_d = gpu_tensor(t, Shape{N, C}, off);
+        gpu_k->rmsnorm_fwd(out_d, off ? rstd_o : rstd_d, x_o, w_d, 1e-5);
+        out[off] = values(out_d);
+        rstd[off] = values(off ? rstd_o : rstd_d);
+        // Both backwards from the vector forward's rstd.
+        const Tensor dout_d = to_gpu(dout, off), dx_d = gpu_tensor(DType::f32, Shape{N, C}, off), dw_d = to_gpu(dw0);
+        gpu_k->rmsnorm_bwd(dx_d, false, dw_d, dout_d, x_o, w_d, rstd_d);
+        dw[off] = values(dw_d);
+        dx[off] = values(dx_d);
+      }
+      EXPECT_EQ(max_abs_diff(dw[0], dw[1]), 0.0) << what << ": dw";
+      EXPECT_LT(rel_error(rstd[0], rstd[1]), 1e-6) << what << ": rstd";
+      EXPECT_LT(rel_error(out[0], out[1]), tolerance(t)) << what << ": out";
+      EXPECT_LT(rel_error(dx[0], dx[1]), 1e-5) << what << ": dx";
+    }
+  }
+}
+
 // The residual-stream forms ([Note: residual stream]): the forward's copy of
 // x is x's bits, and the backward's dx = dres + the norm's gradient matches
 // the CPU's composition (copy, then accumulate).
