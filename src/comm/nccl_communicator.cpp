@@ -101,7 +101,7 @@ class LocalHandle final : public DeviceCommHandle {
   explicit LocalHandle(cudaStream_t compute) : compute_(compute) {}
   void wait() override {}
   bool test() override { return true; }
-  void wait_host() override { ZT_CUDA_CHECK(cudaStreamSynchronize(compute_)); }
+  void wait_host() override { watched_stream_sync(compute_, "a one-rank collective"); }
 
  private:
   cudaStream_t compute_;
