@@ -15,6 +15,8 @@
 // found it (mark/release), so a step allocates nothing once the arena has grown.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -283,6 +285,16 @@ class Kernels {
   // "separate" is the forward then the backward (four products). Any other
   // value is an error that names it.
   enum class ClassifierPath : uint8_t { one_pass, one_pass_f32, separate };
+  // The rows of each chunk of the CUDA one pass ([Note: classifier in one
+  // pass]) over N rows of Vp logits of `logit_bytes` each, at most
+  // chunk_bytes of logits a chunk: the fewest chunks the budget allows, of
+  // equal rows (a multiple of 8, the last chunk shorter), so that no product
+  // runs on a sliver of rows. The memory estimator counts the same chunk.
+  static int64_t classifier_one_pass_rows(int64_t N, int64_t Vp, int64_t logit_bytes, int64_t chunk_bytes) {
+    const int64_t cap = std::max<int64_t>(chunk_bytes / (Vp * logit_bytes) / 8 * 8, 8);
+    const int64_t chunks = (N + cap - 1) / cap;
+    return std::min<int64_t>(((N + chunks - 1) / chunks + 7) / 8 * 8, N);
+  }
   static ClassifierPath classifier_path_from_env() {
     const char* env = std::getenv("ZTRAIN_CLASSIFIER");
     const std::string path = env == nullptr ? "" : env;

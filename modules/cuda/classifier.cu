@@ -32,6 +32,7 @@
 #include "core/error.hpp"
 #include "modules/cuda/common.cuh"
 #include "modules/cuda/lt_tune.cuh"
+#include "modules/kernels.hpp"
 
 namespace zt {
 namespace {
@@ -760,11 +761,7 @@ void classifier_fwd_bwd_cuda(Arena& ws, const Tensor& losses, const Tensor& dx, 
   const int64_t Vp = (int64_t{all.V} + 7) / 8 * 8, lsz = static_cast<int64_t>(dtype_size(logits));
   const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
   const int64_t ldg = Vp * lsz / es;  // G shares L's rows
-  // The fewest chunks the budget allows, of equal rows (a multiple of 8, the
-  // last one shorter), so that no product runs on a sliver of rows.
-  const int64_t cap = std::max<int64_t>(static_cast<int64_t>(chunk_bytes) / (Vp * lsz) / 8 * 8, 8);
-  const int64_t chunks = (all.N + cap - 1) / cap;
-  const int64_t Nc = std::min<int64_t>(((all.N + chunks - 1) / chunks + 7) / 8 * 8, all.N);
+  const int64_t Nc = Kernels::classifier_one_pass_rows(all.N, Vp, lsz, static_cast<int64_t>(chunk_bytes));
   const ArenaScope scope(ws);
   void* L = ws.alloc(DType::u16, Shape{Nc * Vp * lsz / 2}).data;
   ZT_CHECK(reinterpret_cast<uintptr_t>(L) % 16 == 0, "classifier: workspace arena is not 16-byte aligned");

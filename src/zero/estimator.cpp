@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "modules/kernels.hpp"
 #include "modules/llama_desc.hpp"
 #include "zero/grad_landing.hpp"
 
@@ -75,10 +76,7 @@ int64_t classifier_workspace(const EstimateInput& in, int64_t V, int64_t C, int6
       return std::min(in.cuda_separate_chunk_bytes, tokens * V * 4);
     case EstimateInput::Classifier::cuda_one_pass: {
       const int64_t Vp = (V + 7) / 8 * 8, lsz = in.cuda_logits_f32 ? 4 : a;
-      const int64_t cap = std::max<int64_t>(in.cuda_one_pass_chunk_bytes / (Vp * lsz) / 8 * 8, 8);
-      const int64_t chunks = (tokens + cap - 1) / cap;
-      const int64_t rows = std::min<int64_t>(((tokens + chunks - 1) / chunks + 7) / 8 * 8, tokens);
-      int64_t ws = rows * Vp * lsz;
+      int64_t ws = Kernels::classifier_one_pass_rows(tokens, Vp, lsz, in.cuda_one_pass_chunk_bytes) * Vp * lsz;
       if (Vp != V) ws += Vp * C * a + (Vp - V / 8 * 8) * C * 4;  // w in Vp rows, dw's tail
       return ws;
     }
@@ -87,7 +85,6 @@ int64_t classifier_workspace(const EstimateInput& in, int64_t V, int64_t C, int6
 }
 
 namespace {
-
 
 // Trainer buffers per token of a micro-batch in flight: tokens and targets
 // (i32) and the loss weights (f32).
