@@ -66,8 +66,8 @@ class StepWalk final : private StepHooks, private ParamProvider {
   void reduce_grads() override;
   void optimizer_step() override;
   double reduce_loss(const Buffer& acc, double tokens);
-  // ParamProvider: ZeRO's, cutting the step's graph into a piece a unit
-  // ([Note: step graph]) while it is recorded.
+  // ParamProvider: ZeRO's, cutting the step's graph before the 2nd, 3rd,
+  // 5th, 9th, ... unit while it is recorded ([Note: step graph]).
   std::vector<Tensor> acquire(int unit, Phase phase) override;
   void release(int unit, Phase phase) override;
   void set_run_length(int n) override;

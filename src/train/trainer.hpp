@@ -56,7 +56,8 @@ class Trainer {
   void set_step_hook(std::function<void(int64_t)> hook);
   // Records each step after the first as graphs on the device and launches
   // them ([Note: step graph] in runtime/device.hpp) where the layout allows:
-  // one rank, no offload, ZeRO stage 0, the step's verdict on the device, no
+  // one rank, no offload, any ZeRO stage whose communicator a graph may
+  // record (Communicator::graph_safe), the step's verdict on the device, no
   // packed documents, no device memory cap, no injected fault. Returns ""
   // when it will, else why not. `graph`: the graph to record into (tests);
   // null: the device's.
