@@ -21,12 +21,7 @@ for t in cuda_attention_parity cuda_llama_parity; do
 done
 grep -h "docs=1\|NKV" "$out/cuda_attention_parity.log" | head -12 | tee -a "$summary"
 
-cat > "$out/llama-tiny.json" <<'JSON'
-{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1, "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1}},
- "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 10, "warmup_type": "linear"}},
- "model": {"preset": "llama-tiny"}, "train": {"steps": 50, "eval_interval": 0}}
-JSON
+tiny_config "$out/llama-tiny.json" llama-tiny
 run() {  # run NAME NP ARGS...: ztrain on llama-tiny.json into OUT/NAME
   local name=$1 np=$2
   shift 2

@@ -1,8 +1,8 @@
 # Set-up shared by the GPU-host check scripts (sourced): BUNDLE_DIR and
 # OUT_DIR from the arguments, the bundle's libraries, NVLink multicast off,
 # an mpirun command line, note() appending to OUT_DIR/summary.txt, and
-# tiny_config FILE writing the tiny GPT's check config (50 steps, 4
-# micro-batches of 8, warm-up, clipping).
+# tiny_config FILE [PRESET] writing the check config of the tiny GPT (or
+# PRESET: llama-tiny) (50 steps, 4 micro-batches of 8, warm-up, clipping).
 # Usage: . jobs/gpu/lib.sh SCRIPT_NAME "$@"
 name=$1
 shift
@@ -29,11 +29,11 @@ d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 print(f"{name}: {'ok' if d <= tol else 'FAIL'} max rel diff {d:.2e} (tol {tol:g}); loss {a[0]:.4f} -> {a[-1]:.4f} vs {b[-1]:.4f}")
 PY
 }
-tiny_config() {  # tiny_config FILE
-  cat > "$1" <<'JSON'
+tiny_config() {  # tiny_config FILE [PRESET]: PRESET "tiny" unless given
+  cat > "$1" <<JSON
 {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1}},
  "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 10, "warmup_type": "linear"}},
- "model": {"preset": "tiny"}, "train": {"steps": 50, "eval_interval": 0}}
+ "model": {"preset": "${2:-tiny}"}, "train": {"steps": 50, "eval_interval": 0}}
 JSON
 }
