@@ -82,4 +82,17 @@ class CpuKernels final : public Kernels {
   size_t classifier_chunk_bytes_;
 };
 
+// [Note: host sums of squares] CpuKernels::sum_squares cuts its n elements
+// into sum_squares_parts(n) ranges (the calling thread's OpenMP thread count,
+// or one range below the parallel grain), sums each range's squares in
+// index order in double, and adds the range sums in range order. The ranges
+// depend on n and on `parts` only, not on the team that runs them.
+// add_sum_squares adds src into dst (float adds, CpuKernels::add's bits) and
+// returns the sum of squares of the new dst in that order for `parts`
+// ranges: given sum_squares_parts(n) from the thread that would call
+// sum_squares, the sum has its bits whichever thread computes it (a landing
+// thread whose team differs: zero/grad_landing.hpp), in the add's one pass.
+int sum_squares_parts(int64_t n);
+double add_sum_squares(float* dst, const float* src, int64_t n, int parts);
+
 }  // namespace zt

@@ -262,38 +262,66 @@ void CpuKernels::scale(const Tensor& x, double alpha) {
   });
 }
 
+namespace {
+
+constexpr int kMaxSquareParts = 256;
+
+// [Note: host sums of squares] part_sum(b, e) of each of `parts` ranges,
+// added in range order; each range is summed by one thread of the team,
+// whatever its size.
+template <typename PartSum>
+double sum_by_parts(int64_t n, int parts, PartSum part_sum) {
+  ZT_CHECK(parts >= 1 && parts <= kMaxSquareParts, "sums of squares in ", parts, " parts");
+  double part[kMaxSquareParts] = {};
+#pragma omp parallel if (parts > 1)
+  {
+    const int team = omp_get_num_threads();
+    for (int p = omp_get_thread_num(); p < parts; p += team) {
+      int64_t b, e;
+      cpu::split_range(n, parts, p, b, e);
+      part[p] = part_sum(b, e);
+    }
+  }
+  double total = 0;
+  for (int p = 0; p < parts; ++p) total += part[p];
+  return total;
+}
+
+}  // namespace
+
+int sum_squares_parts(int64_t n) {
+  return n > cpu::kParallelGrain ? std::min(omp_get_max_threads(), kMaxSquareParts) : 1;
+}
+
+double add_sum_squares(float* dst, const float* src, int64_t n, int parts) {
+  return sum_by_parts(n, parts, [&](int64_t b, int64_t e) {
+    double s = 0;
+    for (int64_t i = b; i < e; ++i) {
+      const float v = dst[i] + src[i];
+      dst[i] = v;
+      s += static_cast<double>(v) * static_cast<double>(v);
+    }
+    return s;
+  });
+}
+
 void CpuKernels::sum_squares(const Tensor& x, const Tensor& acc) {
   ZT_CHECK(acc.numel() == 1, "sum_squares: acc must have one element");
   double* out = cpu::math_ptr<double>(acc, "sum_squares acc");
   const int64_t n = x.numel();
-  // Per-thread partial sums combined in thread order: the result does not
-  // depend on OpenMP's reduction order.
-  constexpr int kMaxParts = 256;
-  double part[kMaxParts] = {};
-  int parts = 1;
+  double total = 0;
   cpu::with_storage(x.dtype, [&](auto xt) {
     using TX = decltype(xt);
     const TX* p = cpu::typed<const TX>(x);
-#pragma omp parallel if (n > cpu::kParallelGrain)
-    {
-      const int nt = std::min(omp_get_num_threads(), kMaxParts);
-      const int id = omp_get_thread_num();
-#pragma omp single
-      parts = nt;
-      if (id < nt) {
-        int64_t b, e;
-        cpu::split_range(n, nt, id, b, e);
-        double s = 0;
-        for (int64_t i = b; i < e; ++i) {
-          const double v = load<double>(p[i]);
-          s += v * v;
-        }
-        part[id] = s;
+    total = sum_by_parts(n, sum_squares_parts(n), [&](int64_t b, int64_t e) {
+      double s = 0;
+      for (int64_t i = b; i < e; ++i) {
+        const double v = load<double>(p[i]);
+        s += v * v;
       }
-    }
+      return s;
+    });
   });
-  double total = 0;
-  for (int i = 0; i < parts; ++i) total += part[i];
   *out += total;
 }
 

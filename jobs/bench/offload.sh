@@ -162,7 +162,8 @@ JSON
       # given, so accumulation 8 is 64k tokens a step; RECOMPUTE sets
       # model.recompute_layers (default, or empty: every block recomputes),
       # GROUP train.breadth_first_group (default 1), pfm
-      # offload.param_from_master.
+      # offload.param_from_master. CAP_DEVICE_ALONE=1 runs each entry first
+      # without offload and without the cap (the device's compute alone).
       declare -A shape=([2.7b]="32 2560 32" [3.8b]="32 3072 24" [4.6b]="36 3200 25" [6.2b]="30 4096 32"
                         [6.7b]="32 4096 32")
       for r in ${CAP_RUNS:-2.7b:1 3.8b:1 4.6b:1 6.2b:1 6.7b:1}; do
@@ -184,6 +185,15 @@ JSON
           extra+=(offload.param_from_master=true)
         fi
         config "c$size-mb$micro-a$acc" ${shape[$size]} "$micro" "$acc" "$steps"
+        if [ "${CAP_DEVICE_ALONE:-0}" = 1 ]; then
+          # The device's compute alone, the bound's first term: the same
+          # model, micro-batch, groups and checkpointing with every state on
+          # the device and no cap (6.25B needs about 105 GiB there).
+          dev_extra=()
+          for e in "${extra[@]}"; do [ "$e" = offload.param_from_master=true ] || dev_extra+=("$e"); done
+          run "$size-z3-device-alone-mb$micro-a$acc${group:+-bf$group}" "c$size-mb$micro-a$acc" 2 \
+            zero_optimization.stage=3 model.activation_checkpointing=true "${dev_extra[@]}"
+        fi
         if [ "$mode" = delayed ]; then
           run "$name-delayed" "c$size-mb$micro-a$acc" 3 "${CAP[@]}" "${extra[@]}" "${DELAY[@]}"
         else

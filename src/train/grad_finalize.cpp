@@ -47,7 +47,7 @@ void GradientFinalizer::inject_overflow(int64_t step) {
   for (OwnedShard& sh : zero_.owned_shards())
     if (sh.unit == fault_.unit) {
       const float inf = std::numeric_limits<float>::infinity();
-      zero_.forget_device_sq(sh.unit);
+      zero_.forget_landed_sq(sh.unit);
       if (sh.grad_on_host)
         *sh.grad = inf;
       else
@@ -155,7 +155,7 @@ void GradientFinalizer::reduce_tied_copies() {
   const int tied = mirror_ >= 0 ? mirror_ : 0;
   for (const OwnedShard& sh : zero_.owned_shards()) {
     if (sh.unit != tied) continue;
-    zero_.forget_device_sq(sh.unit);
+    zero_.forget_landed_sq(sh.unit);
     if (!sh.grad_on_host || dev_.kind() == DeviceKind::cpu) {
       all_reduce_sync(*tie.tensors, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()));
       continue;
@@ -191,7 +191,7 @@ double GradientFinalizer::owned_grad_sq() {
     // order as the accumulator below adds them.
     std::vector<double> dev_sq;
     std::vector<bool> have;
-    zero_.device_shard_sq(dev_sq, have);
+    zero_.landed_shard_sq(dev_sq, have);
     double sq = 0;
     for (const OwnedShard& sh : zero_.owned_shards()) {
       if (sh.unit == mirror_) continue;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "modules/cpu_kernels.hpp"
 #include "zero/grad_landing.hpp"
 
 namespace zt {
@@ -14,7 +15,7 @@ void PendingCollective::finish() {
       kernels->add(s, s, Tensor(const_cast<float*>(pre_add), DType::f32, Shape{count}, s.device));
     }
     if (sq_into != nullptr) kernels->sum_squares(staging.tensor(), Tensor(sq_into, DType::f64, Shape{1}, staging.tensor().device));
-    landing->land(accumulate_into, std::move(staging), count);
+    landing->land(accumulate_into, std::move(staging), count, host_sq_into, host_sq_parts);
     return;
   }
   const DeviceKind where = staging.tensor().device;
@@ -39,7 +40,7 @@ void finish_all(std::vector<PendingCollective>& pending) {
 
 bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing,
-                         const float* pre_add, double* sq_into) {
+                         const float* pre_add, double* sq_into, double* host_sq_into) {
   const int dp = comm.size();
   if (dp == 1 && landing == nullptr) {
     // One rank's reduction is its own gradient: added into the shard as
@@ -50,7 +51,7 @@ bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     return false;
   }
   const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(S, bucket_elems / dp));
-  const bool whole = piece >= S && landing != nullptr && sq_into != nullptr;
+  const bool whole = piece >= S && landing != nullptr && (sq_into != nullptr || host_sq_into != nullptr);
   for (int64_t off = 0; off < S; off += piece) {
     const int64_t c = std::min(piece, S - off);
     PendingCollective p;
@@ -60,7 +61,11 @@ bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     p.landing = landing;
     p.pre_add = pre_add == nullptr ? nullptr : pre_add + off;
     p.staging = Buffer(dev, DType::f32, Shape{c}, MemTag::comm);
-    if (whole) p.sq_into = sq_into;
+    if (whole) {
+      p.sq_into = sq_into;
+      p.host_sq_into = host_sq_into;
+      if (host_sq_into != nullptr) p.host_sq_parts = sum_squares_parts(S);
+    }
     if (c == S) {  // the whole unit in one call, straight from its buffer
       p.request = comm.reduce_scatter(Tensor(const_cast<float*>(full), DType::f32, Shape{dp * S}, dev.kind()),
                                       p.staging.tensor(), ReduceOp::sum);

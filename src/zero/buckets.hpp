@@ -36,6 +36,11 @@ struct PendingCollective {
   // With landing: device memory (one double) the piece's sum of squares is
   // added to before it lands ([Note: norm on the device] in zero_engine.hpp).
   double* sq_into = nullptr;
+  // With landing, for a piece that is added on the host: host memory that
+  // receives the sum of squares after the add (GradLanding::land), in
+  // `host_sq_parts` parts.
+  double* host_sq_into = nullptr;
+  int host_sq_parts = 1;
   int64_t count = 0;
   // all-gather of a piece: unpack `staging` into dp strided blocks.
   void* unpack_into = nullptr;
@@ -52,10 +57,14 @@ struct PendingCollective {
 // ([Note: gradients on the host]); `pre_add` (S device floats), when given,
 // is added to each piece before it lands. With `sq_into` (one device double)
 // and the shard reduced in one piece, the piece's sum of squares is added
-// there before it lands; returns whether it was.
+// there before it lands; with `host_sq_into` (one host double; a piece that
+// lands on values already there) and one piece, the landing's add writes
+// there the sum of squares of the shard after it (the bits of
+// CpuKernels::sum_squares called from this thread, [Note: host sums of
+// squares] in modules/cpu_kernels.hpp). Returns whether either was taken.
 bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing = nullptr,
-                         const float* pre_add = nullptr, double* sq_into = nullptr);
+                         const float* pre_add = nullptr, double* sq_into = nullptr, double* host_sq_into = nullptr);
 
 // All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
 void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,

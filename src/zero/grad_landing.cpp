@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "modules/cpu_kernels.hpp"
 
 namespace zt {
 namespace {
@@ -54,7 +55,7 @@ int GradLanding::take_slot() {
   return slot;
 }
 
-void GradLanding::land(float* host_dst, Buffer staging, int64_t count) {
+void GradLanding::land(float* host_dst, Buffer staging, int64_t count, double* sq_into, int sq_parts) {
   while (static_cast<int>(queue_.size()) >= max_in_flight_) retire_oldest();
   const size_t bytes = static_cast<size_t>(count) * sizeof(float);
   InFlight f;
@@ -62,6 +63,7 @@ void GradLanding::land(float* host_dst, Buffer staging, int64_t count) {
   f.dst = host_dst;
   f.count = count;
   if (seen_.insert(host_dst).second) {
+    ZT_CHECK(sq_into == nullptr, "a gradient piece's first landing asked for its sum of squares on the host");
     f.ticket = copies_.to_host(host_dst, f.staging.data(), bytes);
     first_landed_ += count;
   } else {
@@ -69,6 +71,8 @@ void GradLanding::land(float* host_dst, Buffer staging, int64_t count) {
     Buffer& b = slots_[static_cast<size_t>(slot)];  // no add reads it now
     if (b.empty() || b.tensor().numel() < count) b = Buffer(pinned_, DType::f32, Shape{count}, MemTag::offload);
     f.slot = slot;
+    f.sq_into = sq_into;
+    f.sq_parts = sq_parts;
     f.ticket = copies_.to_host(b.data(), f.staging.data(), bytes);
   }
   times_.bytes += static_cast<double>(bytes);
@@ -88,12 +92,19 @@ void GradLanding::retire_oldest() {
     const float* src = slots_[static_cast<size_t>(f.slot)].as<float>();
     const int64_t n = f.count;
     const size_t slot = static_cast<size_t>(f.slot);
-    adder_.start([this, dst, src, n, slot] {
+    double* sq = f.sq_into;
+    const int parts = f.sq_parts;
+    adder_.start([this, dst, src, n, slot, sq, parts] {
       const double t = now_s();
       // What the device path computes (Kernels::add of the reduced piece
-      // into the shard): one float add per element.
+      // into the shard): one float add per element; with `sq`, the sum of
+      // squares of the result in the same pass.
+      if (sq != nullptr) {
+        *sq = add_sum_squares(dst, src, n, parts);
+      } else {
 #pragma omp parallel for simd schedule(static) if (n > (int64_t{1} << 16))
-      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
+        for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
+      }
       std::lock_guard<std::mutex> lk(mu_);
       slot_busy_[slot] = false;
       add_s_ += now_s() - t;

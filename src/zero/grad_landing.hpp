@@ -59,7 +59,13 @@ class GradLanding {
   // Lands `count` floats of device memory `staging` (owned from now on) on
   // host memory `host_dst`: copied there if no piece landed on it this step,
   // else added. A piece lands on the same host_dst every micro-batch.
-  void land(float* host_dst, Buffer staging, int64_t count);
+  // `sq_into` (only for a piece that is added): host memory that receives
+  // the sum of squares of host_dst's count values after the add, computed in
+  // the add's pass, with the bits CpuKernels::sum_squares gives in
+  // `sq_parts` parts ([Note: host sums of squares] in
+  // modules/cpu_kernels.hpp); written by the landing's thread, so read only
+  // after drain().
+  void land(float* host_dst, Buffer staging, int64_t count, double* sq_into = nullptr, int sq_parts = 1);
   // Every landed piece is in host memory.
   void drain();
   // Elements landed for the first time this step (each host element once).
@@ -73,6 +79,8 @@ class GradLanding {
     int slot = -1;  // >= 0: added from slots_[slot]
     float* dst = nullptr;
     int64_t count = 0;
+    double* sq_into = nullptr;  // with slot >= 0: the sum of squares after the add
+    int sq_parts = 1;
   };
   void retire_oldest();
   int take_slot();  // a slot no add reads, waiting for one if need be

@@ -110,6 +110,8 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       landing_ = std::make_unique<GradLanding>(*copies_, dev.host_memory(true));
       shard_sq_ = zeroed(DType::f64, std::max<int64_t>(1, n), MemTag::workspace);
       sq_on_device_.assign(static_cast<size_t>(n), false);
+      host_sq_.assign(static_cast<size_t>(n), 0.0);
+      sq_on_host_.assign(static_cast<size_t>(n), false);
       landed_.assign(static_cast<size_t>(n), false);
       if (opts.grad_accumulate_on_device) {
         ZT_CHECK(opts.stage >= 2 && opts.micro_batches >= 2, "offload.grad_accumulation \"device\" at stage ",

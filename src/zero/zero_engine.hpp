@@ -101,8 +101,14 @@
 // of its own before the piece leaves, with the kernel the device path uses
 // on its own gradient shard; GradientFinalizer reads the slots once and
 // adds them in shard order, as the device path's accumulator does, so the
-// norm has the bits of the run without offload. Other shards are summed on
-// the host as before.
+// norm has the bits of the run without offload. A unit whose gradient lands
+// more than once a step in one piece (gradient accumulation without one
+// breadth-first run of every micro-batch) is added on the host from its
+// second landing on; each such add also sums the squares of the values it
+// leaves ([Note: host sums of squares] in modules/cpu_kernels.hpp, the bits
+// of the host's sum over the shard), so the last one's sum is the shard's,
+// taken beside the backward instead of in another pass after it. Other
+// shards (in several pieces) are summed on the host after the backward.
 //
 // [Note: streamed update] (optim/offload_adamw.hpp) With the states off the
 // device, publish_params only marks the units kept whole as stale: each is
@@ -207,12 +213,13 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // [Note: norm on the device] With the gradients on the host: each owned
   // shard's sum of squares (by shard index) where the device computed it
   // from the piece that landed, which is then the shard's whole gradient of
-  // the step; have[i] false where it did not (the host sums that shard).
-  // Returns whether any shard has one. One read of the device.
-  bool device_shard_sq(std::vector<double>& sq, std::vector<bool>& have);
+  // the step, or the landing's last host add did; have[i] false where
+  // neither did (the host sums that shard). Returns whether any shard has
+  // one. One read of the device; after reduce_gradients().
+  bool landed_shard_sq(std::vector<double>& sq, std::vector<bool>& have);
   // The unit's host gradient changed after it landed (a tie reduction, a
-  // test's injected fault): its device sum no longer holds.
-  void forget_device_sq(int unit);
+  // test's injected fault): its landed sum no longer holds.
+  void forget_landed_sq(int unit);
   std::vector<OwnedShard>& owned_shards() { return owned_; }
   OptimizerPlacement& placement() { return placement_; }
   // The optimizer step: every owned shard through the placement, then finish().
@@ -274,7 +281,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void await_update(int u);
   void publish_unit(int u);
   double* sq_slot(int u);
-  void note_sq(int u, bool summed);
+  void note_sq(int u, bool summed, bool on_host = false);
 
   std::vector<bool> local_;
   std::vector<const Unit*> units_;
@@ -298,6 +305,10 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   // [Note: norm on the device]: f64 by unit, and whether this step's is set.
   Buffer shard_sq_;
   std::vector<bool> sq_on_device_;
+  // The same summed by the landing's host add of a unit's last piece
+  // ([Note: host sums of squares] in modules/cpu_kernels.hpp), by unit.
+  std::vector<double> host_sq_;
+  std::vector<bool> sq_on_host_;
   std::vector<bool> landed_;  // the unit's gradient landed this step
   // [Note: gradients written, not zeroed]: what zero_grads clears of grads_
   // (large spans one by one, the small ones in one call), and the units

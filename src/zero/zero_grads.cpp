@@ -72,12 +72,16 @@ void ZeroEngine::done(int unit) {
                                         opts_.reduce_bucket_size, st.reduce, landing_.get(), acc, sq_slot(unit)));
   } else {
     // [Note: norm on the device] Only a step's single landing is the
-    // gradient (one run of all the micro-batches, or no accumulation).
+    // gradient (one run of all the micro-batches, or no accumulation); a
+    // later landing is added on the host, which sums the squares it leaves.
     const bool once = run_length_ == opts_.micro_batches;
-    note_sq(unit, reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(),
-                                      grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
-                                      opts_.reduce_bucket_size, st.reduce, landing_.get(), nullptr,
-                                      once ? sq_slot(unit) : nullptr));
+    const size_t i = static_cast<size_t>(unit);
+    double* host_sq = !once && landing_ && landed_[i] ? &host_sq_[i] : nullptr;
+    note_sq(unit,
+            reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit],
+                                fu.shard, opts_.reduce_bucket_size, st.reduce, landing_.get(), nullptr,
+                                once ? sq_slot(unit) : nullptr, host_sq),
+            host_sq != nullptr);
   }
   // Pieces packed through staging finish at once; a whole-unit call may stay
   // in flight with overlap_comm, holding the gradient buffer until it is done.
@@ -138,6 +142,7 @@ void ZeroEngine::zero_grads() {
   landing_->begin_step();
   dev_.memset_zero(shard_sq_.data(), shard_sq_.bytes());
   std::fill(sq_on_device_.begin(), sq_on_device_.end(), false);
+  std::fill(sq_on_host_.begin(), sq_on_host_.end(), false);
   std::fill(landed_.begin(), landed_.end(), false);
   if (!grad_acc_.empty()) {
     dev_.memset_zero(grad_acc_.data(), grad_acc_.bytes());
@@ -183,20 +188,24 @@ void ZeroEngine::reduce_gradients() {
 // [Note: norm on the device] Slots by unit.
 double* ZeroEngine::sq_slot(int u) { return shard_sq_.empty() ? nullptr : shard_sq_.as<double>() + u; }
 
-// A unit that lands a second time in a step (more landings than the
-// options said) is summed on the host: its device sum misses the host adds.
-void ZeroEngine::note_sq(int u, bool summed) {
+// A unit that lands a second time in a step is added on the host: its
+// device sum (of one piece) no longer holds, and the add's own sum, when it
+// took one (`on_host`), does, until a later landing.
+void ZeroEngine::note_sq(int u, bool summed, bool on_host) {
   if (sq_on_device_.empty()) return;
   const size_t i = static_cast<size_t>(u);
-  sq_on_device_[i] = summed && !landed_[i];
+  sq_on_device_[i] = summed && !on_host && !landed_[i];
+  sq_on_host_[i] = summed && on_host;
   landed_[i] = true;
 }
 
-void ZeroEngine::forget_device_sq(int unit) {
-  if (!sq_on_device_.empty()) sq_on_device_[static_cast<size_t>(unit)] = false;
+void ZeroEngine::forget_landed_sq(int unit) {
+  if (sq_on_device_.empty()) return;
+  sq_on_device_[static_cast<size_t>(unit)] = false;
+  sq_on_host_[static_cast<size_t>(unit)] = false;
 }
 
-bool ZeroEngine::device_shard_sq(std::vector<double>& sq, std::vector<bool>& have) {
+bool ZeroEngine::landed_shard_sq(std::vector<double>& sq, std::vector<bool>& have) {
   have.assign(owned_.size(), false);
   if (shard_sq_.empty()) return false;
   std::vector<double> by_unit(static_cast<size_t>(layout_.num_units()));
@@ -205,8 +214,8 @@ bool ZeroEngine::device_shard_sq(std::vector<double>& sq, std::vector<bool>& hav
   bool any = false;
   for (const OwnedShard& sh : owned_) {
     const size_t i = static_cast<size_t>(sh.index), u = static_cast<size_t>(sh.unit);
-    have[i] = sq_on_device_[u];
-    sq[i] = by_unit[u];
+    have[i] = sq_on_device_[u] || sq_on_host_[u];
+    sq[i] = sq_on_host_[u] ? host_sq_[u] : by_unit[u];
     any = any || have[i];
   }
   return any;

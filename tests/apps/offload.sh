@@ -81,6 +81,12 @@ BIG=zero_optimization.reduce_bucket_size=100000000
 OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"')
 same "z2-np2-once" 2 zero_optimization.stage=2 train_batch_size=4 $BIG
 same "z3-np1-group" 1 zero_optimization.stage=3 train.breadth_first_group=6 $BIG
+# [Note: host sums of squares]: a unit that lands several times a step in
+# one piece is added on the host, and the last add's sum of squares stands
+# for the host's sum over the shard: the same norm bits, one micro-batch at
+# a time and in breadth-first groups of fewer than all micro-batches.
+same "z2-np2-accum-host-sums" 2 zero_optimization.stage=2 train_micro_batch_size_per_gpu=1 $BIG
+same "z3-np1-groups-host-sums" 1 zero_optimization.stage=3 train_micro_batch_size_per_gpu=1 train.breadth_first_group=4 $BIG
 # [Note: streamed update]: the exact update runs beside the next step's
 # forward, and the step reports it so.
 run_with 2 c.json streamed zero_optimization.stage=2 train_batch_size=4 wall_clock_breakdown=true \

@@ -1,4 +1,6 @@
 // CpuKernels::sum_into against the host loop it replaces in the trainer,
+// and add_sum_squares against CpuKernels::add then sum_squares ([Note: host
+// sums of squares] in modules/cpu_kernels.hpp),
 // `for (float v : losses) acc += v;`, bit for bit: the loss bits of a run are
 // compared exactly with a golden file, so the CPU must add in index order,
 // one element at a time, straight into acc.
@@ -7,7 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
+
+#include <omp.h>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -89,6 +94,43 @@ TEST(SumInto, RejectsOtherDtypesAndShapes) {
   EXPECT_THROW(k.sum_into(Tensor(x.data(), DType::f32, Shape{8}), Tensor(&acc_f32, DType::f32, Shape{1})), Error);
   EXPECT_THROW(k.sum_into(Tensor(x.data(), DType::bf16, Shape{16}), Tensor(&acc, DType::f64, Shape{1})), Error);
   EXPECT_EQ(acc, 0.0);
+}
+
+// [Note: host sums of squares]: the add and the sum of squares in one pass
+// give CpuKernels::add's values and CpuKernels::sum_squares's bits, also
+// when a thread whose OpenMP team differs from the caller's computes them
+// (a gradient landing's thread: zero/grad_landing.hpp).
+TEST(AddSumSquares, HasTheBitsOfTheAddThenTheSumOfSquares) {
+  CpuKernels k;
+  const int threads = omp_get_max_threads();
+  for (int main_threads : {threads, threads + 1}) {
+    omp_set_num_threads(main_threads);  // the landing thread keeps the process's default team
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{40000}, (int64_t{1} << 20) + 3}) {
+      const std::vector<float> a = losses(n, static_cast<uint64_t>(n) + 3), b = losses(n, static_cast<uint64_t>(n) + 4);
+      std::vector<float> ref = a, got = a;
+      k.add(Tensor(ref.data(), DType::f32, Shape{n}), Tensor(ref.data(), DType::f32, Shape{n}),
+            Tensor(const_cast<float*>(b.data()), DType::f32, Shape{n}));
+      double want = 0;
+      k.sum_squares(Tensor(ref.data(), DType::f32, Shape{n}), Tensor(&want, DType::f64, Shape{1}));
+      const int parts = sum_squares_parts(n);
+      EXPECT_EQ(parts, n > (int64_t{1} << 15) ? main_threads : 1);
+      double sum = -1;
+      std::thread([&] { sum = add_sum_squares(got.data(), b.data(), n, parts); }).join();
+      EXPECT_TRUE(same_bits(sum, want)) << "n " << n << " threads " << main_threads << ": " << sum << " vs " << want;
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float))) << "n " << n;
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+TEST(AddSumSquares, TheTestDataSumsToOtherBitsInOtherParts) {
+  // Guards the test above: on its data the parts change the bits, so a sum
+  // cut otherwise than sum_squares cuts it would be caught.
+  const int64_t n = (int64_t{1} << 20) + 3;
+  const std::vector<float> a = losses(n, static_cast<uint64_t>(n) + 3), b = losses(n, static_cast<uint64_t>(n) + 4);
+  std::vector<float> x = a, y = a;
+  const double three = add_sum_squares(x.data(), b.data(), n, 3), four = add_sum_squares(y.data(), b.data(), n, 4);
+  EXPECT_FALSE(same_bits(three, four)) << three;
 }
 
 }  // namespace

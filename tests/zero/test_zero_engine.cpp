@@ -33,9 +33,10 @@ struct Fixture {
     for (auto& u : owned) units.push_back(u.get());
   }
   std::unique_ptr<ZeroEngine> engine(int stage, int64_t max_live = 1000000000, int64_t reuse = 1000000000,
-                                     OptimizerPlacement* placement = nullptr) {
+                                     OptimizerPlacement* placement = nullptr, int micro_batches = 1) {
     ZeroOptions o;
     o.stage = stage;
+    o.micro_batches = micro_batches;
     o.reduce_bucket_size = 1500;
     o.allgather_bucket_size = 2500;
     o.param_persistence_threshold = 50;
@@ -355,7 +356,7 @@ TEST(ZeroEngine, ShardNormsOnTheDeviceEqualTheHostSums) {
     f.step(e);
     std::vector<double> sq;
     std::vector<bool> have;
-    const bool any = e.device_shard_sq(sq, have);
+    const bool any = e.landed_shard_sq(sq, have);
     bool any_whole = false, any_cut = false;
     for (const OwnedShard& s : e.owned_shards()) {
       const bool whole = s.numel() <= bucket / f.topo.dp().size();
@@ -370,8 +371,8 @@ TEST(ZeroEngine, ShardNormsOnTheDeviceEqualTheHostSums) {
     }
     EXPECT_EQ(any, any_whole);
     EXPECT_EQ(any_cut, bucket == 500);  // the small bucket cuts some shard
-    e.forget_device_sq(e.owned_shards().front().unit);
-    e.device_shard_sq(sq, have);
+    e.forget_landed_sq(e.owned_shards().front().unit);
+    e.landed_shard_sq(sq, have);
     EXPECT_FALSE(have.front());
   }
 }
@@ -405,14 +406,16 @@ TEST(ZeroEngine, StreamedUpdateGivesTheParametersOfTheDeviceUpdate) {
 
 // [Note: gradients on the host]: accumulated pieces are added on the
 // landing's thread in landing order: the owned gradients have the bits of
-// the device's adds, and a unit that landed twice has no device sum.
+// the device's adds, and a unit that landed more than once has the sum of
+// squares of its last add, with the bits of the host's sum of the shard
+// ([Note: host sums of squares]); a shard cut into pieces has none.
 TEST(ZeroEngine, HostAddsOfLandedPiecesEqualTheDeviceAdds) {
   Fixture f;
   for (int stage : {2, 3}) {
     auto ref = f.engine(stage);
     f.step(*ref, 3);
     auto host = make_host_offload_adamw(f.dev, AdamWParams{0.5, 0.9, 0.95, 1e-8, 0.1}, HostOffloadOptions{});
-    auto e = f.engine(stage, 1000000000, 1000000000, host.get());
+    auto e = f.engine(stage, 1000000000, 1000000000, host.get(), 3);
     ASSERT_TRUE(e->grads_on_host());
     f.step(*e, 3);
     ASSERT_EQ(ref->owned_shards().size(), e->owned_shards().size());
@@ -423,6 +426,19 @@ TEST(ZeroEngine, HostAddsOfLandedPiecesEqualTheDeviceAdds) {
     }
     std::vector<double> sq;
     std::vector<bool> have;
-    EXPECT_FALSE(e->device_shard_sq(sq, have)) << "stage " << stage;
+    e->landed_shard_sq(sq, have);
+    bool any_whole = false, any_cut = false;
+    for (const OwnedShard& s : e->owned_shards()) {
+      const bool whole = s.numel() <= 1500 / f.topo.dp().size();  // the fixture's reduce bucket
+      any_whole = any_whole || whole;
+      any_cut = any_cut || !whole;
+      EXPECT_EQ(have[static_cast<size_t>(s.index)], whole) << "stage " << stage << " unit " << s.unit;
+      if (!whole) continue;
+      double acc = 0;
+      f.kernels.sum_squares(Tensor(s.grad, DType::f32, Shape{s.numel()}), Tensor(&acc, DType::f64, Shape{1}));
+      EXPECT_EQ(sq[static_cast<size_t>(s.index)], acc) << "stage " << stage << " unit " << s.unit;
+      EXPECT_GT(acc, 0.0);
+    }
+    EXPECT_TRUE(any_whole && any_cut) << "stage " << stage;
   }
 }
