@@ -193,6 +193,38 @@ void SectionReader::check_known(const std::string& key) const {
   ZT_CHECK(contains(schema_.keys, key), "config key '", key, "' is read but not in schema '", schema_.id, "'");
 }
 
+namespace {
+
+// Some "enabled" inside v (any depth): 1 true, 0 none, -1 only false ones.
+int nested_enabled(const json& v) {
+  if (!v.is_object()) return 0;
+  int found = 0;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() == "enabled") {
+      if (it.value() == true) return 1;
+      found = -1;
+      continue;
+    }
+    const int inner = nested_enabled(it.value());
+    if (inner == 1) return 1;
+    if (inner == -1) found = -1;
+  }
+  return found;
+}
+
+}  // namespace
+
+bool feature_turned_on(const json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0;
+  if (!v.is_object()) return true;
+  if (v.contains("enabled")) return v["enabled"] == true;
+  if (v.contains("autotp_size")) return v["autotp_size"].is_number() && v["autotp_size"].get<double>() > 1;
+  const int inner = nested_enabled(v);
+  return inner == 1 || (inner == 0 && !v.empty());
+}
+
 const json* SectionReader::find(const std::string& key) const {
   check_known(key);
   if (!obj_) return nullptr;
@@ -210,6 +242,13 @@ void SectionReader::check_keys() const {
       if (k.name == key) ignored = &k;
     if (ignored) {
       const json& v = it.value();
+      if (ignored->refused) {  // off: nothing is left out
+        if (feature_turned_on(v))
+          fail(key, "a DeepSpeed feature that changes what is trained, which ztrain does not implement" +
+                        (ignored->note.empty() ? std::string() : " (" + ignored->note + ")") +
+                        "; remove the section or set \"enabled\": false to train without it");
+        continue;
+      }
       const bool disabled = v.is_object() && v.contains("enabled") && v["enabled"] == false;
       if (!v.is_null() && v != ignored->harmless && !disabled)
         warn(key, "DeepSpeed option that ztrain does not implement; ignored" +

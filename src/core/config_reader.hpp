@@ -20,11 +20,26 @@ using nlohmann::json;
 // A DeepSpeed key that ztrain accepts without implementing it. A warning is
 // recorded unless the value is null, equals `harmless` (DeepSpeed's default),
 // or is an object with "enabled": false.
+//
+// [Note: features that change what is trained] A DeepSpeed feature that
+// would change the model, its arithmetic or its data (sparse attention,
+// curriculum learning, AMP, tensor parallelism, ...) is refused instead when
+// the config turns it on (`refused`): training without it would give
+// another run than the one asked for, with a warning lost among the ranks'
+// output. Monitoring and profiling sections stay warnings.
 struct IgnoredKey {
   std::string name;
   json harmless;
   std::string note;  // appended to the warning when not empty
+  bool refused = false;
 };
+
+// Whether a DeepSpeed feature section turns its feature on: a scalar other
+// than null, false or 0; an object whose own "enabled" is true, or without
+// one, some "enabled": true inside it, or no "enabled" anywhere and some
+// key at all (sparse_attention's {"mode": ...}); "autotp_size" above 1
+// (tensor_parallel).
+bool feature_turned_on(const json& v);
 
 struct SectionSchema {
   std::string id;    // unique: the JSON path, plus "/Type" for variants (scheduler params)

@@ -10,6 +10,8 @@ namespace {
 
 // A DeepSpeed feature section, harmless when absent or "enabled": false.
 IgnoredKey feature(const char* name, const char* note = "") { return IgnoredKey{name, json(), note}; }
+// [Note: features that change what is trained]: an error when turned on.
+IgnoredKey refused(const char* name, const char* note = "") { return IgnoredKey{name, json(), note, true}; }
 
 const char* const kMetricsNote = "ztrain writes its own metrics under log.dir";
 
@@ -38,28 +40,29 @@ std::vector<SectionSchema> build_schemas() {
                 {"dataloader_drop_last", false, ""},
                 {"use_data_before_expert_parallelism", false, ""},
                 {"data_types", json::object(), "ztrain accumulates gradients in fp32"},
-                feature("amp"),
+                refused("amp", "ztrain's mixed precision is bf16.enabled or fp16.enabled"),
                 feature("flops_profiler"),
                 feature("tensorboard", kMetricsNote),
                 feature("wandb", kMetricsNote),
                 feature("comet", kMetricsNote),
                 feature("comms_logger"),
-                feature("sparse_attention"),
-                feature("data_efficiency"),
-                feature("curriculum_learning"),
-                feature("compression_training"),
-                feature("elasticity"),
+                refused("sparse_attention", "ztrain's attention is dense and causal"),
+                refused("data_efficiency"),
+                refused("curriculum_learning"),
+                refused("compression_training"),
+                refused("elasticity", "the batch is train_batch_size, train_micro_batch_size_per_gpu and "
+                                      "gradient_accumulation_steps"),
                 feature("autotuning"),
                 feature("eigenvalue"),
-                feature("progressive_layer_drop"),
-                feature("quantize_training"),
+                refused("progressive_layer_drop"),
+                refused("quantize_training"),
                 feature("weight_quantization"),
                 feature("hybrid_engine"),
                 feature("nebula"),
                 feature("compile"),
                 feature("timers"),
-                feature("torch_autocast"),
-                feature("tensor_parallel")}});
+                refused("torch_autocast", "ztrain's mixed precision is bf16.enabled or fp16.enabled"),
+                refused("tensor_parallel", "ztrain splits a model by ZeRO and pipeline.parallel_size")}});
 
   s.push_back({"fp16", "fp16",
                {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",

@@ -29,6 +29,42 @@ TEST(ConfigErrors, KeyAtWrongLevelNamesItsSection) {
                   "'gradient_clipping'?");
 }
 
+// [Note: features that change what is trained]: turned on, an error that
+// names the section and how to go on; off (or absent), nothing.
+TEST(ConfigErrors, DeepSpeedFeaturesThatChangeWhatIsTrainedAreRefusedWhenOn) {
+  EXPECT_EQ(parse_error(R"({"sparse_attention": {"mode": "fixed", "block": 16}})"),
+            "config.json: sparse_attention: a DeepSpeed feature that changes what is trained, which ztrain does not "
+            "implement (ztrain's attention is dense and causal); remove the section or set \"enabled\": false to "
+            "train without it");
+  EXPECT_CONTAINS(parse_error(R"({"curriculum_learning": {"enabled": true, "curriculum_type": "seqlen"}})"),
+                  "config.json: curriculum_learning: a DeepSpeed feature that changes what is trained");
+  EXPECT_CONTAINS(parse_error(R"({"compression_training": {"weight_quantization": {"shared_parameters": {"enabled": true}}}})"),
+                  "config.json: compression_training: a DeepSpeed feature that changes what is trained");
+  EXPECT_CONTAINS(parse_error(R"({"tensor_parallel": {"autotp_size": 2}})"),
+                  "tensor_parallel: a DeepSpeed feature that changes what is trained, which ztrain does not implement "
+                  "(ztrain splits a model by ZeRO and pipeline.parallel_size)");
+  EXPECT_CONTAINS(parse_error(R"({"amp": {"enabled": true, "opt_level": "O1"}})"),
+                  "amp: a DeepSpeed feature that changes what is trained, which ztrain does not implement (ztrain's "
+                  "mixed precision is bf16.enabled or fp16.enabled)");
+  EXPECT_CONTAINS(parse_error(R"({"progressive_layer_drop": {"enabled": true, "theta": 0.5}})"),
+                  "progressive_layer_drop: a DeepSpeed feature that changes what is trained");
+}
+
+TEST(ConfigErrors, DeepSpeedFeaturesThatChangeWhatIsTrainedMayStayOff) {
+  for (const char* text :
+       {R"({"curriculum_learning": {"enabled": false, "curriculum_type": "seqlen"}})",
+        R"({"compression_training": {"weight_quantization": {"shared_parameters": {"enabled": false}}}})",
+        R"({"tensor_parallel": {"autotp_size": 1}})", R"({"amp": {"enabled": false}})",
+        R"({"sparse_attention": null})", R"({"elasticity": {"enabled": false, "max_train_batch_size": 64}})"}) {
+    const Config cfg = parse(text);
+    EXPECT_TRUE(cfg.warnings.empty()) << text << ": " << (cfg.warnings.empty() ? "" : cfg.warnings[0]);
+  }
+  // Monitoring stays a warning.
+  const Config cfg = parse(R"({"flops_profiler": {"enabled": true}})");
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  EXPECT_CONTAINS(cfg.warnings[0], "flops_profiler: DeepSpeed option that ztrain does not implement; ignored");
+}
+
 TEST(ConfigErrors, UnknownKeyWithoutNearMatchListsKnownKeys) {
   EXPECT_EQ(parse_error(R"({"log": {"verbosity_level": 3}})"),
             "config.json: log.verbosity_level: unknown key; known keys here: dir");
