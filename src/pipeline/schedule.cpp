@@ -197,12 +197,13 @@ std::vector<PipeInstr> make_forward_schedule(int P, int V, int M, int stage) {
 }
 
 std::vector<PipeInstr> make_breadth_first_schedule(int M, int G) {
-  if (M < 1 || G < 1 || M % G != 0)
-    ZT_USER_ERROR("breadth-first groups of ", G, " micro-batches do not divide the step's ", M);
+  if (M < 1 || G < 1 || G > M)
+    ZT_USER_ERROR("breadth-first groups of ", G, " micro-batches in a step of ", M, ": a group holds 1 to ", M);
   std::vector<PipeInstr> out;
   for (int first = 0; first < M; first += G) {
-    for (int mb = first; mb < first + G; ++mb) out.push_back({PipeOp::forward, mb, 0});
-    for (int mb = first; mb < first + G; ++mb) out.push_back({PipeOp::backward, mb, 0});
+    const int end = std::min(first + G, M);  // the last group takes what is left
+    for (int mb = first; mb < end; ++mb) out.push_back({PipeOp::forward, mb, 0});
+    for (int mb = first; mb < end; ++mb) out.push_back({PipeOp::backward, mb, 0});
   }
   out.push_back({PipeOp::reduce_grads});
   out.push_back({PipeOp::optimizer_step});

@@ -93,8 +93,12 @@ void validate_program(const std::vector<PipeInstr>& program, int P, int V, int s
 // groups of G ([Note: breadth-first walk] in executor.hpp): per group, the
 // Forwards of its micro-batches in order, then their Backwards in the same
 // order (each unit's gradient then sums the micro-batches in the order of
-// the 1F1B list); ReduceGrads, OptimizerStep. G divides M; at most G
-// micro-batches are in flight.
+// the 1F1B list); ReduceGrads, OptimizerStep. 1 <= G <= M; when G does
+// not divide M the last group takes the M mod G left (the first groups are
+// the full ones: with the exact update offloaded, the first group's forward
+// is what runs under the previous step's host update, [Note: streamed
+// update] in optim/offload_adamw.hpp). At most G micro-batches are in
+// flight.
 std::vector<PipeInstr> make_breadth_first_schedule(int M, int G);
 
 // The most (micro-batch, chunk) pairs of `stage` that have run Forward but not

@@ -32,9 +32,9 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   // each micro-batch in turn.
   validate_schedule(o.schedule, o.P, o.V, static_cast<int>(o.accum));
   o.group = cfg.train.breadth_first_group;
-  if (o.accum % o.group != 0)
-    ZT_USER_ERROR(cfg.source, ": train.breadth_first_group ", o.group, " does not divide the ", o.accum,
-                  " micro-batches of a step per rank (gradient_accumulation_steps): use a divisor of ", o.accum);
+  if (o.group > o.accum)
+    ZT_USER_ERROR(cfg.source, ": train.breadth_first_group ", o.group, " is more than the ", o.accum,
+                  " micro-batches of a step per rank (gradient_accumulation_steps): use at most ", o.accum);
 
   const ZeroConfig& z = cfg.zero;
   o.zero.stage = z.stage;

@@ -87,6 +87,11 @@ same "z3-np1-group" 1 zero_optimization.stage=3 train.breadth_first_group=6 $BIG
 # a time and in breadth-first groups of fewer than all micro-batches.
 same "z2-np2-accum-host-sums" 2 zero_optimization.stage=2 train_micro_batch_size_per_gpu=1 $BIG
 same "z3-np1-groups-host-sums" 1 zero_optimization.stage=3 train_micro_batch_size_per_gpu=1 train.breadth_first_group=4 $BIG
+# Groups of 5 of 12 micro-batches (5, 5, then the 2 left), the parameters
+# uploaded from the host's master: the bits of no offload in the same groups.
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu" zero_optimization.offload_param.device="cpu" zero_optimization.offload_param.buffer_size=8000 offload.param_from_master=true')
+same "z3-np1-uneven-groups-params" 1 zero_optimization.stage=3 bf16.enabled=true train_micro_batch_size_per_gpu=1 train.breadth_first_group=5 $BIG
+OFFLOADS=('zero_optimization.offload_optimizer.device="cpu"')
 # [Note: streamed update]: the exact update runs beside the next step's
 # forward, and the step reports it so.
 run_with 2 c.json streamed zero_optimization.stage=2 train_batch_size=4 wall_clock_breakdown=true \

@@ -494,7 +494,21 @@ TEST(PipelineSchedule, BreadthFirstGroups) {
   }
   EXPECT_EQ(most, 3);
   EXPECT_EQ(make_breadth_first_schedule(4, 4).size(), 10u);
-  EXPECT_THROW(make_breadth_first_schedule(6, 4), UserError);
+  EXPECT_THROW(make_breadth_first_schedule(4, 5), UserError);
+  EXPECT_THROW(make_breadth_first_schedule(4, 0), UserError);
+}
+
+// A group that does not divide the step: the full groups first, the last
+// takes what is left.
+TEST(PipelineSchedule, BreadthFirstGroupsTheLastTakesWhatIsLeft) {
+  const std::vector<PipeInstr> p = make_breadth_first_schedule(5, 3);
+  EXPECT_NO_THROW(validate_program(p, 1, 1, 0, true));
+  std::string order;
+  for (const PipeInstr& i : p) order += to_string(i) + " ";
+  EXPECT_EQ(order,
+            "Forward(mb=0,c=0) Forward(mb=1,c=0) Forward(mb=2,c=0) Backward(mb=0,c=0) Backward(mb=1,c=0) "
+            "Backward(mb=2,c=0) Forward(mb=3,c=0) Forward(mb=4,c=0) Backward(mb=3,c=0) Backward(mb=4,c=0) "
+            "ReduceGrads OptimizerStep ");
 }
 
 }  // namespace
