@@ -195,7 +195,9 @@ void apply_memory_cap(const Config& cfg, const Topology& topo, Device& device) {
 // memory from the GPU driver is not bounded by RLIMIT_MEMLOCK, so `ulimit -l`
 // is not the limit here; available memory is.
 void check_host_memory(const Config& cfg, const Topology& topo) {
-  if (cfg.zero.offload_optimizer.device == "none" && cfg.zero.offload_param.device == "none") return;
+  if (cfg.zero.offload_optimizer.device == "none" && cfg.zero.offload_param.device == "none" &&
+      !cfg.activation_checkpointing.cpu_checkpointing)
+    return;
   const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size()).stages.at(static_cast<size_t>(topo.pp_rank()));
   if (!row.supported) return;
   std::ifstream meminfo("/proc/meminfo");
@@ -212,7 +214,9 @@ void check_host_memory(const Config& cfg, const Topology& topo) {
   const double need = static_cast<double>(row.host()) * topo.local_size();
   const double avail = static_cast<double>(kib) * 1024.0;
   if (need > avail)
-    ZT_USER_ERROR(cfg.source, ": zero_optimization.offload_optimizer/offload_param: offload needs ",
+    ZT_USER_ERROR(cfg.source,
+                  ": zero_optimization.offload_optimizer/offload_param, activation_checkpointing.cpu_checkpointing: "
+                  "offload needs ",
                   human_bytes(static_cast<size_t>(row.host())), " of host memory per rank (",
                   human_bytes(static_cast<size_t>(row.host_pinned)), " pinned, ",
                   human_bytes(static_cast<size_t>(row.host_pageable)), " pageable) x ", topo.local_size(),

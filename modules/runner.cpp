@@ -5,6 +5,8 @@
 namespace zt {
 
 void MicroBatchState::reset() {
+  if (offload != nullptr)
+    for (SwappedActivation& s : swaps) offload->drop(s);
   saved.reset();
   scratch.reset();
   for (Stash& s : stashes) s.t.clear();
@@ -43,6 +45,11 @@ UnitRunner::UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, 
   ZT_CHECK(kernels.device() == dev.kind(), "kernels and device disagree on the device kind");
   ZT_CHECK((param_dtype == DType::f64) == (act_dtype == DType::f64),
            "f64 (test) mode needs both parameters and activations in f64");
+}
+
+bool UnitRunner::offloads_output(int i) const {
+  const size_t u = static_cast<size_t>(i);
+  return u + 1 < units_.size() && recompute_[u] && recompute_[u + 1];
 }
 
 void UnitRunner::check_range(int first, int last) const {
@@ -92,7 +99,16 @@ Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvid
              u.input_shape(mb.B, mb.T).str(), " ", dtype_name(u.input_dtype(act_dtype_)));
     mb.inputs[static_cast<size_t>(i)] = x;
     mb.marks[static_cast<size_t>(i)] = mb.saved.mark();
-    const Tensor out = mb.saved.alloc(u.output_dtype(act_dtype_), u.output_shape(mb.B, mb.T));
+    // [Note: activation offload]: this output is the next unit's input, kept
+    // in host memory until that unit's recomputation.
+    const bool offload_out = offload_ != nullptr && offloads_output(i);
+    if (offload_out) {
+      ZT_CHECK(mb.offload == nullptr || mb.offload == offload_, "a micro-batch state used by two offloads");
+      mb.offload = offload_;
+    }
+    const Tensor out = offload_out ? offload_->place(mb.swaps[static_cast<size_t>(i) + 1], u.output_dtype(act_dtype_),
+                                                     u.output_shape(mb.B, mb.T))
+                                   : mb.saved.alloc(u.output_dtype(act_dtype_), u.output_shape(mb.B, mb.T));
     const bool drop = recompute_[static_cast<size_t>(i)];
     const Arena::Mark scratch_mark = mb.scratch.mark();
     Stash& stash = mb.stashes[static_cast<size_t>(i)];
@@ -103,6 +119,14 @@ Tensor UnitRunner::forward(int first, int last, MicroBatchState& mb, ParamProvid
     params.release(i, Phase::forward);
     if (drop) stash.t.clear();  // its memory is in scratch, released below
     mb.scratch.release_to(scratch_mark);
+    SwappedActivation& in_swap = mb.swaps[static_cast<size_t>(i)];
+    // Its one forward reader is queued: to the host for the backward, or free.
+    if (in_swap.where == SwappedActivation::Where::device) {
+      if (mb.backward_follows)
+        offload_->evict(in_swap);
+      else
+        offload_->drop(in_swap);
+    }
     x = out;
   }
   return x;
@@ -161,6 +185,11 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
   for (int i = last - 1; i >= first; --i) {
     const size_t ui = static_cast<size_t>(i);
     const Unit& u = *units_[ui];
+    // [Note: activation offload]: this unit's input back from the host, and
+    // the next one's on its way under this unit's compute.
+    SwappedActivation& in_swap = mb.swaps[ui];
+    if (in_swap.where != SwappedActivation::Where::none) mb.inputs[ui] = offload_->fetch(in_swap);
+    if (i > 0 && mb.swaps[ui - 1].where == SwappedActivation::Where::on_host) offload_->prefetch(mb.swaps[ui - 1]);
     const Tensor& x = mb.inputs[ui];
     Stash& stash = mb.stashes[ui];
     const Arena::Mark unit_mark = mb.scratch.mark();
@@ -192,8 +221,10 @@ Tensor UnitRunner::backward(int first, int last, MicroBatchState& mb, ParamProvi
     grads.done(i);
     stash.t.clear();
     mb.scratch.release_to(unit_mark);
-    // Unit i's output and stash are dead now (see [Note: micro-batch memory]).
+    // Unit i's output and stash are dead now (see [Note: micro-batch memory]),
+    // and so is its input where the offload holds it.
     mb.saved.release_to(mb.marks[ui]);
+    if (in_swap.where != SwappedActivation::Where::none) offload_->drop(in_swap);
     mb.inputs[ui] = Tensor();
     d = din;
     d_operand = din_operand.written ? din_operand.space : Tensor();

@@ -24,6 +24,7 @@
 
 #include <vector>
 
+#include "modules/activation_offload.hpp"
 #include "modules/kernels.hpp"
 #include "modules/unit.hpp"
 
@@ -42,7 +43,9 @@ struct MicroBatchState {
         scratch(shared_scratch != nullptr ? *shared_scratch : own_scratch),
         inputs(static_cast<size_t>(num_units)),
         stashes(static_cast<size_t>(num_units)),
-        marks(static_cast<size_t>(num_units)) {}
+        marks(static_cast<size_t>(num_units)),
+        swaps(static_cast<size_t>(num_units)) {}
+  ~MicroBatchState() { reset(); }
   MicroBatchState(const MicroBatchState&) = delete;
   MicroBatchState& operator=(const MicroBatchState&) = delete;
   Arena saved;
@@ -54,6 +57,14 @@ struct MicroBatchState {
   std::vector<Tensor> inputs;
   std::vector<Stash> stashes;
   std::vector<Arena::Mark> marks;
+  // [Note: activation offload]: per unit, its input when the runner's
+  // offload keeps it in host memory between forward and backward, and the
+  // offload that holds its device slot. With `backward_follows` false (an
+  // evaluation) such an input is not copied to the host: its slot goes back
+  // to the pool once its reader's forward is queued.
+  std::vector<SwappedActivation> swaps;
+  ActivationOffload* offload = nullptr;
+  bool backward_follows = true;
   Tensor targets;  // (B, T) i32, owned by the caller
   // (B, T) i32 or undefined, owned by the caller: the documents of packed
   // rows ([Note: document masking] in kernels.hpp), for every unit's context.
@@ -108,6 +119,12 @@ class UnitRunner {
   // [Note: the norm writes the products' operand] (kernels.hpp): on by
   // default; off, every unit converts its dout itself (the tests compare).
   void set_grad_operands(bool on) { grad_operands_ = on; }
+  // [Note: activation offload]: the outputs that a recomputed unit passes to
+  // a recomputed unit wait for the backward in host memory, through
+  // `offload` (null: in `saved`). Set before the first forward.
+  void set_activation_offload(ActivationOffload* offload) { offload_ = offload; }
+  // Whether unit i's output goes through the offload when it is set.
+  bool offloads_output(int i) const;
 
  private:
   UnitContext context(MicroBatchState& mb, Arena& keep) const;
@@ -118,6 +135,7 @@ class UnitRunner {
   DType param_dtype_, act_dtype_;
   std::vector<bool> recompute_;  // per unit
   bool grad_operands_ = true;
+  ActivationOffload* offload_ = nullptr;
 };
 
 }  // namespace zt

@@ -164,6 +164,8 @@ JSON
       # GROUP train.breadth_first_group (default 1), pfm
       # offload.param_from_master. CAP_DEVICE_ALONE=1 runs each entry first
       # without offload and without the cap (the device's compute alone).
+      # CAP_SETS: more settings for the capped runs (not the device-alone
+      # ones), e.g. activation_checkpointing.cpu_checkpointing=true.
       declare -A shape=([2.7b]="32 2560 32" [3.8b]="32 3072 24" [4.6b]="36 3200 25" [6.2b]="30 4096 32"
                         [6.7b]="32 4096 32")
       for r in ${CAP_RUNS:-2.7b:1 3.8b:1 4.6b:1 6.2b:1 6.7b:1}; do
@@ -194,6 +196,8 @@ JSON
           run "$size-z3-device-alone-mb$micro-a$acc${group:+-bf$group}" "c$size-mb$micro-a$acc" 2 \
             zero_optimization.stage=3 model.activation_checkpointing=true "${dev_extra[@]}"
         fi
+        for e in ${CAP_SETS:-}; do extra+=("$e"); done
+        [ -n "${CAP_SETS:-}" ] && name="$name-sets"
         if [ "$mode" = delayed ]; then
           run "$name-delayed" "c$size-mb$micro-a$acc" 3 "${CAP[@]}" "${extra[@]}" "${DELAY[@]}"
         else

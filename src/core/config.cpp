@@ -81,6 +81,25 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
   if (cfg.fp16.enabled && cfg.bf16.enabled)
     ctx.fail("fp16.enabled", "fp16 and bf16 cannot both be enabled; choose one");
 
+  // [Note: activation offload]: the checkpoints of recomputed blocks.
+  if (cfg.activation_checkpointing.cpu_checkpointing) {
+    if (!cfg.model.activation_checkpointing)
+      ctx.fail("activation_checkpointing.cpu_checkpointing",
+               "true keeps the checkpoints of recomputed blocks in host memory, but model.activation_checkpointing "
+               "is false: nothing is recomputed, so nothing would be kept there; set model.activation_checkpointing "
+               "to true, or leave cpu_checkpointing false");
+    if (cfg.model.recompute_layers >= 0 && cfg.model.recompute_layers < 2)
+      ctx.fail("activation_checkpointing.cpu_checkpointing",
+               "true keeps in host memory the output a recomputed block passes to the next recomputed block, but "
+               "model.recompute_layers " + std::to_string(cfg.model.recompute_layers) +
+                   " recomputes fewer than two blocks: nothing would be kept there; recompute 2 or more, or leave "
+                   "cpu_checkpointing false");
+    if (cfg.pipeline.parallel_size > 1)
+      ctx.fail("activation_checkpointing.cpu_checkpointing",
+               "true is supported with one pipeline stage only (pipeline.parallel_size " +
+                   std::to_string(cfg.pipeline.parallel_size) + "): leave it false with a pipeline");
+  }
+
   // ztrain's offload section tunes the offload that zero_optimization asks
   // for; with nothing offloaded a setting here would silently do nothing.
   const OffloadOptions& off = cfg.offload;

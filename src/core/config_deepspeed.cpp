@@ -264,7 +264,9 @@ void parse_activation_checkpointing(const SectionReader& top, Config& cfg) {
                   "(ztrain's recompute switch is model.activation_checkpointing)");
   };
   flag("partition_activations", a.partition_activations);
-  flag("cpu_checkpointing", a.cpu_checkpointing);
+  // [Note: activation offload] (modules/activation_offload.hpp); checked
+  // against model.activation_checkpointing and the pipeline in config.cpp.
+  a.cpu_checkpointing = r.boolean("cpu_checkpointing", false);
   flag("contiguous_memory_optimization", a.contiguous_memory_optimization);
   flag("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
   flag("profile", a.profile);

@@ -185,6 +185,7 @@ void PipelineExecutor::forward(Walk& w, int chunk, const std::vector<int>& mbs) 
   std::vector<Tensor> x;
   for (int mb : mbs) {
     InFlight& f = flight(mb);
+    f.state.backward_follows = w.args.train;  // [Note: activation offload]
     if (packed && f.doc_start.empty()) f.doc_start = Buffer(dev_, DType::i32, Shape{B_, T_}, MemTag::activations);
     if (chunk == 0 && (stage_ == 0 || stage_ == P_ - 1 || packed))
       w.args.hooks->load_batch(mb, f.tokens.tensor(), f.targets.tensor(), packed ? f.doc_start.tensor() : Tensor());

@@ -91,6 +91,7 @@ EstimateInput estimate_input(const Config& cfg, int world, bool gpu) {
   in.micro_batches_per_step = c.batch.grad_accum;
   in.activation_checkpointing = m.activation_checkpointing;
   in.recompute_layers = m.recompute_layers;
+  in.cpu_checkpointing = c.activation_checkpointing.cpu_checkpointing;
   // overlap_comm's default depends on the stage: keep it unset unless the
   // config gives it, so that the table's other stages get their own default.
   const auto& raw = c.raw;

@@ -84,6 +84,7 @@ struct Trainer::Impl {
   std::unique_ptr<OptimizerPlacement> placement;  // outlives zero, which uses it
   std::unique_ptr<ZeroEngine> zero;
   std::unique_ptr<LrSchedule> schedule;
+  std::unique_ptr<ActivationOffload> act_offload;  // outlives the walk's micro-batch states
   std::unique_ptr<UnitRunner> runner;
   std::unique_ptr<GradientFinalizer> finalizer;
   std::unique_ptr<StepWalk> walk;
@@ -156,6 +157,11 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
     s.runner = std::make_unique<UnitRunner>(
         units, kernels, dev, o.param_dtype, o.act_dtype,
         recomputed_units(checkpointable, chunks, cfg.model.activation_checkpointing, cfg.model.recompute_layers));
+    // [Note: activation offload] (activation_checkpointing.cpu_checkpointing).
+    if (cfg.activation_checkpointing.cpu_checkpointing) {
+      s.act_offload = std::make_unique<ActivationOffload>(dev);
+      s.runner->set_activation_offload(s.act_offload.get());
+    }
   }
   s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, units, s.plan.mirror, o, s.fault);
   // Each micro-batch's saved-activation arena starts with one chunk of the
@@ -190,6 +196,7 @@ std::string Trainer::enable_step_graph(std::unique_ptr<StepGraph> graph) {
   if (s.topo.world_size() > 1) return "more than one rank (the communicators' streams and host reductions)";
   if (s.cfg.zero.offload_optimizer.device != "none" || s.cfg.zero.offload_param.device != "none")
     return "offload (the copy streams and the host's update)";
+  if (s.act_offload) return "activation_checkpointing.cpu_checkpointing (the copy streams)";
   if (s.cfg.zero.stage != 0 && !s.comms.data().tensors->graph_safe())
     return "ZeRO stage " + std::to_string(s.cfg.zero.stage) + " (its reductions and gathers go through the " +
            s.comms.data().tensors->group_name() + " group's communicator, whose calls the graph does not record)";

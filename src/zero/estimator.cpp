@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "modules/activation_offload.hpp"
 #include "modules/kernels.hpp"
 #include "modules/llama_desc.hpp"
 #include "zero/grad_landing.hpp"
@@ -182,15 +183,24 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
   return peak;
 }
 
+// [Note: activation offload]: whether unit u's output waits in host memory
+// (UnitRunner::offloads_output).
+bool offloaded_output(const std::vector<bool>& recomputed, int u, bool cpu_checkpointing) {
+  const size_t i = static_cast<size_t>(u);
+  return cpu_checkpointing && i + 1 < recomputed.size() && recomputed[i] && recomputed[i + 1];
+}
+
 // Activation bytes per token that one micro-batch keeps in one chunk: its
 // input when another stage sends it (the output of the unit before), and
-// each unit's output and, unless it is recomputed, its stash.
+// each unit's output (unless offloaded) and, unless it is recomputed, its
+// stash.
 int64_t chunk_saved_per_token(const ModelDesc& m, const std::vector<int>& chunk, const std::vector<bool>& recomputed,
-                              int64_t a) {
+                              int64_t a, bool cpu_checkpointing) {
   int64_t bytes = chunk.front() > 0 ? m.units[static_cast<size_t>(chunk.front() - 1)].act.output.bytes(a) : 0;
   for (int u : chunk) {
     const UnitDesc& d = m.units[static_cast<size_t>(u)];
-    bytes += d.act.output.bytes(a) + (recomputed[static_cast<size_t>(u)] ? 0 : d.act.stash.bytes(a));
+    if (!offloaded_output(recomputed, u, cpu_checkpointing)) bytes += d.act.output.bytes(a);
+    bytes += recomputed[static_cast<size_t>(u)] ? 0 : d.act.stash.bytes(a);
   }
   return bytes;
 }
@@ -362,13 +372,24 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // chunk (exact with one chunk per stage) plus its micro-batch's buffers.
   const int64_t tokens = in.micro_batch * m.shape.seq_len;
   int64_t chunk_max = 0, chunk_sum = 0;
+  int64_t offloaded_sum = 0, offloaded_max = 0;  // per token, over the stage's units
   for (const std::vector<int>& chunk : sc.chunks) {
-    const int64_t bytes = chunk_saved_per_token(m, chunk, recomputed, a);
+    const int64_t bytes = chunk_saved_per_token(m, chunk, recomputed, a, in.cpu_checkpointing);
     chunk_max = std::max(chunk_max, bytes);
     chunk_sum += bytes;
+    for (int u : chunk)
+      if (offloaded_output(recomputed, u, in.cpu_checkpointing)) {
+        const int64_t out = m.units[static_cast<size_t>(u)].act.output.bytes(a);
+        offloaded_sum += out;
+        offloaded_max = std::max(offloaded_max, out);
+      }
   }
   r.activations = sc.in_flight * tokens * (kBatchBytesPerToken + chunk_max);
   r.micro_batch_activations = tokens * chunk_sum;
+  if (offloaded_max > 0) {
+    r.activations += (sc.in_flight + 1 + ActivationOffload::kSlack) * tokens * offloaded_max;
+    r.host_pinned += sc.in_flight * tokens * offloaded_sum;
+  }
 
   // Workspace: the runner's two math-dtype activation-gradient buffers, as
   // wide as the widest unit input of the stage, for the whole backward, plus

@@ -47,6 +47,11 @@ struct EstimateInput {
   int64_t micro_batches_per_step = 1;
   bool activation_checkpointing = false;
   int recompute_layers = -1;  // model.recompute_layers ([Note: partial recomputation]); -1 = all
+  // activation_checkpointing.cpu_checkpointing ([Note: activation offload] in
+  // modules/activation_offload.hpp): the outputs a recomputed unit passes to
+  // a recomputed unit wait in pinned host memory; the device keeps a pool of
+  // (micro-batches in flight + 1 + kSlack) of them.
+  bool cpu_checkpointing = false;
   std::optional<bool> overlap_comm;  // unset: DeepSpeed's default, on for stage 3 only
   // zero_optimization, in elements (DeepSpeed's defaults).
   int64_t reduce_bucket_size = 500000000;

@@ -314,7 +314,7 @@ TEST(ConfigParse, WarningsForDeepSpeedKeysNotImplemented) {
     "wandb": {"enabled": false},
     "gradient_predivide_factor": 1.0,
     "fp16": {"auto_cast": true},
-    "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true},
+    "activation_checkpointing": {"partition_activations": true},
     "checkpoint": {"use_node_local_storage": true, "tag_validation": "Warn"},
     "zero_optimization": {"load_from_fp32_weights": true, "zero_quantized_weights": true},
     "pipeline": {"stages": 4}
@@ -324,8 +324,6 @@ TEST(ConfigParse, WarningsForDeepSpeedKeysNotImplemented) {
       "config.json: tensorboard: DeepSpeed option that ztrain does not implement; ignored",
       "config.json: fp16.auto_cast: DeepSpeed option that ztrain does not implement",
       "config.json: activation_checkpointing.partition_activations: true is a DeepSpeed option that ztrain does not "
-      "implement",
-      "config.json: activation_checkpointing.cpu_checkpointing: true is a DeepSpeed option that ztrain does not "
       "implement",
       "config.json: checkpoint.use_node_local_storage: DeepSpeed option that ztrain does not implement",
       "config.json: zero_optimization.zero_quantized_weights: DeepSpeed option that ztrain does not implement",

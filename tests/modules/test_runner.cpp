@@ -21,6 +21,7 @@ struct Harness {
   FlatStore store;
   CpuKernels kernels;
   UnitRunner runner;
+  std::unique_ptr<ActivationOffload> act_offload;  // outlives mb, which may hold its slots
   MicroBatchState mb;
   Buffer tok, tg, w;
 
@@ -86,6 +87,31 @@ TEST(UnitRunner, CheckpointingIsBitIdenticalAndKeepsLess) {
     }
     EXPECT_EQ(on.store.dones[static_cast<size_t>(u)], 1);
   }
+}
+
+// [Note: activation offload]: the outputs one recomputed block passes to the
+// next go to host memory and come back for the backward, bit for bit, and
+// the pool holds 1 + 1 + kSlack of them for one micro-batch.
+TEST(UnitRunner, OffloadedCheckpointsAreBitIdenticalAndLeaveTheDevice) {
+  Harness a(kSmall, 3, DType::f32, DType::f32, true);
+  Harness b(kSmall, 3, DType::f32, DType::f32, true);
+  b.act_offload = std::make_unique<ActivationOffload>(*b.dev);
+  b.runner.set_activation_offload(b.act_offload.get());
+  for (int u = 0; u <= b.head(); ++u) EXPECT_EQ(b.runner.offloads_output(u), u == 1 || u == 2) << u;
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(a.step(), b.step()) << "step " << step;
+    const std::vector<float> ga = a.all_grads(), gb = b.all_grads();
+    ASSERT_EQ(ga.size(), gb.size());
+    EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float))) << "step " << step;
+    EXPECT_EQ(b.act_offload->slots(), 2 + ActivationOffload::kSlack) << "step " << step;
+  }
+  const size_t out_bytes = static_cast<size_t>(3 * kSmall.seq_len * kSmall.d_model) * sizeof(float);
+  EXPECT_EQ(b.act_offload->slot_bytes_total(), (2 + ActivationOffload::kSlack) * out_bytes);
+  // Two block outputs wait on the host; the saved arena keeps two fewer.
+  const MemoryStats* host = b.dev->host_memory_stats(true);
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(host->current[static_cast<int>(MemTag::activations)], 2 * out_bytes);
+  EXPECT_LT(b.mb.saved.capacity(), a.mb.saved.capacity());
 }
 
 TEST(UnitRunner, SplitRangesMatchOneRange) {
