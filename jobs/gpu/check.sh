@@ -4,7 +4,9 @@
 #   - 50 steps of bf16 on the GPU against the fp32 CPU loss curve,
 #   - ZeRO stages 0-3 in fp32 on one rank (NCCL) and on 2 ranks sharing the
 #     GPU (MPI staged through host memory) against the fp32 CPU run,
-#   - fp16 with an injected overflow.
+#   - fp16 with an injected overflow,
+#   - activation_checkpointing.cpu_checkpointing against the same run
+#     without it (the same bits).
 # Usage (on the GPU host, from the repository root):
 #   jobs/gpu/check.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
@@ -49,3 +51,20 @@ ZT_INJECT_FAULT="overflow:rank=0,step=3,unit=2" "${mpi[@]}" -x ZT_INJECT_FAULT -
 note "fp16 on GPU: rc=$? scales $(grep -o '"loss_scale":[^,}]*' "$out/fp16/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ') skipped $(grep -o '"skipped":[a-z]*' "$out/fp16/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')"
 grep -h "peak memory" "$out/gpu-bf16.log" | tee -a "$summary"
 grep -h "tok/s" "$out/gpu-bf16.log" | tail -1 | tee -a "$summary"
+# [Note: activation offload]: the checkpoints in host memory through the copy
+# streams give the bits of the same run without them (ZeRO-3, groups of 2,
+# bf16, with and without the optimizer and the parameters on the CPU).
+bits() { grep '"step"' "$1/metrics.jsonl" | grep -o '"loss":[^,]*,\|"grad_norm":[^,]*\|"val_loss":[^,}]*' | tr '\n' ' '; }
+for mode in device offload; do
+  sets=(--set zero_optimization.stage=3 --set bf16.enabled=true --set model.activation_checkpointing=true
+        --set model.n_layer=6 --set train.breadth_first_group=2 --steps 8)
+  [ $mode = offload ] && sets+=(--set 'zero_optimization.offload_optimizer.device="cpu"'
+                                --set 'zero_optimization.offload_param.device="cpu"' --set offload.param_from_master=true)
+  for c in false true; do
+    "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda "${sets[@]}" \
+      --set activation_checkpointing.cpu_checkpointing=$c --log-dir "$out/cpuckpt-$mode-$c" > "$out/cpuckpt-$mode-$c.log" 2>&1
+  done
+  a=$(bits "$out/cpuckpt-$mode-false") b=$(bits "$out/cpuckpt-$mode-true")
+  [ -n "$a" ] && [ "$a" = "$b" ] && v="same bits" || v="DIFFER: $b vs $a"
+  note "checkpoints in host memory ($mode states): $v; $(grep -h '^peak memory' "$out/cpuckpt-$mode-true.log" | grep -o 'activations [0-9.]* MiB') (without: $(grep -h '^peak memory' "$out/cpuckpt-$mode-false.log" | grep -o 'activations [0-9.]* MiB'))"
+done
