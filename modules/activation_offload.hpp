@@ -74,6 +74,9 @@ class ActivationOffload {
   // (Where::none). Also for a micro-batch abandoned or reset mid-way.
   void drop(SwappedActivation& s);
 
+  // The host waits for every copy queued (before a micro-batch's host
+  // buffers are freed or reused with copies of it still in flight).
+  void wait_all() { queue_->wait_all(); }
   // Slots made so far (the pool's high-water mark) and their bytes.
   int slots() const { return static_cast<int>(slots_.size()); }
   size_t slot_bytes_total() const;
@@ -94,10 +97,12 @@ class ActivationOffload {
 
   Device& dev_;
   Device& host_;
-  std::unique_ptr<TransferQueue> queue_;
   std::vector<Slot> slots_;
   std::deque<int> free_;  // freed, oldest first
   std::deque<TransferTicket> issued_;
+  // Last, so that it is destroyed first: its destructor waits for the copies
+  // that may still read or write the slots.
+  std::unique_ptr<TransferQueue> queue_;
 };
 
 }  // namespace zt

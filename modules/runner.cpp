@@ -4,9 +4,18 @@
 
 namespace zt {
 
+void MicroBatchState::drop_swaps() {
+  if (offload == nullptr) return;
+  // A micro-batch abandoned between its forward and its backward may still
+  // have copies of its host buffers in flight.
+  const bool held = std::any_of(swaps.begin(), swaps.end(),
+                                [](const SwappedActivation& s) { return s.where != SwappedActivation::Where::none; });
+  if (held) offload->wait_all();
+  for (SwappedActivation& s : swaps) offload->drop(s);
+}
+
 void MicroBatchState::reset() {
-  if (offload != nullptr)
-    for (SwappedActivation& s : swaps) offload->drop(s);
+  drop_swaps();
   saved.reset();
   scratch.reset();
   for (Stash& s : stashes) s.t.clear();

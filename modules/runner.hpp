@@ -45,7 +45,7 @@ struct MicroBatchState {
         stashes(static_cast<size_t>(num_units)),
         marks(static_cast<size_t>(num_units)),
         swaps(static_cast<size_t>(num_units)) {}
-  ~MicroBatchState() { reset(); }
+  ~MicroBatchState() { drop_swaps(); }
   MicroBatchState(const MicroBatchState&) = delete;
   MicroBatchState& operator=(const MicroBatchState&) = delete;
   Arena saved;
@@ -76,6 +76,8 @@ struct MicroBatchState {
   int64_t B = 0, T = 0;
   // Drops everything (for reuse after an abandoned micro-batch).
   void reset();
+  // Gives the offload's device slots back ([Note: activation offload]).
+  void drop_swaps();
 };
 
 class UnitRunner {
