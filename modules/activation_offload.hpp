@@ -21,8 +21,11 @@
 // A slot taken from the pool is written again only after its pending copy
 // (the compute stream waits for it), and the pool hands out the slot freed
 // longest ago, keeping kSlack freed slots back, so that the copy has had the
-// compute of a few units to finish: with G micro-batches in flight the pool
-// holds G + 1 + kSlack slots of a unit's output (the estimator's figure).
+// compute of a few units to finish: with G micro-batches walked unit by unit
+// (a breadth-first group) the pool holds G + 1 + kSlack slots of a unit's
+// output, and 2 + kSlack where one micro-batch's range runs at a time (a
+// pipeline stage): the estimator's figures. A pipeline chunk's last output
+// goes to the next stage and is not offloaded.
 // The values are copied, never changed, so the run's bits are those without
 // the offload. On the CPU backend the copies are memcpy into distinct host
 // buffers, so the path runs and is tested without a GPU, and a slot is

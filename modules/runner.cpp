@@ -56,9 +56,16 @@ UnitRunner::UnitRunner(const std::vector<const Unit*>& units, Kernels& kernels, 
            "f64 (test) mode needs both parameters and activations in f64");
 }
 
+void UnitRunner::set_activation_offload(ActivationOffload* offload, std::vector<bool> chunk_last) {
+  ZT_CHECK(chunk_last.empty() || chunk_last.size() == units_.size(), "chunk_last names ", chunk_last.size(),
+           " units, the model has ", units_.size());
+  offload_ = offload;
+  chunk_last_ = std::move(chunk_last);
+}
+
 bool UnitRunner::offloads_output(int i) const {
   const size_t u = static_cast<size_t>(i);
-  return u + 1 < units_.size() && recompute_[u] && recompute_[u + 1];
+  return u + 1 < units_.size() && recompute_[u] && recompute_[u + 1] && (chunk_last_.empty() || !chunk_last_[u]);
 }
 
 void UnitRunner::check_range(int first, int last) const {

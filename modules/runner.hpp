@@ -122,9 +122,11 @@ class UnitRunner {
   // default; off, every unit converts its dout itself (the tests compare).
   void set_grad_operands(bool on) { grad_operands_ = on; }
   // [Note: activation offload]: the outputs that a recomputed unit passes to
-  // a recomputed unit wait for the backward in host memory, through
-  // `offload` (null: in `saved`). Set before the first forward.
-  void set_activation_offload(ActivationOffload* offload) { offload_ = offload; }
+  // a recomputed unit of the same pipeline chunk wait for the backward in
+  // host memory, through `offload` (null: in `saved`). chunk_last[u] (one
+  // entry per unit, or empty for one chunk): u is the last unit of its
+  // chunk, whose output goes to the next stage. Set before the first forward.
+  void set_activation_offload(ActivationOffload* offload, std::vector<bool> chunk_last = {});
   // Whether unit i's output goes through the offload when it is set.
   bool offloads_output(int i) const;
 
@@ -138,6 +140,7 @@ class UnitRunner {
   std::vector<bool> recompute_;  // per unit
   bool grad_operands_ = true;
   ActivationOffload* offload_ = nullptr;
+  std::vector<bool> chunk_last_;  // per unit, or empty
 };
 
 }  // namespace zt

@@ -94,10 +94,6 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
                "model.recompute_layers " + std::to_string(cfg.model.recompute_layers) +
                    " recomputes fewer than two blocks: nothing would be kept there; recompute 2 or more, or leave "
                    "cpu_checkpointing false");
-    if (cfg.pipeline.parallel_size > 1)
-      ctx.fail("activation_checkpointing.cpu_checkpointing",
-               "true is supported with one pipeline stage only (pipeline.parallel_size " +
-                   std::to_string(cfg.pipeline.parallel_size) + "): leave it false with a pipeline");
   }
 
   // ztrain's offload section tunes the offload that zero_optimization asks

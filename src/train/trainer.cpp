@@ -159,8 +159,10 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
         recomputed_units(checkpointable, chunks, cfg.model.activation_checkpointing, cfg.model.recompute_layers));
     // [Note: activation offload] (activation_checkpointing.cpu_checkpointing).
     if (cfg.activation_checkpointing.cpu_checkpointing) {
+      std::vector<bool> chunk_last(units.size(), false);
+      for (const UnitRange& r : s.plan.chunks) chunk_last[static_cast<size_t>(r.last - 1)] = true;
       s.act_offload = std::make_unique<ActivationOffload>(dev);
-      s.runner->set_activation_offload(s.act_offload.get());
+      s.runner->set_activation_offload(s.act_offload.get(), std::move(chunk_last));
     }
   }
   s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, units, s.plan.mirror, o, s.fault);

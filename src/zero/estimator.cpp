@@ -183,11 +183,13 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
   return peak;
 }
 
-// [Note: activation offload]: whether unit u's output waits in host memory
-// (UnitRunner::offloads_output).
-bool offloaded_output(const std::vector<bool>& recomputed, int u, bool cpu_checkpointing) {
+// [Note: activation offload]: whether unit u of `chunk` has its output wait
+// in host memory (UnitRunner::offloads_output): the chunk's last unit sends
+// its output to the next stage.
+bool offloaded_output(const std::vector<bool>& recomputed, const std::vector<int>& chunk, int u,
+                      bool cpu_checkpointing) {
   const size_t i = static_cast<size_t>(u);
-  return cpu_checkpointing && i + 1 < recomputed.size() && recomputed[i] && recomputed[i + 1];
+  return cpu_checkpointing && u != chunk.back() && recomputed[i] && recomputed[i + 1];
 }
 
 // Activation bytes per token that one micro-batch keeps in one chunk: its
@@ -199,7 +201,7 @@ int64_t chunk_saved_per_token(const ModelDesc& m, const std::vector<int>& chunk,
   int64_t bytes = chunk.front() > 0 ? m.units[static_cast<size_t>(chunk.front() - 1)].act.output.bytes(a) : 0;
   for (int u : chunk) {
     const UnitDesc& d = m.units[static_cast<size_t>(u)];
-    if (!offloaded_output(recomputed, u, cpu_checkpointing)) bytes += d.act.output.bytes(a);
+    if (!offloaded_output(recomputed, chunk, u, cpu_checkpointing)) bytes += d.act.output.bytes(a);
     bytes += recomputed[static_cast<size_t>(u)] ? 0 : d.act.stash.bytes(a);
   }
   return bytes;
@@ -378,7 +380,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     chunk_max = std::max(chunk_max, bytes);
     chunk_sum += bytes;
     for (int u : chunk)
-      if (offloaded_output(recomputed, u, in.cpu_checkpointing)) {
+      if (offloaded_output(recomputed, chunk, u, in.cpu_checkpointing)) {
         const int64_t out = m.units[static_cast<size_t>(u)].act.output.bytes(a);
         offloaded_sum += out;
         offloaded_max = std::max(offloaded_max, out);
@@ -387,7 +389,11 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   r.activations = sc.in_flight * tokens * (kBatchBytesPerToken + chunk_max);
   r.micro_batch_activations = tokens * chunk_sum;
   if (offloaded_max > 0) {
-    r.activations += (sc.in_flight + 1 + ActivationOffload::kSlack) * tokens * offloaded_max;
+    // The device pool: one stage walks its micro-batches in flight unit by
+    // unit, each holding one slot, plus the one being written or fetched; a
+    // pipeline stage runs one micro-batch's chunk at a time: two slots.
+    const int64_t walking = in.pp == 1 ? sc.in_flight : 1;
+    r.activations += (walking + 1 + ActivationOffload::kSlack) * tokens * offloaded_max;
     r.host_pinned += sc.in_flight * tokens * offloaded_sum;
   }
 

@@ -6,12 +6,15 @@
 #     without it: one micro-batch at a time, breadth-first groups of 3 of 8
 #     (3, 3, 2) at ZeRO stage 3 on 2 ranks, partial recomputation
 #     (model.recompute_layers), the optimizer and the parameters on the CPU
-#     in bf16 (the 24 GiB cap's layout), and a checkpoint saved with it and
-#     resumed without it;
+#     in bf16 (the 24 GiB cap's layout), a pipeline of 2 stages (1F1B, and
+#     interleaved with 2 chunks each: a chunk's last output goes to the next
+#     stage, not to the host), and a checkpoint saved with it and resumed
+#     without it;
 #   - device activations and pinned host memory are the estimator's within
-#     10%, and the device keeps less than without it;
-#   - without model.activation_checkpointing, with fewer than two recomputed
-#     blocks, or with a pipeline, it is refused by name.
+#     10% (one stage with 8 micro-batches in a group, and a pipeline stage),
+#     and the device keeps less than without it;
+#   - without model.activation_checkpointing, or with fewer than two
+#     recomputed blocks, it is refused by name.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -54,6 +57,16 @@ same recompute-3 1 model.recompute_layers=3
 OFF=(zero_optimization.stage=3 'zero_optimization.offload_optimizer.device="cpu"'
      'zero_optimization.offload_param.device="cpu"' offload.param_from_master=true bf16.enabled=true)
 same offload-bf16-groups 1 "${OFF[@]}" train.breadth_first_group=4
+same pipeline-p2 2 pipeline.parallel_size=2 zero_optimization.stage=1
+same interleaved-p2-v2 2 pipeline.parallel_size=2 pipeline.pipe_schedule_name='"interleaved"' pipeline.num_chunks=2
+for name in one-at-a-time z3-np2-groups pipeline-p2 interleaved-p2-v2; do
+  p=$(peak "$name-cpu" pinned) r=$(peak "$name-ref" pinned)
+  if [ -n "$p" ] && [ -n "$r" ] && [ "$p" -gt $((r + 65536)) ]; then
+    echo "ok: $name: $p B of pinned host memory with the checkpoints there, $r B without"
+  else
+    fail "$name: '$p' B of pinned host memory with the checkpoints there, '$r' B without (expected 64 KiB more at least)"
+  fi
+done
 
 # Saved with it at step 2, resumed without it: the bits of the run straight through.
 run_np 1 c.json --log-dir ckpt-a --steps 2 --set "$CPU" --set checkpoint.dir='"ck"'
@@ -72,6 +85,8 @@ fi
 TAGS="activations:activations;pinned:pinned host memory"
 memory_vs_estimate groups c.json "$TAGS" "$CPU" train.breadth_first_group=8
 memory_vs_estimate groups-ref c.json "activations:activations" train.breadth_first_group=8
+# A pipeline stage's pool: 2 + 2 outputs, its micro-batches in flight on the host.
+memory_vs_estimate pipeline c.json "$TAGS" "$CPU" pipeline.parallel_size=2
 with=$(peak mem-groups activations) without=$(peak mem-groups-ref activations)
 if [ -n "$with" ] && [ -n "$without" ] && [ "$with" -lt "$without" ]; then
   echo "ok: device activations $with B with the offload, $without B without"
@@ -85,6 +100,4 @@ expect_error "without activation checkpointing" 2 \
 expect_error "one recomputed block" 2 \
   "activation_checkpointing.cpu_checkpointing: .*model.recompute_layers 1 recomputes fewer than two blocks" \
   c.json --set "$CPU" --set model.recompute_layers=1
-expect_error "with a pipeline" 2 "activation_checkpointing.cpu_checkpointing: true is supported with one pipeline stage only" \
-  c.json --set "$CPU" --set pipeline.parallel_size=2
 finish

@@ -114,6 +114,17 @@ TEST(UnitRunner, OffloadedCheckpointsAreBitIdenticalAndLeaveTheDevice) {
   EXPECT_LT(b.mb.saved.capacity(), a.mb.saved.capacity());
 }
 
+// A pipeline chunk's last output goes to the next stage, not to the host.
+TEST(UnitRunner, ChunkEndsAreNotOffloaded) {
+  Harness h(kSmall, 2, DType::f32, DType::f32, true);
+  ActivationOffload off(*h.dev);
+  std::vector<bool> chunk_last(static_cast<size_t>(h.head() + 1), false);
+  chunk_last[1] = chunk_last[static_cast<size_t>(h.head())] = true;  // chunks [0, 2) and [2, 5)
+  h.runner.set_activation_offload(&off, chunk_last);
+  for (int u = 0; u <= h.head(); ++u) EXPECT_EQ(h.runner.offloads_output(u), u == 2) << u;
+  h.runner.set_activation_offload(nullptr);
+}
+
 TEST(UnitRunner, SplitRangesMatchOneRange) {
   Harness one(kSmall, 2, DType::f32, DType::f32, true);
   Harness two(kSmall, 2, DType::f32, DType::f32, true);
