@@ -222,7 +222,11 @@ void check_host_memory(const Config& cfg, const Topology& topo) {
                   human_bytes(static_cast<size_t>(row.host_pageable)), " pageable) x ", topo.local_size(),
                   " ranks on this node = ", human_bytes(static_cast<size_t>(need)), ", but the node has ",
                   human_bytes(static_cast<size_t>(avail)),
-                  " available (MemAvailable); use NVMe offload, more nodes, or fewer ranks per node");
+                  " available (MemAvailable); ",
+                  cfg.activation_checkpointing.cpu_checkpointing
+                      ? "leave activation_checkpointing.cpu_checkpointing false or use a smaller micro-batch, or "
+                      : "",
+                  "use NVMe offload, more nodes, or fewer ranks per node");
 }
 
 Args parse_args(int argc, char** argv, bool& exit_now) {

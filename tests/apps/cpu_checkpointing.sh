@@ -13,8 +13,9 @@
 #   - device activations and pinned host memory are the estimator's within
 #     10% (one stage with 8 micro-batches in a group, and a pipeline stage),
 #     and the device keeps less than without it;
-#   - without model.activation_checkpointing, or with fewer than two
-#     recomputed blocks, it is refused by name.
+#   - without model.activation_checkpointing, with fewer than two
+#     recomputed blocks, or with more checkpoints than the node's available
+#     memory holds, it is refused by name.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -94,6 +95,12 @@ else
   fail "device activations '$with' B with the offload, not below '$without' B without"
 fi
 
+# More checkpoints than the node's memory holds: refused before anything is
+# allocated, with the numbers (46 blocks x 2 GiB of f32 outputs a micro-batch, on 2 ranks).
+expect_error "host memory" 2 \
+  "activation_checkpointing.cpu_checkpointing: offload needs [0-9.]+ GiB of host memory per rank \\([0-9.]+ GiB pinned.*available \\(MemAvailable\\); leave activation_checkpointing.cpu_checkpointing false" \
+  c.json --set "$CPU" --set model.d_model=4096 --set model.n_head=32 --set model.seq_len=4096 --set model.n_layer=48 \
+  --set train_micro_batch_size_per_gpu=32
 expect_error "without activation checkpointing" 2 \
   "activation_checkpointing.cpu_checkpointing: true keeps the checkpoints of recomputed blocks in host memory, but model.activation_checkpointing is false" \
   c.json --set "$CPU" --set model.activation_checkpointing=false
