@@ -370,7 +370,8 @@ void Trainer::run() {
   log_info("batch: ", s.opts.global_batch, " sequences (", s.opts.tokens_per_step(), " tokens) = micro ", s.opts.B,
            " x accum ", s.opts.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
            dtype_name(s.opts.param_dtype), " parameters; activation checkpointing ",
-           recompute_description(cfg.model.activation_checkpointing, cfg.model.recompute_layers));
+           recompute_description(cfg.model.activation_checkpointing, cfg.model.recompute_layers),
+           cfg.activation_checkpointing.cpu_checkpointing ? ", checkpoints in host memory (cpu_checkpointing)" : "");
   install_stop_handlers();
   const double start = now_s();
   const int64_t first_step = s.state.step;

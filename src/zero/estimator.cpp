@@ -552,7 +552,7 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
      << "  " << base.world << " ranks = dp " << base.dp << " x pp " << base.pp << "; " << dtype_name(base.param_dtype)
      << " parameters and activations; micro-batch " << base.micro_batch << " x seq " << s.seq_len
      << "; activation checkpointing " << recompute_description(base.activation_checkpointing, base.recompute_layers)
-     << "\n";
+     << (base.cpu_checkpointing ? ", checkpoints in host memory (cpu_checkpointing)" : "") << "\n";
   std::snprintf(buf, sizeof buf, "%-5s %-10s %8s %8s %8s %8s %8s %8s %8s %9s %9s %9s %9s\n", "stage", "offload",
                 "params", "grads", "optim", "states", "activ", "comm", "work", "DEVICE", "pinned", "pageable", "nvme");
   os << buf;

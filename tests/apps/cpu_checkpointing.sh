@@ -53,6 +53,11 @@ same() {
 }
 
 same one-at-a-time 1
+if grep -q "activation checkpointing on, checkpoints in host memory (cpu_checkpointing)" "$WORK/out"; then
+  echo "ok: the start says where the checkpoints are"
+else
+  fail "the start does not say that the checkpoints are in host memory"
+fi
 same z3-np2-groups 2 zero_optimization.stage=3 train.breadth_first_group=3
 same recompute-3 1 model.recompute_layers=3
 OFF=(zero_optimization.stage=3 'zero_optimization.offload_optimizer.device="cpu"'
