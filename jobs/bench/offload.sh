@@ -12,7 +12,9 @@
 #     against no offload: the loss bits must be equal (parity.txt).
 # Each run's tokens/s is the mean over the steps after the first two (after
 # the delayed update's warm-up); the offload phases come from
-# wall_clock_breakdown. A table is printed last (results.tsv).
+# wall_clock_breakdown. A table is printed last (results.tsv), then, for
+# each capped run with a device-alone run of its shape (CAP_DEVICE_ALONE=1),
+# its step against that bound.
 #
 #   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a1off z2a8 z2acc z2bf cap nvme; default parity z2 cap)
 #   RUN_TIMEOUT=S bounds each run (default 600 s).
@@ -216,3 +218,20 @@ JSON
   esac
 done
 cat "$results"
+# Each capped run's step against the device-alone run of the same size,
+# micro-batch, accumulation and groups (CAP_DEVICE_ALONE=1): the step /
+# bound ratio when the device's compute is the slowest resource.
+python3 - "$results" <<'PY'
+import csv, re, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+alone = {}
+for r in rows:
+    m = re.match(r"(.+)-z3-device-alone-mb(\d+)-a(\d+)(?:-bf(\d+))?$", r["run"])
+    if m and float(r["step_ms"]) > 0:
+        alone[m.groups()] = float(r["step_ms"])
+for r in rows:
+    m = re.match(r"(.+)-cap24-z3-cpu-cpu-mb(\d+)-a(\d+)(?:-rec\d+)?(?:-bf(\d+))?", r["run"])
+    if m and m.groups() in alone and float(r["step_ms"]) > 0:
+        print(f"{r['run']}: step {float(r['step_ms']):.0f} ms, device alone {alone[m.groups()]:.0f} ms, "
+              f"{float(r['step_ms']) / alone[m.groups()]:.3f}x")
+PY
