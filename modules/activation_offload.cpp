@@ -4,6 +4,11 @@
 
 namespace zt {
 
+bool offloads_output(const std::vector<bool>& recomputed, int u, bool chunk_last) {
+  const size_t i = static_cast<size_t>(u);
+  return !chunk_last && i + 1 < recomputed.size() && recomputed[i] && recomputed[i + 1];
+}
+
 ActivationOffload::ActivationOffload(Device& dev)
     : dev_(dev), host_(dev.host_memory(true)), queue_(dev.make_transfer_queue()) {
   ZT_CHECK(queue_ != nullptr, "activation offload: the ", dev.name(), " device has no transfer queue");
@@ -16,24 +21,21 @@ size_t ActivationOffload::slot_bytes_total() const {
 }
 
 int ActivationOffload::take(size_t bytes) {
-  // The slot freed longest ago, of this size, beyond the kSlack freed last.
+  // The slot freed longest ago, of this size, when more than kSlack are free.
+  auto oldest = free_.end();
   int seen = 0;
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (slots_[static_cast<size_t>(*it)].buf.bytes() != bytes) continue;
-    ++seen;
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (slots_[static_cast<size_t>(*it)].buf.bytes() == bytes && seen++ == 0) oldest = it;
+  if (seen <= kSlack) {
+    slots_.push_back(Slot{Buffer(dev_, bytes, MemTag::activations), {}});
+    return static_cast<int>(slots_.size()) - 1;
   }
-  if (seen > kSlack)
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      Slot& s = slots_[static_cast<size_t>(*it)];
-      if (s.buf.bytes() != bytes) continue;
-      const int i = *it;
-      free_.erase(it);
-      queue_->compute_waits(s.pending);  // written by the compute stream (or a copy ordered after it)
-      s.pending = {};
-      return i;
-    }
-  slots_.push_back(Slot{Buffer(dev_, bytes, MemTag::activations), {}});
-  return static_cast<int>(slots_.size()) - 1;
+  const int i = *oldest;
+  free_.erase(oldest);
+  Slot& s = slots_[static_cast<size_t>(i)];
+  queue_->compute_waits(s.pending);  // written by the compute stream (or a copy ordered after it)
+  s.pending = {};
+  return i;
 }
 
 void ActivationOffload::give_back(int slot, TransferTicket pending) {

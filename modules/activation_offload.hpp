@@ -54,6 +54,13 @@ struct SwappedActivation {
   Shape shape;
 };
 
+// [Note: activation offload]: whether unit u's output waits in host memory:
+// u and the unit after it are both recomputed (recomputed[i] per unit of
+// the model), and u is not the last unit of its pipeline chunk, whose
+// output goes to the next stage. The runner and the memory estimator both
+// ask this.
+bool offloads_output(const std::vector<bool>& recomputed, int u, bool chunk_last);
+
 class ActivationOffload {
  public:
   // Freed slots held back before reuse ([Note: activation offload]).

@@ -64,8 +64,7 @@ void UnitRunner::set_activation_offload(ActivationOffload* offload, std::vector<
 }
 
 bool UnitRunner::offloads_output(int i) const {
-  const size_t u = static_cast<size_t>(i);
-  return u + 1 < units_.size() && recompute_[u] && recompute_[u + 1] && (chunk_last_.empty() || !chunk_last_[u]);
+  return zt::offloads_output(recompute_, i, !chunk_last_.empty() && chunk_last_[static_cast<size_t>(i)]);
 }
 
 void UnitRunner::check_range(int first, int last) const {

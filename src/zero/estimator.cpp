@@ -184,12 +184,10 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
 }
 
 // [Note: activation offload]: whether unit u of `chunk` has its output wait
-// in host memory (UnitRunner::offloads_output): the chunk's last unit sends
-// its output to the next stage.
+// in host memory, as the runner decides it.
 bool offloaded_output(const std::vector<bool>& recomputed, const std::vector<int>& chunk, int u,
                       bool cpu_checkpointing) {
-  const size_t i = static_cast<size_t>(u);
-  return cpu_checkpointing && u != chunk.back() && recomputed[i] && recomputed[i + 1];
+  return cpu_checkpointing && offloads_output(recomputed, u, u == chunk.back());
 }
 
 // Activation bytes per token that one micro-batch keeps in one chunk: its
