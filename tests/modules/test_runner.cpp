@@ -194,6 +194,23 @@ TEST(UnitRunner, SteadyStateStepsAllocateNothing) {
   }
 }
 
+// [Note: activation offload]: the pool's slots and the host buffers are made
+// in the first step; later steps allocate nothing on the device or the host.
+TEST(UnitRunner, OffloadedCheckpointsAllocateNothingAfterTheFirstStep) {
+  Harness h(kSmall, 2, DType::f32, DType::f32, true, size_t{1} << 16);
+  h.act_offload = std::make_unique<ActivationOffload>(*h.dev);
+  h.runner.set_activation_offload(h.act_offload.get());
+  h.step();
+  const MemoryStats dev_first = h.dev->stats(), host_first = *h.dev->host_memory_stats(true);
+  for (int i = 0; i < 3; ++i) h.step();
+  const MemoryStats dev_later = h.dev->stats(), host_later = *h.dev->host_memory_stats(true);
+  for (int t = 0; t < kNumMemTags; ++t) {
+    EXPECT_EQ(dev_first.allocations[static_cast<size_t>(t)], dev_later.allocations[static_cast<size_t>(t)]) << t;
+    EXPECT_EQ(host_first.allocations[static_cast<size_t>(t)], host_later.allocations[static_cast<size_t>(t)]) << t;
+  }
+  EXPECT_GT(host_later.allocations[static_cast<size_t>(MemTag::activations)], 0u);
+}
+
 TEST(UnitRunner, ClassifierNeverHoldsAllLogits) {
   // GPT-2's vocabulary, a narrow model: logits (B*T, V) in f32 would be 51 MB.
   const GptConfig cfg{1, 2, 16, 64, 50257};
