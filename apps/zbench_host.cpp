@@ -1,6 +1,7 @@
 // zbench_host: the host side of ZeRO-Offload in one process, no GPU, no MPI.
 //
-//   zbench_host [--numel N] [--threads T] [--rounds R] [--copy none,bf16] [--isa all] [--stagger B]
+//   zbench_host [--numel N] [--threads T] [--rounds R] [--copy none,bf16] [--grad fp32,bf16] [--isa all]
+//               [--stagger B]
 //
 // 1. Host memory bandwidth, STREAM triad a = b + s*c over N floats per array:
 //    GB/s as STREAM counts it (12 B per fp32 element: two reads, one write)
@@ -12,7 +13,8 @@
 // 3. ztrain's CPU AdamW (optim/adamw.hpp) over N parameters, per vector ISA
 //    and working-copy type: parameters/s and GB/s for the bytes it moves,
 //    28 B per parameter (fp32 p, m, v read and written, fp32 grad read),
-//    30 B with a bf16 or f16 copy written in the same pass.
+//    30 B with a bf16 or f16 copy written in the same pass; --grad bf16
+//    reads bf16 gradients (offload.grad_dtype), 2 B less.
 //    --tile runs it tile by tile, as the offload step does; --pages and
 //    --touch change how the arrays' pages are made (what pinned allocations
 //    may get instead of the defaults here).
@@ -97,9 +99,10 @@ inline float hashed(uint64_t i, uint64_t seed) {
 struct State {
   HostArray<float> p, g, m, v;
   HostArray<uint16_t> copy;  // bf16 or f16 bits
+  HostArray<uint16_t> g16;   // the gradients in bf16 (--grad bf16)
   State(int64_t n, size_t stagger, bool huge)
       : p(n, 0, huge), g(n, stagger, huge), m(n, 2 * stagger, huge), v(n, 3 * stagger, huge),
-        copy(n, 4 * stagger, huge) {}
+        copy(n, 4 * stagger, huge), g16(n, 5 * stagger, huge) {}
 };
 
 // Writes AdamW-like values (moments normal floats, never subnormal) with the
@@ -110,6 +113,7 @@ void init_state(State& s, int64_t n, bool one_thread = false) {
   float* m = s.m.data();
   float* v = s.v.data();
   uint16_t* c = s.copy.data();
+  uint16_t* g16 = s.g16.data();
 #pragma omp parallel if (!one_thread)
   {
 #pragma omp for schedule(static)
@@ -120,18 +124,33 @@ void init_state(State& s, int64_t n, bool one_thread = false) {
       m[i] = 1e-4f * hashed(u, 3);
       v[i] = 1e-7f * (1.5f + hashed(u, 4));
       c[i] = 0;
+      g16[i] = zt::f32_to_bf16(g[i]).bits;
     }
   }
 }
 
 // ztrain's AdamW over elements [off, off + k) of `s`, writing the working
-// copy named by `copy` (none, bf16 or f16).
-void adamw_at(State& s, int64_t off, int64_t k, const std::string& copy, const zt::AdamWParams& hp, int64_t step) {
+// copy named by `copy` (none, bf16 or f16), from the fp32 gradients or
+// (`grad` "bf16") the bf16 ones.
+void adamw_at(State& s, int64_t off, int64_t k, const std::string& copy, const zt::AdamWParams& hp, int64_t step,
+              const std::string& grad = "fp32") {
   float* p = s.p.data() + off;
   const float* g = s.g.data() + off;
   float* m = s.m.data() + off;
   float* v = s.v.data() + off;
   uint16_t* h = s.copy.data() + off;
+  if (grad == "bf16") {
+    const auto* gb = reinterpret_cast<const zt::bf16*>(s.g16.data() + off);
+    const std::vector<zt::DecayRange> all{{0, k, true}};
+    if (copy == "none") {
+      zt::adamw_update_ranges(p, gb, m, v, k, all, hp, step, 1.0f);
+    } else if (copy == "bf16") {
+      zt::adamw_update_ranges(p, gb, m, v, k, all, hp, step, 1.0f, reinterpret_cast<zt::bf16*>(h));
+    } else {
+      zt::adamw_update_ranges(p, gb, m, v, k, all, hp, step, 1.0f, reinterpret_cast<zt::f16*>(h));
+    }
+    return;
+  }
   if (copy == "none") {
     zt::adamw_update(p, g, m, v, k, hp, step, 1.0f, true);
   } else if (copy == "bf16") {
@@ -263,6 +282,7 @@ int run(int argc, char** argv) {
   int threads = 0;
   int rounds = 10;
   std::string copies = "none,bf16";
+  std::string grads = "fp32";
   std::string isas = "all";
   size_t stagger = 4160;
   std::string pages = "huge";
@@ -276,6 +296,8 @@ int run(int argc, char** argv) {
       "rounds", po::value(&rounds)->default_value(rounds), "timed rounds per measurement (after one warm-up)")(
       "copy", po::value(&copies)->default_value(copies),
       "working copies to measure, comma list of none, bf16, f16")(
+      "grad", po::value(&grads)->default_value(grads),
+      "gradient dtypes the AdamW reads, comma list of fp32, bf16 (offload.grad_dtype)")(
       "isa", po::value(&isas)->default_value(isas),
       "AdamW ISAs, comma list of avx512f, avx2, sse2, auto; all: every ISA this CPU has")(
       "stagger", po::value(&stagger)->default_value(stagger),
@@ -307,6 +329,10 @@ int run(int argc, char** argv) {
   const std::vector<std::string> copy_list = split(copies);
   for (const std::string& c : copy_list) {
     if (c != "none" && c != "bf16" && c != "f16") throw std::invalid_argument("--copy: unknown copy " + c);
+  }
+  const std::vector<std::string> grad_list = split(grads);
+  for (const std::string& g : grad_list) {
+    if (g != "fp32" && g != "bf16") throw std::invalid_argument("--grad: unknown gradient dtype " + g);
   }
   std::vector<std::string> isa_list = isas == "all" ? zt::adamw_cpu_isas() : split(isas);
 
@@ -417,21 +443,23 @@ int run(int argc, char** argv) {
   for (const std::string& isa : isa_list) {
     zt::adamw_set_cpu_isa(isa);
     const std::string picked = zt::adamw_cpu_isa();
+    for (const std::string& gt : grad_list)
     for (const std::string& c : copy_list) {
       int64_t step = 0;
-      const double bytes = c == "none" ? 28.0 : 30.0;
+      const double bytes = (c == "none" ? 28.0 : 30.0) - (gt == "bf16" ? 2.0 : 0.0);
       const int64_t piece = tile > 0 ? tile : n;
       const Timing t = time_rounds(rounds, [&](int) {
         ++step;
-        for (int64_t o = 0; o < n; o += piece) adamw_at(s, o, std::min(piece, n - o), c, hp, step);
+        for (int64_t o = 0; o < n; o += piece) adamw_at(s, o, std::min(piece, n - o), c, hp, step, gt);
       });
       const double gbps = bytes * n / t.best * gb;
-      std::printf("adamw %-7s %-4s: %8.3f s best, %8.3f s mean, %7.3f Gparam/s, %7.1f GB/s (%2.0f B/param), %5.1f%% of triad+WA\n",
-                  picked.c_str(), c.c_str(), t.best, t.mean, n / t.best * 1e-9, gbps, bytes,
+      std::printf("adamw %-7s %-4s grad %-4s: %8.3f s best, %8.3f s mean, %7.3f Gparam/s, %7.1f GB/s (%2.0f B/param), %5.1f%% of triad+WA\n",
+                  picked.c_str(), c.c_str(), gt.c_str(), t.best, t.mean, n / t.best * 1e-9, gbps, bytes,
                   100.0 * gbps / triad_wa);
       std::fflush(stdout);
       result["adamw"].push_back({{"isa", picked},
                                  {"copy", c},
+                                 {"grad", gt},
                                  {"best_s", t.best},
                                  {"mean_s", t.mean},
                                  {"params_per_s", n / t.best},

@@ -7,6 +7,9 @@
 #   - fp16 with an injected overflow,
 #   - activation_checkpointing.cpu_checkpointing against the same run
 #     without it (the same bits).
+#   - offload.grad_dtype "bf16" (gradients rounded on the device, copied to
+#     the host in bf16): the same bits at ZeRO stages 2 and 3, close to fp32
+#     gradients.
 # Usage (on the GPU host, from the repository root):
 #   jobs/gpu/check.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
@@ -68,3 +71,18 @@ for mode in device offload; do
   [ -n "$a" ] && [ "$a" = "$b" ] && v="same bits" || v="DIFFER: $b vs $a"
   note "checkpoints in host memory ($mode states): $v; $(grep -h '^peak memory' "$out/cpuckpt-$mode-true.log" | grep -o 'activations [0-9.]* MiB') (without: $(grep -h '^peak memory' "$out/cpuckpt-$mode-false.log" | grep -o 'activations [0-9.]* MiB'))"
 done
+# [Note: bf16 gradients on the host]: one rounding on the device (the cast
+# kernel), the bf16 copy to the host, the host AdamW from bf16: stages 2 and
+# 3 give one set of bits; fp32 gradients stay close.
+for g in fp32 bf16-2 bf16-3; do
+  st=${g#bf16-}; [ "$g" = fp32 ] && st=2
+  gd=fp32; [ "$g" != fp32 ] && gd=bf16
+  "${mpi[@]}" -np 1 "$bundle/bin/ztrain" "$out/tiny.json" --device cuda --steps 20 --set bf16.enabled=true \
+    --set zero_optimization.stage=$st --set train.breadth_first_group=4 \
+    --set 'zero_optimization.offload_optimizer.device="cpu"' --set "offload.grad_dtype=\"$gd\"" \
+    --log-dir "$out/gdt-$g" > "$out/gdt-$g.log" 2>&1
+done
+a=$(bits "$out/gdt-bf16-2") b=$(bits "$out/gdt-bf16-3")
+[ -n "$a" ] && [ "$a" = "$b" ] && v="same bits at stages 2 and 3" || v="DIFFER: $b vs $a"
+note "bf16 gradients on the host: $v"
+compare "bf16 gradients vs fp32 gradients, 20 steps" "$out/gdt-fp32/metrics.jsonl" "$out/gdt-bf16-2/metrics.jsonl" 0.01

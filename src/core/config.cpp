@@ -120,6 +120,20 @@ void check_across_sections(const ParseContext& ctx, const Config& cfg) {
     ctx.fail("offload.param_from_master",
              "true uploads the parameters from the master that the delayed update rewrites while the next step "
              "runs: set offload.delayed_update to false, or leave param_from_master false");
+  // [Note: bf16 gradients on the host]: the gradients must be on the host.
+  if (off.grad_dtype != "fp32") {
+    if (opt.device == "none" || cfg.zero.stage < 1 || opt.ratio < 1.0)
+      ctx.fail("offload.grad_dtype",
+               "\"" + off.grad_dtype + "\" is the dtype of the gradients that land on the host for the offloaded "
+               "optimizer; they land there only at zero_optimization.stage 1-3 with offload_optimizer.device "
+               "\"cpu\" or \"nvme\" and ratio 1 (found stage " + std::to_string(cfg.zero.stage) + ", device \"" +
+                   opt.device + "\", ratio " + std::to_string(opt.ratio) + "); leave it \"fp32\"");
+    if (cfg.pipeline.parallel_size > 1)
+      ctx.fail("offload.grad_dtype",
+               "\"" + off.grad_dtype + "\" with pipeline.parallel_size " + std::to_string(cfg.pipeline.parallel_size) +
+                   ": a pipeline lands each micro-batch's gradients and sums the tied embedding's over the stages, "
+                   "which would round twice; leave it \"fp32\"");
+  }
   // [Note: breadth-first walk]: one stage walks its micro-batches in groups.
   const int group = cfg.train.breadth_first_group;
   if (group > 1 && cfg.pipeline.parallel_size > 1)

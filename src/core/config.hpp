@@ -248,6 +248,16 @@ struct OffloadOptions {
   // memory, twice the bytes over PCIe). Needs offload_optimizer "cpu" and
   // no delayed update.
   bool param_from_master = false;
+  // [Note: bf16 gradients on the host] (zero/grad_landing.hpp): the dtype
+  // of the gradients that land on the host and that the host AdamW reads,
+  // "fp32" or "bf16" (rounded once on the device, after the reduction and
+  // the accumulation: 2 bytes per owned parameter less host memory and PCIe
+  // traffic, 2 fewer for the update to read). Needs the gradients on the
+  // host (stage 1-3, offload_optimizer "cpu" or "nvme" with ratio 1, no
+  // pipeline) and each gradient landing once a step (no accumulation at
+  // stage 2-3, unless one breadth-first group spans the step or
+  // grad_accumulation is "device").
+  std::string grad_dtype = "fp32";
 };
 
 // DeepSpeed's "aio" section: how NVMe offload reads and writes its swap files

@@ -161,7 +161,7 @@ std::vector<SectionSchema> build_schemas() {
                 "breadth_first_group"},
                {}});
   s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend", "grad_accumulation",
-                                       "param_from_master"}, {}});
+                                       "param_from_master", "grad_dtype"}, {}});
   s.push_back({"checkpoint", "checkpoint",
                {"dir", "interval", "save_at_end", "keep_last", "async", "tag_validation"},
                {{"load_universal", false, ""},

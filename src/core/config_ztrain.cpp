@@ -261,6 +261,7 @@ void parse_offload_options(const SectionReader& top, Config& cfg) {
   o.aio_backend = r.choice("aio_backend", d.aio_backend, {"auto", "io_uring", "threads"});
   o.grad_accumulation = r.choice("grad_accumulation", d.grad_accumulation, {"host", "device"});
   o.param_from_master = r.boolean("param_from_master", d.param_from_master);
+  o.grad_dtype = r.choice("grad_dtype", d.grad_dtype, {"fp32", "bf16"});
 }
 
 void parse_checkpoint(const SectionReader& top, Config& cfg) {

@@ -192,20 +192,32 @@ inline void thread_part(int64_t begin, int64_t end, int64_t* lo, int64_t* hi) {
   *hi = *lo + q + (id < r ? 1 : 0);
 }
 
-// n elements, one vectorised pass. Copy is void for "no working copy".
-template <bool kLerpFromStart, typename Copy>
-__attribute__((always_inline)) inline void update_elements(float* param, const float* grad, float* m,
+// A gradient element as fp32: bf16 widens exactly (its bits are the upper
+// half of a float's), so an update from bf16 gradients has the bits of one
+// from the same values in fp32.
+inline float grad_f32(float g) { return g; }
+inline float grad_f32(bf16 g) {
+  const uint32_t u = static_cast<uint32_t>(g.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// n elements, one vectorised pass. Copy is void for "no working copy"; Grad
+// is float or bf16 (offload.grad_dtype).
+template <bool kLerpFromStart, typename Copy, typename Grad>
+__attribute__((always_inline)) inline void update_elements(float* param, const Grad* grad, float* m,
                                                             float* v, Copy* param_copy, int64_t n,
                                                             const AdamWScalars& s, float decay_factor) {
   if constexpr (std::is_void_v<Copy>) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      adamw_element<kLerpFromStart>(param[i], m[i], v[i], grad[i], decay_factor, s);
+      adamw_element<kLerpFromStart>(param[i], m[i], v[i], grad_f32(grad[i]), decay_factor, s);
     }
   } else {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const float p = adamw_element<kLerpFromStart>(param[i], m[i], v[i], grad[i], decay_factor, s);
+      const float p = adamw_element<kLerpFromStart>(param[i], m[i], v[i], grad_f32(grad[i]), decay_factor, s);
       param_copy[i] = round_copy<Copy>(p);
     }
   }
@@ -246,11 +258,12 @@ ZT_ADAMW_TARGET_AVX512 void stream_lines_avx512(void* dst, const void* src, int6
 // Elements [begin, end), shared among the threads of the enclosing parallel
 // region (or run by one thread when there is none) without a barrier.
 // Always inlined into the per-ISA functions below, which vectorise it.
-template <int kIsa, bool kLerpFromStart, typename Copy>
-__attribute__((always_inline)) inline void adamw_loop_body(float* param, const float* grad, float* m,
+template <int kIsa, bool kLerpFromStart, typename Copy, typename Grad>
+__attribute__((always_inline)) inline void adamw_loop_body(float* param, const void* grad_in, float* m,
                                                             float* v, int64_t begin, int64_t end,
                                                             const AdamWScalars& scalars, bool decay,
                                                             void* copy) {
+  const Grad* const grad = static_cast<const Grad*>(grad_in);
   // A local copy: no store in the loop can alias it, so its fields stay in
   // registers.
   const AdamWScalars s = scalars;
@@ -260,7 +273,7 @@ __attribute__((always_inline)) inline void adamw_loop_body(float* param, const f
   thread_part(begin, end, &lo, &hi);
   Copy* const param_copy = static_cast<Copy*>(copy);
   auto run = [&](int64_t from, int64_t to, Copy* dst) {
-    update_elements<kLerpFromStart, Copy>(param + from, grad + from, m + from, v + from, dst, to - from, s,
+    update_elements<kLerpFromStart, Copy, Grad>(param + from, grad + from, m + from, v + from, dst, to - from, s,
                                           decay_factor);
   };
 #if defined(ZT_ADAMW_X86) && ZT_ADAMW_STREAM_COPY
@@ -295,28 +308,28 @@ __attribute__((always_inline)) inline void adamw_loop_body(float* param, const f
   }
 }
 
-using LoopFn = void (*)(float*, const float*, float*, float*, int64_t, int64_t, const AdamWScalars&,
+using LoopFn = void (*)(float*, const void*, float*, float*, int64_t, int64_t, const AdamWScalars&,
                         bool, void*);
 
-template <bool kLerpFromStart, typename Copy>
-void loop_base(float* param, const float* grad, float* m, float* v, int64_t begin, int64_t end,
+template <bool kLerpFromStart, typename Copy, typename Grad>
+void loop_base(float* param, const void* grad, float* m, float* v, int64_t begin, int64_t end,
                const AdamWScalars& s, bool decay, void* copy) {
-  adamw_loop_body<kIsaBase, kLerpFromStart, Copy>(param, grad, m, v, begin, end, s, decay, copy);
+  adamw_loop_body<kIsaBase, kLerpFromStart, Copy, Grad>(param, grad, m, v, begin, end, s, decay, copy);
 }
 
 #if defined(ZT_ADAMW_X86)
-template <bool kLerpFromStart, typename Copy>
-ZT_ADAMW_TARGET_AVX2 void loop_avx2(float* param, const float* grad, float* m, float* v,
+template <bool kLerpFromStart, typename Copy, typename Grad>
+ZT_ADAMW_TARGET_AVX2 void loop_avx2(float* param, const void* grad, float* m, float* v,
                                     int64_t begin, int64_t end, const AdamWScalars& s, bool decay,
                                     void* copy) {
-  adamw_loop_body<kIsaAvx2, kLerpFromStart, Copy>(param, grad, m, v, begin, end, s, decay, copy);
+  adamw_loop_body<kIsaAvx2, kLerpFromStart, Copy, Grad>(param, grad, m, v, begin, end, s, decay, copy);
 }
 
-template <bool kLerpFromStart, typename Copy>
-ZT_ADAMW_TARGET_AVX512 void loop_avx512(float* param, const float* grad, float* m, float* v,
+template <bool kLerpFromStart, typename Copy, typename Grad>
+ZT_ADAMW_TARGET_AVX512 void loop_avx512(float* param, const void* grad, float* m, float* v,
                                         int64_t begin, int64_t end, const AdamWScalars& s,
                                         bool decay, void* copy) {
-  adamw_loop_body<kIsaAvx512, kLerpFromStart, Copy>(param, grad, m, v, begin, end, s, decay, copy);
+  adamw_loop_body<kIsaAvx512, kLerpFromStart, Copy, Grad>(param, grad, m, v, begin, end, s, decay, copy);
 }
 #endif
 
@@ -332,14 +345,16 @@ constexpr int copy_index() {
   }
 }
 
-// kLoops[isa][lerp_from_start][copy_index]
-#define ZT_ADAMW_LOOPS(fn)                                        \
-  {                                                               \
-    {fn<false, void>, fn<false, bf16>, fn<false, f16>}, {         \
-      fn<true, void>, fn<true, bf16>, fn<true, f16>               \
-    }                                                             \
+// kLoops[isa][lerp_from_start][grad is bf16][copy_index]
+#define ZT_ADAMW_LOOPS_G(fn, lerp, G) \
+  { fn<lerp, void, G>, fn<lerp, bf16, G>, fn<lerp, f16, G> }
+#define ZT_ADAMW_LOOPS(fn)                                                                    \
+  {                                                                                           \
+    {ZT_ADAMW_LOOPS_G(fn, false, float), ZT_ADAMW_LOOPS_G(fn, false, bf16)}, {                \
+      ZT_ADAMW_LOOPS_G(fn, true, float), ZT_ADAMW_LOOPS_G(fn, true, bf16)                     \
+    }                                                                                         \
   }
-constexpr LoopFn kLoops[kIsaCount][2][3] = {
+constexpr LoopFn kLoops[kIsaCount][2][2][3] = {
     ZT_ADAMW_LOOPS(loop_base),
 #if defined(ZT_ADAMW_X86)
     ZT_ADAMW_LOOPS(loop_avx2),
@@ -350,10 +365,11 @@ constexpr LoopFn kLoops[kIsaCount][2][3] = {
 #endif
 };
 #undef ZT_ADAMW_LOOPS
+#undef ZT_ADAMW_LOOPS_G
 
-template <typename Copy>
+template <typename Copy, typename Grad = float>
 LoopFn pick_loop(const AdamWScalars& s) {
-  return kLoops[current_isa()][s.lerp_from_start ? 1 : 0][copy_index<Copy>()];
+  return kLoops[current_isa()][s.lerp_from_start ? 1 : 0][std::is_same_v<Grad, bf16> ? 1 : 0][copy_index<Copy>()];
 }
 
 template <typename Copy>
@@ -367,8 +383,8 @@ void update_one(float* param, const float* grad, float* m, float* v, int64_t n,
   loop(param, grad, m, v, 0, n, s, decay, param_copy);
 }
 
-template <typename Copy>
-void update_ranges(float* param, const float* grad, float* m, float* v, int64_t n,
+template <typename Copy, typename Grad>
+void update_ranges(float* param, const Grad* grad, float* m, float* v, int64_t n,
                    const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
                    float grad_scale, Copy* param_copy) {
   int64_t expect = 0;
@@ -379,7 +395,7 @@ void update_ranges(float* param, const float* grad, float* m, float* v, int64_t 
   }
   ZT_CHECK(expect == n, "decay ranges cover [0, ", expect, ") of a shard of ", n, " elements");
   const AdamWScalars s = adamw_scalars(hp, step, grad_scale);
-  const LoopFn loop = pick_loop<Copy>(s);
+  const LoopFn loop = pick_loop<Copy, Grad>(s);
   // One team for all ranges; `nowait` lets threads move to the next range
   // without a barrier, which is safe because the ranges are disjoint.
 #pragma omp parallel if (n >= kParallelMin)
@@ -424,24 +440,41 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   update_one(param, grad, m, v, n, hp, step, grad_scale, decay, param_copy);
 }
 
-void adamw_update_ranges(float* param, const float* grad, float* m, float* v, int64_t n,
-                         const std::vector<DecayRange>& ranges, const AdamWParams& hp,
-                         int64_t step, float grad_scale, bf16* param_copy) {
+namespace {
+template <typename Grad, typename Copy>
+void ranges_with_copy(float* param, const Grad* grad, float* m, float* v, int64_t n,
+                      const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step,
+                      float grad_scale, Copy* param_copy) {
   if (param_copy == nullptr) {
     update_ranges<void>(param, grad, m, v, n, ranges, hp, step, grad_scale, nullptr);
   } else {
     update_ranges(param, grad, m, v, n, ranges, hp, step, grad_scale, param_copy);
   }
 }
+}  // namespace
+
+void adamw_update_ranges(float* param, const float* grad, float* m, float* v, int64_t n,
+                         const std::vector<DecayRange>& ranges, const AdamWParams& hp,
+                         int64_t step, float grad_scale, bf16* param_copy) {
+  ranges_with_copy(param, grad, m, v, n, ranges, hp, step, grad_scale, param_copy);
+}
 
 void adamw_update_ranges(float* param, const float* grad, float* m, float* v, int64_t n,
                          const std::vector<DecayRange>& ranges, const AdamWParams& hp,
                          int64_t step, float grad_scale, f16* param_copy) {
-  if (param_copy == nullptr) {
-    update_ranges<void>(param, grad, m, v, n, ranges, hp, step, grad_scale, nullptr);
-  } else {
-    update_ranges(param, grad, m, v, n, ranges, hp, step, grad_scale, param_copy);
-  }
+  ranges_with_copy(param, grad, m, v, n, ranges, hp, step, grad_scale, param_copy);
+}
+
+void adamw_update_ranges(float* param, const bf16* grad, float* m, float* v, int64_t n,
+                         const std::vector<DecayRange>& ranges, const AdamWParams& hp,
+                         int64_t step, float grad_scale, bf16* param_copy) {
+  ranges_with_copy(param, grad, m, v, n, ranges, hp, step, grad_scale, param_copy);
+}
+
+void adamw_update_ranges(float* param, const bf16* grad, float* m, float* v, int64_t n,
+                         const std::vector<DecayRange>& ranges, const AdamWParams& hp,
+                         int64_t step, float grad_scale, f16* param_copy) {
+  ranges_with_copy(param, grad, m, v, n, ranges, hp, step, grad_scale, param_copy);
 }
 
 }  // namespace zt

@@ -4,8 +4,8 @@
 // adamw.cpp), all giving the bits of the scalar adamw_element.
 //
 // A rank holds, per unit, a contiguous range of the unit's flat parameter
-// buffer with its fp32 master weights, Adam m and v, and the fp32 gradient of
-// the same range. These functions update such a range in place; they know
+// buffer with its fp32 master weights, Adam m and v, and the gradient of the
+// same range (fp32, or bf16 on the host with offload.grad_dtype). These functions update such a range in place; they know
 // nothing of how the range was cut (ZeRO stage, DP size): the caller says which
 // sub-ranges take weight decay (DecayRange).
 //
@@ -62,6 +62,15 @@ void adamw_update_ranges(float* param, const float* grad, float* m, float* v, in
                          const std::vector<DecayRange>& ranges, const AdamWParams& hp,
                          int64_t step, float grad_scale, bf16* param_copy = nullptr);
 void adamw_update_ranges(float* param, const float* grad, float* m, float* v, int64_t n,
+                         const std::vector<DecayRange>& ranges, const AdamWParams& hp,
+                         int64_t step, float grad_scale, f16* param_copy);
+// The same from bf16 gradients (offload.grad_dtype "bf16"): each one widened
+// to fp32 exactly, so the bits are those of the fp32 overloads given the
+// gradients' fp32 values.
+void adamw_update_ranges(float* param, const bf16* grad, float* m, float* v, int64_t n,
+                         const std::vector<DecayRange>& ranges, const AdamWParams& hp,
+                         int64_t step, float grad_scale, bf16* param_copy = nullptr);
+void adamw_update_ranges(float* param, const bf16* grad, float* m, float* v, int64_t n,
                          const std::vector<DecayRange>& ranges, const AdamWParams& hp,
                          int64_t step, float grad_scale, f16* param_copy);
 

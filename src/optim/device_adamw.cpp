@@ -30,7 +30,7 @@ class DeviceAdamW final : public OptimizerPlacement {
     for (const DecaySpan& span : sh.spans) ranges_.push_back({span.begin - sh.begin, span.end - sh.begin, span.decay});
 #if ZT_HAVE_CUDA
     if (dev_.kind() == DeviceKind::cuda) {
-      adamw_update_ranges_cuda(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step,
+      adamw_update_ranges_cuda(sh.master, sh.grad_f32(), sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step,
                                s.grad_scale, sh.param, sh.param_dtype, s.verdict,
                                static_cast<CudaDevice&>(dev_).stream());
       return;
@@ -45,14 +45,14 @@ class DeviceAdamW final : public OptimizerPlacement {
       grad_scale = static_cast<float>(s.verdict[kVerdictGradScale]);
     }
     if (sh.param == nullptr) {
-      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale);
+      adamw_update_ranges(sh.master, sh.grad_f32(), sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale);
     } else if (sh.param_dtype == DType::bf16) {
-      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale,
+      adamw_update_ranges(sh.master, sh.grad_f32(), sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale,
                           static_cast<bf16*>(sh.param));
     } else {
       ZT_CHECK(sh.param_dtype == DType::f16, "unit ", sh.unit, ": a ", dtype_name(sh.param_dtype),
                " working copy beside the master (bf16 or f16 expected)");
-      adamw_update_ranges(sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale,
+      adamw_update_ranges(sh.master, sh.grad_f32(), sh.exp_avg, sh.exp_avg_sq, sh.numel(), ranges_, hp, s.step, grad_scale,
                           static_cast<f16*>(sh.param));
     }
   }

@@ -29,6 +29,7 @@
 namespace zt {
 namespace {
 
+using offload_detail::advance;
 using offload_detail::host_adamw;
 using offload_detail::now_s;
 using offload_detail::put_param;
@@ -295,7 +296,7 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
   struct Pending {
     const OwnedShard* shard;
     OptimizerStepScalars s;
-    const float* grad;  // the shard's gradient at update(): it moves by step when on the host
+    const void* grad;  // the shard's gradient at update(): it moves by step when on the host
   };
 
   // Runs `f`; on any error, the files go with the states ([Note: NVMe
@@ -402,7 +403,8 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
         }
       }
       if (!delayed && !s.sh->grad_on_host) {
-        st.fetched = copies_->to_host(st.grad.data(), items[i].p->grad + g.off, static_cast<size_t>(g.n) * sizeof(float));
+        st.fetched = copies_->to_host(st.grad.data(), advance(items[i].p->grad, DType::f32, g.off),
+                                      static_cast<size_t>(g.n) * sizeof(float));
         t.d2h_bytes += static_cast<double>(g.n) * sizeof(float);
       }
     };
@@ -423,10 +425,12 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
       double c = now_s();
       t.nvme_read_wait_s += c - w;
       const size_t es = dtype_size(sh.param_dtype);
-      const float* grad;
+      const void* grad;
+      DType grad_dtype = DType::f32;  // fetched or copied from the device: fp32
       void* out;
       if (delayed) {
-        grad = (sh.grad_on_host ? it.p->grad : s.grad.as<float>()) + g.off;
+        if (sh.grad_on_host) grad_dtype = sh.grad_dtype;
+        grad = advance(sh.grad_on_host ? it.p->grad : s.grad.data(), grad_dtype, g.off);
         out = s.param.as<char>() + static_cast<size_t>(g.off) * es;
       } else {
         copies_->wait(st.fetched);
@@ -434,13 +438,14 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
         const double now = now_s();
         t.d2h_wait_s += now - c;
         c = now;
-        grad = sh.grad_on_host ? it.p->grad + g.off : st.grad.as<float>();
+        if (sh.grad_on_host) grad_dtype = sh.grad_dtype;
+        grad = sh.grad_on_host ? advance(it.p->grad, grad_dtype, g.off) : st.grad.data();
         // Offloaded parameters are written in place (no slot, no copy).
         out = sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(g.off) * es : st.out.data();
       }
       AdamWParams hp = hp_;
       hp.lr = it.p->s.lr;
-      host_adamw(sh, st.state[0].data_f32(), grad, st.state[1].data_f32(), st.state[2].data_f32(), g.n,
+      host_adamw(sh, st.state[0].data_f32(), grad, grad_dtype, st.state[1].data_f32(), st.state[2].data_f32(), g.n,
                  tile_ranges(sh, g.off, g.n), hp, it.p->s.step, it.p->s.grad_scale, out);
       t.cpu_s += now_s() - c;
       if (!delayed && !sh.param_in_place()) {

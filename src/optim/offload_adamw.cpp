@@ -23,6 +23,7 @@
 namespace zt {
 namespace {
 
+using offload_detail::advance;
 using offload_detail::host_adamw;
 using offload_detail::now_s;
 using offload_detail::put_param;
@@ -208,7 +209,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
   struct Pending {
     const OwnedShard* shard;
     OptimizerStepScalars s;
-    const float* grad;  // the shard's gradient at update(): it moves by step when on the host
+    const void* grad;  // the shard's gradient at update(): it moves by step when on the host
   };
   struct Tile {
     const Pending* p;
@@ -239,7 +240,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       auto fetch = [&](size_t i) {
         const Tile& tl = tiles[i];
         if (tl.p->shard->grad_on_host) return;
-        fetched[i] = copies_->to_host(grad_slots_[i % K].data(), tl.p->grad + tl.off,
+        fetched[i] = copies_->to_host(grad_slots_[i % K].data(), advance(tl.p->grad, DType::f32, tl.off),
                                       static_cast<size_t>(tl.n) * sizeof(float));
         t.d2h_bytes += static_cast<double>(tl.n) * sizeof(float);
       };
@@ -259,7 +260,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
         }
         const double c = now_s();
         t.d2h_wait_s += c - w;
-        const float* g = sh.grad_on_host ? tl.p->grad + tl.off : grad_slots_[i % K].as<float>();
+        const void* g = sh.grad_on_host ? advance(tl.p->grad, sh.grad_dtype, tl.off) : grad_slots_[i % K].data();
         // Offloaded parameters are written in place (no slot, no copy), or
         // not at all when uploads are made from the master.
         const size_t es = dtype_size(sh.param_dtype);
@@ -272,7 +273,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
         float* m = h.state[1].as<float>() + tl.off;
         float* v = h.state[2].as<float>() + tl.off;
         const std::vector<DecayRange> ranges = tile_ranges(sh, tl.off, tl.n);
-        host_adamw(sh, master, g, m, v, tl.n, ranges, hp, tl.p->s.step, tl.p->s.grad_scale, out);
+        host_adamw(sh, master, g, sh.grad_dtype, m, v, tl.n, ranges, hp, tl.p->s.step, tl.p->s.grad_scale, out);
         w = now_s();
         t.cpu_s += w - c;
         const bool last = tl.off + tl.n == sh.numel();
@@ -380,13 +381,13 @@ class HostOffloadAdamW final : public OffloadAdamW {
     float* m = h.state[1].as<float>();
     float* v = h.state[2].as<float>();
     const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
-    const float* g = sh.grad_on_host ? p.grad : h.grad.as<float>();
+    const void* g = sh.grad_on_host ? p.grad : h.grad.data();
     {
       // The last update's parameters leave from the buffer this one writes.
       std::lock_guard<std::mutex> lk(mu_);
       copies_->wait(ready_[static_cast<size_t>(sh.index)].upload);
     }
-    host_adamw(sh, master, g, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
+    host_adamw(sh, master, g, sh.grad_dtype, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale,
                sh.param_dtype == DType::f32 ? static_cast<void*>(master) : h.param.data());
   }
 
@@ -445,7 +446,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
       for (const DecaySpan& span : sh.spans) {
         const int64_t off = span.begin - sh.begin;
         void* copy = static_cast<char*>(sh.param) + static_cast<size_t>(off) * es;
-        adamw_update_cuda(master + off, sh.grad + off, m + off, v + off, span.end - span.begin, hp, s.step,
+        adamw_update_cuda(master + off, sh.grad_f32() + off, m + off, v + off, span.end - span.begin, hp, s.step,
                           s.grad_scale, span.decay, copy, sh.param_dtype, static_cast<CudaDevice&>(dev_).stream());
       }
       return;
@@ -453,7 +454,7 @@ class HostOffloadAdamW final : public OffloadAdamW {
 #endif
     ZT_CHECK(dev_.kind() == DeviceKind::cpu, "AdamW on ", dev_.name(), ": this build has no CUDA AdamW");
     const std::vector<DecayRange> ranges = tile_ranges(sh, 0, sh.numel());
-    host_adamw(sh, master, sh.grad, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, sh.param);
+    host_adamw(sh, master, sh.grad, sh.grad_dtype, m, v, sh.numel(), ranges, hp, s.step, s.grad_scale, sh.param);
   }
 
   Device& dev_;

@@ -67,10 +67,12 @@ inline std::vector<DecayRange> tile_ranges(const OwnedShard& sh, int64_t off, in
 // The host AdamW of n elements: master, m and v in place, and the new
 // working parameters (in sh.param_dtype) into `out` in the same pass (fp32
 // working parameters: a copy of the master, none when `out` is the master).
-// A null `out` writes no working parameters.
-inline void host_adamw(const OwnedShard& sh, float* master, const float* g, float* m, float* v, int64_t n,
-                       const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step, float grad_scale,
-                       void* out) {
+// A null `out` writes no working parameters. `g` holds n gradients of
+// `gt` (fp32, or bf16: [Note: bf16 gradients on the host]).
+template <typename Grad>
+void host_adamw_from(const OwnedShard& sh, float* master, const Grad* g, float* m, float* v, int64_t n,
+                     const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step, float grad_scale,
+                     void* out) {
   if (out == nullptr) {
     adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale);
     return;
@@ -86,6 +88,22 @@ inline void host_adamw(const OwnedShard& sh, float* master, const float* g, floa
       adamw_update_ranges(master, g, m, v, n, ranges, hp, step, grad_scale);
       if (out != master) std::memcpy(out, master, static_cast<size_t>(n) * sizeof(float));
   }
+}
+
+inline void host_adamw(const OwnedShard& sh, float* master, const void* g, DType gt, float* m, float* v, int64_t n,
+                       const std::vector<DecayRange>& ranges, const AdamWParams& hp, int64_t step, float grad_scale,
+                       void* out) {
+  if (gt == DType::bf16) {
+    host_adamw_from(sh, master, static_cast<const bf16*>(g), m, v, n, ranges, hp, step, grad_scale, out);
+    return;
+  }
+  ZT_CHECK(gt == DType::f32, "the host AdamW reads fp32 or bf16 gradients, not ", dtype_name(gt));
+  host_adamw_from(sh, master, static_cast<const float*>(g), m, v, n, ranges, hp, step, grad_scale, out);
+}
+
+// `p` advanced by n elements of `t`.
+inline const void* advance(const void* p, DType t, int64_t n) {
+  return static_cast<const char*>(p) + static_cast<size_t>(n) * dtype_size(t);
 }
 
 }  // namespace zt::offload_detail

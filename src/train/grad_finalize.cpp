@@ -48,8 +48,10 @@ void GradientFinalizer::inject_overflow(int64_t step) {
     if (sh.unit == fault_.unit) {
       const float inf = std::numeric_limits<float>::infinity();
       zero_.forget_landed_sq(sh.unit);
-      if (sh.grad_on_host)
-        *sh.grad = inf;
+      if (sh.grad_on_host && sh.grad_dtype == DType::bf16)
+        *static_cast<bf16*>(sh.grad) = from_f32<bf16>(inf);
+      else if (sh.grad_on_host)
+        *sh.grad_f32() = inf;
       else
         dev_.copy_from_host(sh.grad, &inf, sizeof inf);
     }
@@ -156,6 +158,8 @@ void GradientFinalizer::reduce_tied_copies() {
   for (const OwnedShard& sh : zero_.owned_shards()) {
     if (sh.unit != tied) continue;
     zero_.forget_landed_sq(sh.unit);
+    ZT_CHECK(sh.grad_dtype == DType::f32, "the tied copies' gradients are summed in fp32; unit ", sh.unit, " has ",
+             dtype_name(sh.grad_dtype), " gradients");
     if (!sh.grad_on_host || dev_.kind() == DeviceKind::cpu) {
       all_reduce_sync(*tie.tensors, Tensor(sh.grad, DType::f32, Shape{sh.numel()}, dev_.kind()));
       continue;
@@ -180,7 +184,7 @@ Tensor GradientFinalizer::overflow() {
 }
 
 Tensor GradientFinalizer::grad_of(const OwnedShard& sh) const {
-  return Tensor(sh.grad, DType::f32, Shape{sh.numel()}, sh.grad_on_host ? DeviceKind::cpu : dev_.kind());
+  return Tensor(sh.grad, sh.grad_dtype, Shape{sh.numel()}, sh.grad_on_host ? DeviceKind::cpu : dev_.kind());
 }
 
 double GradientFinalizer::owned_grad_sq() {

@@ -117,6 +117,7 @@ EstimateInput estimate_input(const Config& cfg, int world, bool gpu) {
   in.delayed_update = c.offload.delayed_update;
   in.grad_accumulation_on_device = c.offload.grad_accumulation == "device";
   in.param_from_master = c.offload.param_from_master;
+  in.host_grad_bytes = c.offload.grad_dtype == "bf16" ? 2 : 4;
   if (gpu) {
     // The CUDA classifier's path, as CudaKernels::classifier_fwd_bwd reads it.
     const Kernels::ClassifierPath path = Kernels::classifier_path_from_env();

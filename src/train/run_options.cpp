@@ -55,6 +55,15 @@ RunOptions run_options(const Config& cfg, int dp, int pp) {
   if (o.zero.grad_accumulate_on_device && o.accum < 2)
     ZT_USER_ERROR(cfg.source, ": offload.grad_accumulation \"device\" adds the micro-batches of a step on the device, "
                   "but a step has ", o.accum, " micro-batch per rank (gradient_accumulation_steps); leave it \"host\"");
+  o.zero.host_grad_dtype = cfg.offload.grad_dtype == "bf16" ? DType::bf16 : DType::f32;
+  // [Note: bf16 gradients on the host]: each element lands once a step.
+  if (o.zero.host_grad_dtype != DType::f32 && z.stage >= 2 && o.accum > 1 && !o.zero.grad_accumulate_on_device &&
+      o.group < o.accum)
+    ZT_USER_ERROR(cfg.source, ": offload.grad_dtype \"", cfg.offload.grad_dtype, "\" rounds each gradient once, when it ",
+                  "lands on the host, but at zero_optimization.stage ", z.stage, " a step of ", o.accum,
+                  " micro-batches per rank in breadth-first groups of ", o.group, " lands it ",
+                  (o.accum + o.group - 1) / o.group, " times, to be added there; set train.breadth_first_group to ",
+                  o.accum, ", or offload.grad_accumulation to \"device\", or leave grad_dtype \"fp32\"");
   o.zero.param_buffer_count = z.offload_param.buffer_count;
   o.zero.param_buffer_size = z.offload_param.buffer_size;
   // [Note: parameter offload to NVMe]; the trainer adds the run id and rank.

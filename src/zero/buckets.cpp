@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "modules/cpu_kernels.hpp"
 #include "zero/grad_landing.hpp"
 
@@ -13,6 +14,11 @@ void PendingCollective::finish() {
     if (pre_add != nullptr) {  // staging = this micro-batch + the earlier ones (float adds commute: the host's bits)
       const Tensor s = staging.tensor();
       kernels->add(s, s, Tensor(const_cast<float*>(pre_add), DType::f32, Shape{count}, s.device));
+    }
+    if (land_dtype != DType::f32) {  // [Note: bf16 gradients on the host]
+      Buffer rounded(*dev, land_dtype, Shape{count}, MemTag::comm);
+      kernels->cast(rounded.tensor(), staging.tensor());
+      staging = std::move(rounded);
     }
     if (sq_into != nullptr) kernels->sum_squares(staging.tensor(), Tensor(sq_into, DType::f64, Shape{1}, staging.tensor().device));
     landing->land(accumulate_into, std::move(staging), count, host_sq_into, host_sq_parts);
@@ -38,9 +44,12 @@ void finish_all(std::vector<PendingCollective>& pending) {
   pending.clear();
 }
 
-bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
+bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, void* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing,
-                         const float* pre_add, double* sq_into, double* host_sq_into) {
+                         const float* pre_add, double* sq_into, double* host_sq_into, DType shard_dtype) {
+  ZT_CHECK(shard_dtype == DType::f32 || landing != nullptr, "a reduce-scatter adds into an fp32 shard on the device, not ",
+           dtype_name(shard_dtype));
+  const size_t shard_es = dtype_size(shard_dtype);
   const int dp = comm.size();
   if (dp == 1 && landing == nullptr) {
     // One rank's reduction is its own gradient: added into the shard as
@@ -56,9 +65,11 @@ bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const floa
     const int64_t c = std::min(piece, S - off);
     PendingCollective p;
     p.kernels = &k;
+    p.dev = &dev;
     p.count = c;
-    p.accumulate_into = shard + off;
+    p.accumulate_into = static_cast<char*>(shard) + static_cast<size_t>(off) * shard_es;
     p.landing = landing;
+    p.land_dtype = shard_dtype;
     p.pre_add = pre_add == nullptr ? nullptr : pre_add + off;
     p.staging = Buffer(dev, DType::f32, Shape{c}, MemTag::comm);
     if (whole) {

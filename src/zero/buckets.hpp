@@ -24,12 +24,15 @@ class GradLanding;
 
 struct PendingCollective {
   Kernels* kernels = nullptr;  // adds and copies on the buffers' device
+  Device* dev = nullptr;       // the buffers' device (for a bf16 landing's rounded copy)
   CommRequest request;
   Buffer staging;       // packed input/output of a piece, or the shard-sized output
-  float* accumulate_into = nullptr;  // reduce-scatter: add `staging` (count elements) here
+  void* accumulate_into = nullptr;  // reduce-scatter: add `staging` (count fp32 elements) here
   // [Note: gradients on the host]: accumulate_into is host memory, and the
-  // piece lands there through `landing` instead.
+  // piece lands there through `landing` instead, in `land_dtype` (bf16:
+  // rounded on the device first, [Note: bf16 gradients on the host]).
   GradLanding* landing = nullptr;
+  DType land_dtype = DType::f32;
   // With landing: device memory (count floats) added into `staging` before
   // it lands (offload.grad_accumulation "device": the earlier micro-batches).
   const float* pre_add = nullptr;
@@ -52,9 +55,11 @@ struct PendingCollective {
 };
 
 // Reduce-scatter (sum) the fp32 unit buffer `full` (dp*S elements) and add the
-// result for this rank into `shard` (S elements). Appends the calls it issued.
-// With `landing`, `shard` is host memory and the pieces land there
-// ([Note: gradients on the host]); `pre_add` (S device floats), when given,
+// result for this rank into `shard` (S fp32 elements). Appends the calls it
+// issued. With `landing`, `shard` is host memory of S `shard_dtype` elements
+// and the pieces land there ([Note: gradients on the host]; bf16: [Note:
+// bf16 gradients on the host], whose sums of squares are those of the
+// rounded values); `pre_add` (S device floats), when given,
 // is added to each piece before it lands. With `sq_into` (one device double)
 // and the shard reduced in one piece, the piece's sum of squares is added
 // there before it lands; with `host_sq_into` (one host double; a piece that
@@ -62,9 +67,10 @@ struct PendingCollective {
 // there the sum of squares of the shard after it (the bits of
 // CpuKernels::sum_squares called from this thread, [Note: host sums of
 // squares] in modules/cpu_kernels.hpp). Returns whether either was taken.
-bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, float* shard, int64_t S,
+bool reduce_scatter_unit(Communicator& comm, Device& dev, Kernels& k, const float* full, void* shard, int64_t S,
                          int64_t bucket_elems, std::vector<PendingCollective>& out, GradLanding* landing = nullptr,
-                         const float* pre_add = nullptr, double* sq_into = nullptr, double* host_sq_into = nullptr);
+                         const float* pre_add = nullptr, double* sq_into = nullptr, double* host_sq_into = nullptr,
+                         DType shard_dtype = DType::f32);
 
 // All-gather every rank's `shard` (S elements of `dtype`) into `full` (dp*S).
 void all_gather_unit(Communicator& comm, Device& dev, Kernels& k, const void* shard, void* full, int64_t S, DType dtype,

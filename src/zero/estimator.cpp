@@ -300,12 +300,13 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   const int64_t piece = std::min(in.reduce_bucket_size / std::max(1, in.dp), unit_max / n_layout);
   if (host_grads) {
     int64_t& grads_host = in.optimizer_pin_memory ? r.host_pinned : r.host_pageable;
-    grads_host += grad_shard * 4 * (in.delayed_update ? 2 : 1);
+    grads_host += grad_shard * in.host_grad_bytes * (in.delayed_update ? 2 : 1);
     // Later pieces of an element land in pinned slots and are added on the
     // host, unless the device accumulates them (offload.grad_accumulation).
+    // bf16 gradients land once ([Note: bf16 gradients on the host]).
     if (in.grad_accumulation_on_device && stage >= 2)
       device_grads += grad_shard;  // the device accumulator; every element lands once
-    else if (in.micro_batches_per_step > 1)
+    else if (in.micro_batches_per_step > 1 && in.host_grad_bytes == 4)
       r.host_pinned += GradLanding::kDefaultInFlight * piece * 4;
   } else {
     device_grads += grad_shard;
@@ -362,8 +363,10 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // are all-gathered in pieces, one all-gather bucket.
   if (stage >= 1 && (in.dp > 1 || host_grads))
     r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
-  // Pieces staged until their copies to the host are done (one is counted above).
-  if (host_grads) r.comm += (GradLanding::kDefaultInFlight - 1) * piece * 4;
+  // Pieces staged until their copies to the host are done (one is counted
+  // above). In bf16, the piece's rounded copy and the earlier rounded ones.
+  if (host_grads && in.host_grad_bytes == 4) r.comm += (GradLanding::kDefaultInFlight - 1) * piece * 4;
+  if (host_grads && in.host_grad_bytes == 2) r.comm += GradLanding::kDefaultInFlight * piece * 2;
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
   r.comm += upload_pool;

@@ -83,6 +83,7 @@ struct EstimateInput {
   bool delayed_update = false;
   bool grad_accumulation_on_device = false;  // offload.grad_accumulation "device"
   bool param_from_master = false;            // offload.param_from_master
+  int64_t host_grad_bytes = 4;               // offload.grad_dtype: 4 (fp32) or 2 (bf16)
   int offload_slots = 4;
   int64_t offload_tile_elements = int64_t{1} << 22;
   // The classifier's workspace, by the kernels that run it:

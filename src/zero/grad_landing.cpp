@@ -55,14 +55,19 @@ int GradLanding::take_slot() {
   return slot;
 }
 
-void GradLanding::land(float* host_dst, Buffer staging, int64_t count, double* sq_into, int sq_parts) {
+void GradLanding::land(void* host_dst, Buffer staging, int64_t count, double* sq_into, int sq_parts) {
   while (static_cast<int>(queue_.size()) >= max_in_flight_) retire_oldest();
-  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  const DType dtype = staging.tensor().dtype;
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
   InFlight f;
   f.staging = std::move(staging);
   f.dst = host_dst;
   f.count = count;
-  if (seen_.insert(host_dst).second) {
+  const bool first = seen_.insert(host_dst).second;
+  // [Note: bf16 gradients on the host]: rounded values are never added.
+  ZT_CHECK(first || dtype == DType::f32, "a ", dtype_name(dtype),
+           " gradient piece landed a second time in a step (offload.grad_dtype needs each element to land once)");
+  if (first) {
     ZT_CHECK(sq_into == nullptr, "a gradient piece's first landing asked for its sum of squares on the host");
     f.ticket = copies_.to_host(host_dst, f.staging.data(), bytes);
     first_landed_ += count;
@@ -88,7 +93,7 @@ void GradLanding::retire_oldest() {
     // The add runs on the landing's own thread, in landing order (so an
     // element's pieces add up in the device path's order), while this one
     // goes on queueing the backward; the slot is free once it ran.
-    float* dst = f.dst;
+    float* dst = static_cast<float*>(f.dst);
     const float* src = slots_[static_cast<size_t>(f.slot)].as<float>();
     const int64_t n = f.count;
     const size_t slot = static_cast<size_t>(f.slot);

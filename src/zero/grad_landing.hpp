@@ -24,6 +24,22 @@
 // in flight: before another is taken, the oldest is waited for (issued that
 // many units earlier, so normally done) and its staging buffer freed. drain()
 // completes every piece; the host shard is then the step's gradient.
+//
+// [Note: bf16 gradients on the host] With offload.grad_dtype "bf16" the host
+// shards are bf16: each reduced fp32 piece is rounded to nearest even on the
+// device (the cast kernel) and the rounded piece is copied, 2 bytes per
+// element instead of 4 over PCIe and in host memory, and 2 fewer for the
+// host AdamW to read. The device's sum of squares for the norm is taken of
+// the rounded values, so clipping scales what is applied. The rounding
+// happens once, after the fp32 reduction and accumulation: a run of it is
+// bit-identical across ZeRO stages, data-parallel sizes and offload devices
+// (as fp32 runs are), and differs from fp32 by the rounding of the step's
+// gradient, a relative 2^-9 at most per element, as when DeepSpeed moves a
+// bf16 model's gradients to its CPU optimizer. Rounded values cannot be
+// added again without rounding twice, so every element must land once a
+// step: no gradient accumulation, all of a step's micro-batches in one
+// breadth-first group, or offload.grad_accumulation "device" (checked by
+// the configuration; land() refuses a second piece).
 #pragma once
 
 #include <condition_variable>
@@ -65,7 +81,9 @@ class GradLanding {
   // `sq_parts` parts ([Note: host sums of squares] in
   // modules/cpu_kernels.hpp); written by the landing's thread, so read only
   // after drain().
-  void land(float* host_dst, Buffer staging, int64_t count, double* sq_into = nullptr, int sq_parts = 1);
+  // A staging buffer in bf16 ([Note: bf16 gradients on the host]) must be
+  // the element's only piece of the step: it is copied, never added.
+  void land(void* host_dst, Buffer staging, int64_t count, double* sq_into = nullptr, int sq_parts = 1);
   // Every landed piece is in host memory.
   void drain();
   // Elements landed for the first time this step (each host element once).
@@ -77,7 +95,7 @@ class GradLanding {
     TransferTicket ticket;
     Buffer staging;
     int slot = -1;  // >= 0: added from slots_[slot]
-    float* dst = nullptr;
+    void* dst = nullptr;
     int64_t count = 0;
     double* sq_into = nullptr;  // with slot >= 0: the sum of squares after the add
     int sq_parts = 1;
@@ -94,7 +112,7 @@ class GradLanding {
   std::mutex mu_;
   std::condition_variable cv_;
   double add_s_ = 0;  // under mu_
-  std::unordered_set<const float*> seen_;
+  std::unordered_set<const void*> seen_;
   int64_t first_landed_ = 0;
   GradLandingTimes times_;
   JobThread adder_;  // last: it stops first, its adds read the members above

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/error.hpp"
 #include "zero/flat_layout.hpp"
 
 namespace zt {
@@ -33,10 +34,23 @@ struct OwnedShard {
   int unit = 0;
   int64_t begin = 0;  // unit-local element range
   int64_t end = 0;
-  float* grad = nullptr;  // fp32 gradient, summed over the data-parallel group
+  // The gradient, summed over the data-parallel group: fp32, or bf16 when
+  // it is on the host and offload.grad_dtype is "bf16" ([Note: bf16
+  // gradients on the host] in zero/grad_landing.hpp).
+  void* grad = nullptr;
+  DType grad_dtype = DType::f32;
   // [Note: gradients on the host]: `grad` is host memory (it moves between
   // two buffers by step when the placement asks for two).
   bool grad_on_host = false;
+  float* grad_f32() const {  // `grad`, which must be fp32
+    ZT_CHECK(grad_dtype == DType::f32, "the gradient of shard ", index, " is ", dtype_name(grad_dtype),
+             " where fp32 is needed");
+    return static_cast<float*>(grad);
+  }
+  // `grad` advanced by `elements` of its dtype.
+  const void* grad_at(int64_t elements) const {
+    return static_cast<const char*>(grad) + static_cast<size_t>(elements) * dtype_size(grad_dtype);
+  }
   // fp32 master weights and Adam moments on the device, when the placement
   // keeps its states there (OptimizerPlacement::states_on_device); null
   // when they are offloaded.

@@ -104,8 +104,8 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     } else {
       // [Note: gradients on the host]
       Device& host = dev.host_memory(opts.grad_pin_memory);
-      grad_shard_ = zeroed_on(host, DType::f32, shard, MemTag::offload);
-      if (host_grads == 2) grad_shard_alt_ = zeroed_on(host, DType::f32, shard, MemTag::offload);
+      grad_shard_ = zeroed_on(host, opts.host_grad_dtype, shard, MemTag::offload);
+      if (host_grads == 2) grad_shard_alt_ = zeroed_on(host, opts.host_grad_dtype, shard, MemTag::offload);
       if (!copies_) copies_ = dev.make_transfer_queue();
       landing_ = std::make_unique<GradLanding>(*copies_, dev.host_memory(true));
       shard_sq_ = zeroed(DType::f64, std::max<int64_t>(1, n), MemTag::workspace);
@@ -149,6 +149,14 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
       (s.end - s.begin > Kernels::kZeroSpanMax ? clear_large_ : clear_small_).push_back(s);
     grads_written_.assign(static_cast<size_t>(n), false);
   }
+  if (opts.host_grad_dtype != DType::f32 && !landing_)
+    ZT_USER_ERROR("offload.grad_dtype \"", dtype_name(opts.host_grad_dtype),
+                  "\" is the dtype of the gradients on the host; with the ", placement.name(),
+                  " optimizer placement at stage ", opts.stage,
+                  " they stay on the device (they go to the host at stage 1-3 with offload_optimizer.device "
+                  "\"cpu\" or \"nvme\" and ratio 1)");
+  ZT_CHECK(opts.host_grad_dtype == DType::f32 || opts.host_grad_dtype == DType::bf16, "host gradients in ",
+           dtype_name(opts.host_grad_dtype));
   if (opts.grad_accumulate_on_device && grad_acc_.empty())
     ZT_USER_ERROR("offload.grad_accumulation \"device\" needs the gradients on the host (stage 2 or 3, the "
                   "optimizer offloaded with ratio 1)");
@@ -174,8 +182,9 @@ ZeroEngine::ZeroEngine(const std::vector<const Unit*>& units, const ZeroOptions&
     } else {
       s.begin = layout_.shard_begin(u, rank_);
       s.end = layout_.shard_end(u, rank_);
-      s.grad = grad_shard_.as<float>() + shard_offset_[u];
       s.grad_on_host = landing_ != nullptr;
+      s.grad_dtype = s.grad_on_host ? opts.host_grad_dtype : DType::f32;
+      s.grad = grad_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(s.grad_dtype);
       if (states_on_device_) {
         s.master = master_.as<float>() + shard_offset_[u];
         s.exp_avg = exp_avg_.as<float>() + shard_offset_[u];

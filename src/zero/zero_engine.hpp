@@ -164,6 +164,11 @@ struct ZeroOptions {
   // accumulator, and the M-th lands the sum on the host.
   bool grad_accumulate_on_device = false;
   int64_t micro_batches = 1;  // per step, per unit (gradient accumulation)
+  // offload.grad_dtype ([Note: bf16 gradients on the host] in
+  // grad_landing.hpp): the dtype of the host gradient shards, f32 or bf16.
+  // bf16 needs the gradients on the host and each element landing once a
+  // step.
+  DType host_grad_dtype = DType::f32;
 };
 
 class ZeroEngine final : public ParamProvider, public GradSink {
@@ -281,6 +286,8 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   void await_update(int u);
   void publish_unit(int u);
   double* sq_slot(int u);
+  void* shard_grad(int u);
+  DType shard_grad_dtype() const;
   void note_sq(int u, bool summed, bool on_host = false);
 
   std::vector<bool> local_;
@@ -299,7 +306,7 @@ class ZeroEngine final : public ParamProvider, public GradSink {
   Buffer working_shard_;  // owned range of every unit, param dtype: stage 3, or offloaded states
   Buffer master_;         // fp32 master: full (stage 0) or shards; empty if working is the fp32 master
   Buffer grads_;          // fp32 full gradients (stages 0-1)
-  Buffer grad_shard_;     // fp32 owned gradient shards (stages 1-3), on the device or the host
+  Buffer grad_shard_;     // owned gradient shards (stages 1-3): fp32 on the device, fp32 or bf16 on the host
   Buffer grad_shard_alt_; // the other host buffer when the placement asks for two
   Buffer grad_acc_;       // offload.grad_accumulation "device": the device accumulator of grad_shard_
   // [Note: norm on the device]: f64 by unit, and whether this step's is set.

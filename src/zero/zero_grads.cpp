@@ -67,9 +67,9 @@ void ZeroEngine::done(int unit) {
     if (k < opts_.micro_batches)
       reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), acc, fu.shard, opts_.reduce_bucket_size, st.reduce);
     else
-      note_sq(unit, reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(),
-                                        grad_shard_.as<float>() + shard_offset_[unit], fu.shard,
-                                        opts_.reduce_bucket_size, st.reduce, landing_.get(), acc, sq_slot(unit)));
+      note_sq(unit, reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), shard_grad(unit), fu.shard,
+                                        opts_.reduce_bucket_size, st.reduce, landing_.get(), acc, sq_slot(unit),
+                                        nullptr, shard_grad_dtype()));
   } else {
     // [Note: norm on the device] Only a step's single landing is the
     // gradient (one run of all the micro-batches, or no accumulation); a
@@ -78,9 +78,9 @@ void ZeroEngine::done(int unit) {
     const size_t i = static_cast<size_t>(unit);
     double* host_sq = !once && landing_ && landed_[i] ? &host_sq_[i] : nullptr;
     note_sq(unit,
-            reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), grad_shard_.as<float>() + shard_offset_[unit],
-                                fu.shard, opts_.reduce_bucket_size, st.reduce, landing_.get(), nullptr,
-                                once ? sq_slot(unit) : nullptr, host_sq),
+            reduce_scatter_unit(dp_, dev_, kernels_, st.grad.as<float>(), shard_grad(unit), fu.shard,
+                                opts_.reduce_bucket_size, st.reduce, landing_.get(), nullptr,
+                                once ? sq_slot(unit) : nullptr, host_sq, shard_grad_dtype()),
             host_sq != nullptr);
   }
   // Pieces packed through staging finish at once; a whole-unit call may stay
@@ -150,7 +150,7 @@ void ZeroEngine::zero_grads() {
   }
   if (grad_shard_alt_.empty()) return;
   std::swap(grad_shard_, grad_shard_alt_);
-  for (OwnedShard& s : owned_) s.grad = grad_shard_.as<float>() + shard_offset_[s.unit];
+  for (OwnedShard& s : owned_) s.grad = shard_grad(s.unit);
 }
 
 void ZeroEngine::reduce_gradients() {
@@ -168,9 +168,9 @@ void ZeroEngine::reduce_gradients() {
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (!is_local(u)) continue;
       const FlatUnit& fu = layout_.unit(u);
-      note_sq(u, reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + grad_offset_[u],
-                                     grad_shard_.as<float>() + shard_offset_[u], fu.shard, opts_.reduce_bucket_size,
-                                     pending, landing_.get(), nullptr, sq_slot(u)));
+      note_sq(u, reduce_scatter_unit(dp_, dev_, kernels_, grads_.as<float>() + grad_offset_[u], shard_grad(u),
+                                     fu.shard, opts_.reduce_bucket_size, pending, landing_.get(), nullptr, sq_slot(u),
+                                     nullptr, shard_grad_dtype()));
     }
     finish_all(pending);
   } else {
@@ -184,6 +184,13 @@ void ZeroEngine::reduce_gradients() {
              shard_elems_, " owned elements landed this step");
   }
 }
+
+// Unit u's owned gradient shard in grad_shard_ (fp32 on the device, fp32 or
+// bf16 on the host), and that dtype.
+void* ZeroEngine::shard_grad(int u) {
+  return grad_shard_.as<char>() + static_cast<size_t>(shard_offset_[u]) * dtype_size(shard_grad_dtype());
+}
+DType ZeroEngine::shard_grad_dtype() const { return grad_shard_.tensor().dtype; }
 
 // [Note: norm on the device] Slots by unit.
 double* ZeroEngine::sq_slot(int u) { return shard_sq_.empty() ? nullptr : shard_sq_.as<double>() + u; }

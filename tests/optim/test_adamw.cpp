@@ -606,6 +606,73 @@ TEST(AdamWIsa, PlainUpdateMatchesAcrossIsas) {
   }
 }
 
+// bf16 gradients (offload.grad_dtype "bf16") are widened exactly: the update
+// from them has the bits of the update from their fp32 values, on every ISA,
+// with every working copy, aligned or not, in one range or many.
+TEST(AdamWIsa, Bf16GradientsGiveTheBitsOfTheirFp32Values) {
+  IsaGuard guard;
+  const AdamWParams hp = test_params();
+  int cases = 0;
+  for (const std::string& isa : adamw_cpu_isas()) {
+    adamw_set_cpu_isa(isa);
+    for (const CopyKind copy : {CopyKind::none, CopyKind::bf16, CopyKind::f16}) {
+      for (const int64_t n : {int64_t{1}, int64_t{17}, int64_t{1023}, int64_t{70001}}) {
+        const uint64_t seed = 500 + static_cast<uint64_t>(n);
+        for (const std::vector<DecayRange>& ranges : tilings(n, seed)) {
+          for (const int64_t offset : {0, 1}) {
+            const size_t len = static_cast<size_t>(n + offset);
+            std::vector<float> p = mixed_vector(n + offset, seed, 1.0, false);
+            std::vector<float> m = mixed_vector(n + offset, seed + 1, 0.1, false);
+            std::vector<float> v = mixed_vector(n + offset, seed + 2, 0.01, true);
+            std::vector<float> rp = p, rm = m, rv = v;
+            std::vector<uint16_t> c(len, 0), rc(len, 0);
+            for (int64_t t = 1; t <= 2; ++t) {
+              const std::vector<float>& g32 = mixed_vector(n + offset, seed + 10 * static_cast<uint64_t>(t), 0.5, false);
+              std::vector<bf16> gb(len);
+              std::vector<float> gw(len);
+              for (size_t i = 0; i < len; ++i) {
+                gb[i] = f32_to_bf16(g32[i]);
+                gw[i] = bf16_to_f32(gb[i]);
+              }
+              const int64_t o = offset;
+              const float scale = t == 2 ? 0.25f : 1.0f;
+              switch (copy) {
+                case CopyKind::none:
+                  adamw_update_ranges(p.data() + o, gb.data() + o, m.data() + o, v.data() + o, n, ranges, hp, t, scale);
+                  adamw_update_ranges(rp.data() + o, gw.data() + o, rm.data() + o, rv.data() + o, n, ranges, hp, t,
+                                      scale);
+                  break;
+                case CopyKind::bf16:
+                  adamw_update_ranges(p.data() + o, gb.data() + o, m.data() + o, v.data() + o, n, ranges, hp, t, scale,
+                                      reinterpret_cast<bf16*>(c.data() + o));
+                  adamw_update_ranges(rp.data() + o, gw.data() + o, rm.data() + o, rv.data() + o, n, ranges, hp, t,
+                                      scale, reinterpret_cast<bf16*>(rc.data() + o));
+                  break;
+                case CopyKind::f16:
+                  adamw_update_ranges(p.data() + o, gb.data() + o, m.data() + o, v.data() + o, n, ranges, hp, t, scale,
+                                      reinterpret_cast<f16*>(c.data() + o));
+                  adamw_update_ranges(rp.data() + o, gw.data() + o, rm.data() + o, rv.data() + o, n, ranges, hp, t,
+                                      scale, reinterpret_cast<f16*>(rc.data() + o));
+                  break;
+              }
+              for (size_t i = static_cast<size_t>(o); i < len; ++i) {
+                ASSERT_TRUE(same_value_bits(p[i], rp[i]) && same_value_bits(m[i], rm[i]) && same_value_bits(v[i], rv[i]))
+                    << isa << " copy " << copy_name(copy) << " n " << n << " offset " << o << " step " << t << " ["
+                    << i << "]";
+                ASSERT_TRUE(c[i] == rc[i] || (is_nan16_bf16(c[i]) && is_nan16_bf16(rc[i])) ||
+                            (is_nan16_f16(c[i]) && is_nan16_f16(rc[i])))
+                    << isa << " copy " << copy_name(copy) << " [" << i << "]";
+              }
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 // The vectorised roundings of the working copy against core's f32_to_bf16
 // and f32_to_f16 for every exponent and sign (all 2^16 upper halves) with
 // low halves at and around every rounding tie. A zero gradient and zero

@@ -135,7 +135,7 @@ TEST(GradientFinalizer, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
     s.backward();
     int me = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (me == test::world_size() - 1) s.zero->owned_shards().front().grad[0] = std::numeric_limits<float>::infinity();
+    if (me == test::world_size() - 1) s.zero->owned_shards().front().grad_f32()[0] = std::numeric_limits<float>::infinity();
     const GradientVerdict v = s.finalizer->finalize(1, false);
     EXPECT_TRUE(v.skipped);
     EXPECT_EQ(v.loss_scale, scale);

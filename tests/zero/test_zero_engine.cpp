@@ -101,7 +101,7 @@ struct Fixture {
   double grad_sq(ZeroEngine& e) {
     double sq = 0;
     for (const OwnedShard& s : e.owned_shards())
-      for (int64_t i = 0; i < s.numel(); ++i) sq += static_cast<double>(s.grad[i]) * s.grad[i];
+      for (int64_t i = 0; i < s.numel(); ++i) sq += static_cast<double>(s.grad_f32()[i]) * s.grad_f32()[i];
     return e.reduce_owned_sum(sq);
   }
 };
@@ -233,7 +233,7 @@ TEST(ZeroEngine, DeviceAdamWPlacementEqualsAdamWPerDecaySpan) {
         const int64_t off = span.begin - s.begin;
         AdamWParams h = hp;
         h.lr = 0.01;
-        adamw_update(p.data() + off, s.grad + off, m.data() + off, v.data() + off, span.end - span.begin, h, 1, 0.75f,
+        adamw_update(p.data() + off, s.grad_f32() + off, m.data() + off, v.data() + off, span.end - span.begin, h, 1, 0.75f,
                      span.decay);
       }
       ref.push_back(p);
@@ -270,7 +270,7 @@ TEST(ZeroEngine, OverwrittenGradientsNeedNoClearing) {
       for (size_t i = 0; i < e->owned_shards().size(); ++i) {
         const OwnedShard& a = e->owned_shards()[i];
         const OwnedShard& b = ref->owned_shards()[i];
-        EXPECT_EQ(std::vector<float>(a.grad, a.grad + a.numel()), std::vector<float>(b.grad, b.grad + b.numel()))
+        EXPECT_EQ(std::vector<float>(a.grad_f32(), a.grad_f32() + a.numel()), std::vector<float>(b.grad_f32(), b.grad_f32() + b.numel()))
             << "stage " << stage << " micro-batches " << micro << " unit " << a.unit;
       }
     }
@@ -322,7 +322,7 @@ TEST(ZeroEngine, WorkingCopyFromTheUpdateIsTheRoundedMaster) {
     };
     for (const OwnedShard& sh : e.owned_shards()) {
       EXPECT_EQ(sh.param != nullptr, stage == 0 || stage == 3) << "stage " << stage << " unit " << sh.unit;
-      for (int64_t i = 0; i < sh.numel(); ++i) sh.grad[i] = 0.01f * static_cast<float>((i * 37 + sh.unit) % 101 - 50);
+      for (int64_t i = 0; i < sh.numel(); ++i) sh.grad_f32()[i] = 0.01f * static_cast<float>((i * 37 + sh.unit) % 101 - 50);
     }
     e.apply_optimizer(OptimizerStepScalars{1, 0.05, 1.0f});
     // Stage 0 reads the working buffer the update wrote: no publish needed.
