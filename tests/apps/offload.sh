@@ -210,15 +210,7 @@ fi
 # Memory per rank, measured against the estimator (--dry-run): device tags
 # params, grads, optim and the pinned and pageable host memory, within 10%,
 # for each host offload mode.
-cat > m.json <<'JSON'
-{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "steps_per_print": 1,
- "bf16": {"enabled": true},
- "zero_optimization": {"stage": 2, "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0,
-                       "stage3_param_persistence_threshold": 1000, "overlap_comm": false,
-                       "offload_optimizer": {"device": "cpu"}},
- "model": {"n_layer": 8, "n_head": 4, "d_model": 64, "seq_len": 32},
- "train": {"steps": 4, "eval_interval": 0}}
-JSON
+cp "$SRC/tests/apps/offload_memory.json" m.json
 MODES=("stage2-cpu zero_optimization.stage=2"
        "stage1-cpu-pinned zero_optimization.stage=1 zero_optimization.offload_optimizer.pin_memory=true"
        "stage2-cpu-delayed zero_optimization.stage=2 offload.delayed_update=true offload.delayed_update_warmup=1"

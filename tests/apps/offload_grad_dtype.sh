@@ -7,7 +7,7 @@
 #    the master, the gradient landing in one piece or many, at one rank count;
 #  - they differ from the fp32 gradients of the same layout (the key does
 #    something) by the rounding only;
-#  - the delayed update, fp16 and resume work with it;
+#  - the delayed update (CPU and NVMe), fp16 and resume work with it;
 #  - the host keeps 2 bytes per owned parameter less, as the estimator says;
 #  - what cannot round once is refused by name.
 set -e
@@ -85,7 +85,8 @@ fi
 # The delayed update (two host gradient buffers) and fp16 with loss scaling.
 DEL="offload.delayed_update=true offload.delayed_update_warmup=2 train.steps=8 train.eval_interval=4"
 alike 2 delayed-z2 "zero_optimization.stage=2 train.breadth_first_group=3 $CPU $DEL $BIG" \
-  delayed-z3 "zero_optimization.stage=3 train.breadth_first_group=3 $CPU $DEL"
+  delayed-z3 "zero_optimization.stage=3 train.breadth_first_group=3 $CPU $DEL" \
+  delayed-z2-nvme "zero_optimization.stage=2 train.breadth_first_group=3 $NVME $DEL"
 for s in 2 3; do
   run_with 2 c.json fp16-z$s fp16.enabled=true fp16.initial_scale_power=12 zero_optimization.stage=$s \
     train.breadth_first_group=3 "$CPU" "$G"
@@ -114,21 +115,14 @@ fi
 
 # Host memory: measured against the estimator, and 2 bytes per owned
 # parameter less than with fp32 gradients.
-cat > m.json <<'JSON'
-{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "steps_per_print": 1,
- "bf16": {"enabled": true},
- "zero_optimization": {"stage": 2, "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0,
-                       "stage3_param_persistence_threshold": 1000, "overlap_comm": false,
-                       "offload_optimizer": {"device": "cpu", "pin_memory": true}},
- "model": {"n_layer": 8, "n_head": 4, "d_model": 64, "seq_len": 32},
- "train": {"steps": 4, "eval_interval": 0}}
-JSON
+cp "$SRC/tests/apps/offload_memory.json" m.json
 TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory"
-memory_vs_estimate stage2-bf16 m.json "$TAGS" zero_optimization.stage=2 "$G"
-memory_vs_estimate stage3-master-bf16 m.json "$TAGS" zero_optimization.stage=3 \
+PIN=zero_optimization.offload_optimizer.pin_memory=true
+memory_vs_estimate stage2-bf16 m.json "$TAGS" zero_optimization.stage=2 "$PIN" "$G"
+memory_vs_estimate stage3-master-bf16 m.json "$TAGS" zero_optimization.stage=3 "$PIN" \
   'zero_optimization.offload_param.device="cpu"' zero_optimization.offload_param.pin_memory=true \
   offload.param_from_master=true "$G"
-run_np 2 m.json --log-dir mem-stage2-f32 --set zero_optimization.stage=2
+run_np 2 m.json --log-dir mem-stage2-f32 --set zero_optimization.stage=2 --set "$PIN"
 with=$(peak mem-stage2-f32 pinned) without=$(peak mem-stage2-bf16 pinned)
 run_np 1 m.json --dry-run
 params=$(grep -o "([0-9]* parameters" "$WORK/out" | head -1 | tr -dc 0-9)
