@@ -16,7 +16,7 @@
 # each capped run with a device-alone run of its shape (CAP_DEVICE_ALONE=1),
 # its step against that bound.
 #
-#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a1off z2a8 z2acc z2bf cap nvme; default parity z2 cap)
+#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a1off z2a8 z2acc z2bf z2g16 cap nvme; default parity z2 cap)
 #   RUN_TIMEOUT=S bounds each run (default 600 s).
 set -uo pipefail
 ztrain=${1:?usage: offload.sh ZTRAIN OUT_DIR [PLAN...]}
@@ -154,6 +154,19 @@ JSON
       run 1.3b-z2-a8 b13-a8 1
       run 1.3b-z2-cpu-a8-bf8 b13-a8 1 "$CPU" "$BF"
       run 1.3b-z2-cpu-delayed-a8-bf8 b13-a8 3 "$CPU" "$BF" "${DELAY[@]}"
+      ;;
+    z2g16)
+      # offload.grad_dtype "bf16" ([Note: bf16 gradients on the host]) beside
+      # fp32 gradients: accumulation 1 exact and delayed, accumulation 8 in
+      # one breadth-first group of 8.
+      config b13-a1 24 2048 16 8 1 10
+      config b13-a8 24 2048 16 8 8 5
+      G16='offload.grad_dtype="bf16"'
+      BF=train.breadth_first_group=8
+      run 1.3b-z2-cpu-a1 b13-a1 2 "$CPU"
+      run 1.3b-z2-cpu-a1-g16 b13-a1 2 "$CPU" "$G16"
+      run 1.3b-z2-cpu-delayed-a1-g16 b13-a1 3 "$CPU" "$G16" "${DELAY[@]}"
+      run 1.3b-z2-cpu-a8-bf8-g16 b13-a8 1 "$CPU" "$BF" "$G16"
       ;;
     cap)
       # 24 GiB cap, ZeRO-3, optimizer and parameters on the CPU, checkpointing.

@@ -5,9 +5,10 @@
 //
 // A rank holds, per unit, a contiguous range of the unit's flat parameter
 // buffer with its fp32 master weights, Adam m and v, and the gradient of the
-// same range (fp32, or bf16 on the host with offload.grad_dtype). These functions update such a range in place; they know
-// nothing of how the range was cut (ZeRO stage, DP size): the caller says which
-// sub-ranges take weight decay (DecayRange).
+// same range (fp32, or bf16 on the host with offload.grad_dtype). These
+// functions update such a range in place; they know nothing of how the range
+// was cut (ZeRO stage, DP size): the caller says which sub-ranges take weight
+// decay (DecayRange).
 //
 // The arithmetic is [Note: AdamW formula] in adamw_math.hpp, shared with the
 // GPU's adamw_update_cuda (cuda/adamw.cuh), which gives the same bits.

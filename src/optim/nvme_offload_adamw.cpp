@@ -426,10 +426,11 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
       t.nvme_read_wait_s += c - w;
       const size_t es = dtype_size(sh.param_dtype);
       const void* grad;
-      DType grad_dtype = DType::f32;  // fetched or copied from the device: fp32
+      // The engine's host buffer in its dtype, or fp32 fetched or copied
+      // from the device.
+      const DType grad_dtype = sh.grad_on_host ? sh.grad_dtype : DType::f32;
       void* out;
       if (delayed) {
-        if (sh.grad_on_host) grad_dtype = sh.grad_dtype;
         grad = advance(sh.grad_on_host ? it.p->grad : s.grad.data(), grad_dtype, g.off);
         out = s.param.as<char>() + static_cast<size_t>(g.off) * es;
       } else {
@@ -438,7 +439,6 @@ class NvmeOffloadAdamW final : public OffloadAdamW {
         const double now = now_s();
         t.d2h_wait_s += now - c;
         c = now;
-        if (sh.grad_on_host) grad_dtype = sh.grad_dtype;
         grad = sh.grad_on_host ? advance(it.p->grad, grad_dtype, g.off) : st.grad.data();
         // Offloaded parameters are written in place (no slot, no copy).
         out = sh.param_in_place() ? static_cast<char*>(sh.param) + static_cast<size_t>(g.off) * es : st.out.data();
