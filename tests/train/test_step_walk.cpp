@@ -154,7 +154,9 @@ TEST(StepWalk, StepGraphIsRecordedInDoublingPiecesWhereTheLayoutAllows) {
   }
   test::CpuRank r;
   Trainer cpu_dev(cfg, r.comms, r.dev, r.kernels);
-  if (test::world_size() == 1) EXPECT_EQ(cpu_dev.enable_step_graph(), "a device without graphs");
+  if (test::world_size() == 1) {
+    EXPECT_EQ(cpu_dev.enable_step_graph(), "a device without graphs");
+  }
 }
 
 }  // namespace

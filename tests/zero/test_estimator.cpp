@@ -392,10 +392,11 @@ TEST(Estimator, ActivationsMatchTheRunner) {
       EXPECT_EQ(r.activations - trainer_buffers, static_cast<int64_t>(saved))
           << dtype_name(dt) << (ckpt ? " checkpointed, layers " + std::to_string(layers) : "");
       // Each block more that recomputes keeps less; none is checkpointing off.
-      if (layers == 0)
+      if (layers == 0) {
         EXPECT_EQ(saved, last_saved) << dtype_name(dt);
-      else if (last_saved > 0)
+      } else if (last_saved > 0) {
         EXPECT_LT(saved, last_saved) << dtype_name(dt) << " layers " << layers;
+      }
       last_saved = saved;
       EXPECT_EQ(r.micro_batch_activations, static_cast<int64_t>(saved));
       // The CPU kernels' scratch also holds staging copies and per-thread
