@@ -34,6 +34,22 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// What the start line says of offload: "" without any, else where the
+// optimizer and the parameters live and in which dtype the gradients land.
+std::string offload_description(const Config& cfg) {
+  const OffloadConfig& oo = cfg.zero.offload_optimizer;
+  const OffloadConfig& op = cfg.zero.offload_param;
+  std::string out;
+  if (oo.device != "none") {
+    out += ", optimizer on " + oo.device;
+    if (oo.ratio < 1.0) out += " (ratio " + detail::concat(oo.ratio) + ")";
+    if (cfg.offload.delayed_update) out += ", delayed update";
+  }
+  if (op.device != "none") out += ", parameters on " + op.device + (cfg.offload.param_from_master ? " (from the master)" : "");
+  if (oo.device != "none" && cfg.offload.grad_dtype != "fp32") out += ", gradients to the host in " + cfg.offload.grad_dtype;
+  return out;
+}
+
 // Where the optimizer runs and keeps its states: zero_optimization's
 // offload_optimizer.device (docs/offload.md).
 std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& dev, const AdamWParams& hp) {
@@ -368,7 +384,8 @@ void Trainer::run() {
            cfg.model.n_head, " heads, seq ", s.opts.T, ", vocab ", cfg.model.vocab_size, ": ", num_params(),
            " parameters");
   log_info("batch: ", s.opts.global_batch, " sequences (", s.opts.tokens_per_step(), " tokens) = micro ", s.opts.B,
-           " x accum ", s.opts.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage, "; ",
+           " x accum ", s.opts.accum, " x dp ", s.topo.dp_size(), "; ZeRO stage ", cfg.zero.stage,
+           offload_description(cfg), "; ",
            dtype_name(s.opts.param_dtype), " parameters; activation checkpointing ",
            recompute_description(cfg.model.activation_checkpointing, cfg.model.recompute_layers),
            cfg.activation_checkpointing.cpu_checkpointing ? ", checkpoints in host memory (cpu_checkpointing)" : "");

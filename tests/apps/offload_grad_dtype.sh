@@ -113,6 +113,15 @@ else
   fail "bf16 gradients: resume (exit $RC): $(tr '\n' ' ' < x) vs $(tr '\n' ' ' < y)"
 fi
 
+# The start line says where the gradients go.
+run_np 2 c.json --log-dir startline --set bf16.enabled=true --set zero_optimization.stage=2 \
+  --set train.breadth_first_group=3 --set "$CPU" --set "$G" --steps 1
+if [ "$RC" = 0 ] && grep -q "ZeRO stage 2, optimizer on cpu, gradients to the host in bf16;" "$WORK/out"; then
+  echo "ok: the start line says the gradients go to the host in bf16"
+else
+  fail "the start line: $(grep '^batch' "$WORK/out")"
+fi
+
 # Host memory: measured against the estimator, and 2 bytes per owned
 # parameter less than with fp32 gradients.
 cp "$SRC/tests/apps/offload_memory.json" m.json
