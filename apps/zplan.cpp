@@ -208,6 +208,7 @@ int run(int argc, char** argv) {
                      {"V", r.layout.V},
                      {"micro_batch", r.layout.micro_batch},
                      {"accumulation", r.layout.accumulation},
+                     {"breadth_first_group", r.layout.group},
                      {"checkpointing", r.layout.checkpointing},
                      {"device_bytes", r.memory.total()},
                      {"host_bytes_per_rank", r.memory.host()},

@@ -253,6 +253,7 @@ std::string Layout::name() const {
   if (delayed_update) os << " (delayed)";
   if (P > 1) os << ", P=" << P << " V=" << V;
   os << ", dp " << dp << ", micro " << micro_batch << " x " << accumulation;
+  if (group > 1) os << " in groups of " << group;
   if (checkpointing) os << ", ckpt";
   return os.str();
 }
@@ -275,6 +276,7 @@ nlohmann::json layout_config(const nlohmann::json& model, const std::string& dty
   if (l.delayed_update) c["offload"] = {{"delayed_update", true}};
   c["pipeline"] = {{"parallel_size", l.P}, {"num_chunks", l.V},
                    {"pipe_schedule_name", l.V > 1 ? "interleaved" : "1f1b"}};
+  if (l.group > 1) c["train"] = {{"breadth_first_group", l.group}};
   return c;
 }
 
@@ -293,6 +295,7 @@ std::vector<std::string> Layout::sets() const {
   s.push_back("pipeline.parallel_size=" + std::to_string(P));
   s.push_back("pipeline.num_chunks=" + std::to_string(V));
   s.push_back(std::string("pipeline.pipe_schedule_name=") + (V > 1 ? "interleaved" : "1f1b"));
+  if (group > 1) s.push_back("train.breadth_first_group=" + std::to_string(group));
   return s;
 }
 
@@ -394,6 +397,18 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
   return t;
 }
 
+// train.breadth_first_group values the search tries for a layout: 1, and
+// with offload on a single stage (breadth-first walks are refused with a
+// pipeline) 2, 4, 8 ... below the step's micro-batches and all of them,
+// where each unit is uploaded, gathered and lands once a group.
+std::vector<int64_t> breadth_first_groups(const Layout& l) {
+  std::vector<int64_t> g{1};
+  if (l.offload_optimizer == "none" || l.P > 1) return g;
+  for (int64_t k = 2; k < l.accumulation; k *= 2) g.push_back(k);
+  if (l.accumulation > 1) g.push_back(l.accumulation);
+  return g;
+}
+
 std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
   if (in.gpus < 1) ZT_USER_ERROR("--gpus: expected at least one GPU, found ", in.gpus);
   const DeviceFigures& dev = in.device;
@@ -444,6 +459,8 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
               const int64_t per_rank = global / dp;
               if (per_rank % micro || per_rank < micro) continue;
               l.accumulation = per_rank / micro;
+              for (const int64_t group : breadth_first_groups(l)) {
+              l.group = group;
               ++tried;
               MemoryEstimate e;
               Config cfg;
@@ -468,6 +485,7 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
               r.time = step_time(cfg, dev, l, per_node);
               r.cost_per_btok = price * in.gpus / 3600.0 * 1e9 / r.time.tokens_per_s;
               rows.push_back(r);
+              }
             }
           }
         }

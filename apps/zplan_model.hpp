@@ -75,8 +75,8 @@ struct Layout {
   bool checkpointing = false;
   // train.breadth_first_group: micro-batches that go through each unit
   // together (with offload, a unit's gradient lands once a group and its
-  // parameters are uploaded once a group). The search keeps 1; measured
-  // runs may set it.
+  // parameters are uploaded once a group). The search tries groups with
+  // offload on one stage (breadth_first_groups in zplan_model.cpp).
   int64_t group = 1;
   std::string name() const;  // "ZeRO-3 + cpu optimizer + cpu params, P=2 V=1, dp 4, micro 4 x 8, ckpt"
   // The --set overrides that make a config run this layout.

@@ -68,12 +68,17 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 print(p["memory_gib"])
 ls = p["layouts"]
-# The fastest, the slowest, and one per (stage, offload) seen.
+# The fastest, the slowest, one per (stage, offload) seen, and the first
+# in breadth-first groups (their activations are the group's).
 pick, seen = [ls[0], ls[-1]], set()
 for l in ls:
     k = (l["zero_stage"], l["offload_optimizer"], l["offload_param"])
     if k not in seen:
         seen.add(k); pick.append(l)
+grouped = [l for l in ls if l["breadth_first_group"] > 1]
+assert grouped and all("train.breadth_first_group=%d" % l["breadth_first_group"] in l["sets"] for l in grouped), \
+    "no layout in breadth-first groups, or one without its --set"
+pick.append(grouped[0])
 for l in pick:
     print(l["world"], l["zero_stage"], l["offload_optimizer"], l["offload_param"], l["device_bytes"], " ".join("--set " + s for s in l["sets"]))
 PY
