@@ -90,6 +90,23 @@ memory_vs_estimate() {
   done
 }
 
+# pinned_saves WITH WITHOUT CONFIG WHAT...: the run in log dir WITHOUT
+# holds 2 bytes per owned parameter (CONFIG's parameters over 2 ranks) less
+# pinned host memory than the one in WITH, within 5%; WHAT names the two.
+pinned_saves() {
+  local with without params
+  with=$(peak "$1" pinned) without=$(peak "$2" pinned)
+  run_np 1 "$3" --dry-run
+  params=$(grep -o "([0-9]* parameters" "$WORK/out" | head -1 | tr -dc 0-9)
+  shift 3
+  if [ -n "$with" ] && [ -n "$without" ] && [ -n "$params" ] &&
+     awk -v a="$with" -v b="$without" -v p="$params" 'BEGIN { d = a - b; exit !(d >= 2 * p / 2 && d <= 1.05 * 2 * p / 2) }'; then
+    echo "ok: pinned host memory per rank, $*: $with B against $without B ($params parameters on 2 ranks)"
+  else
+    fail "pinned host memory per rank, $*: '$with' B against '$without' B, expected 2 bytes x '$params' / 2 less"
+  fi
+}
+
 finish() {
   if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS check(s) failed"
