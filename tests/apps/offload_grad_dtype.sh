@@ -4,7 +4,8 @@
 #  - the rounding happens once, after the fp32 reduction: runs give the same
 #    loss, gradient-norm and validation-loss bits at ZeRO stages 1-3, with
 #    the optimizer on the CPU or NVMe, the parameters offloaded or made from
-#    the master, the gradient landing in one piece or many, at one rank count;
+#    the master, the gradient landing in one piece or many, the checkpoints
+#    in host memory (the capped layout of docs/offload.md), at one rank count;
 #  - they differ from the fp32 gradients of the same layout (the key does
 #    something) by the rounding only;
 #  - the delayed update (CPU and NVMe), fp16 and resume work with it;
@@ -56,7 +57,8 @@ alike 2 z2 "zero_optimization.stage=2 train.breadth_first_group=3 $CPU $BIG" \
   z3-params "zero_optimization.stage=3 train.breadth_first_group=3 $CPU $PARAMS $BIG" \
   z3-master "zero_optimization.stage=3 train.breadth_first_group=3 $CPU $PARAMS offload.param_from_master=true $BIG" \
   z2-nvme "zero_optimization.stage=2 train.breadth_first_group=3 $NVME $BIG" \
-  z3-nvme-pieces "zero_optimization.stage=3 train.breadth_first_group=3 $NVME"
+  z3-nvme-pieces "zero_optimization.stage=3 train.breadth_first_group=3 $NVME" \
+  z3-ckpt-host "zero_optimization.stage=3 train.breadth_first_group=3 $CPU $PARAMS offload.param_from_master=true $BIG model.activation_checkpointing=true activation_checkpointing.cpu_checkpointing=true"
 alike 1 np1-z1 "zero_optimization.stage=1 $CPU $BIG" \
   np1-z3-params "zero_optimization.stage=3 train.breadth_first_group=6 $CPU $PARAMS $BIG"
 alike 3 np3-z2 "zero_optimization.stage=2 train.breadth_first_group=2 $CPU $BIG" \
