@@ -34,7 +34,7 @@
 // happens once, after the fp32 reduction and accumulation: a run of it is
 // bit-identical across ZeRO stages, data-parallel sizes and offload devices
 // (as fp32 runs are), and differs from fp32 by the rounding of the step's
-// gradient, a relative 2^-9 at most per element, as when DeepSpeed moves a
+// gradient, a relative 2^-8 at most per element, as when DeepSpeed moves a
 // bf16 model's gradients to its CPU optimizer. Rounded values cannot be
 // added again without rounding twice, so every element must land once a
 // step: no gradient accumulation, all of a step's micro-batches in one
