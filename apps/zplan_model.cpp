@@ -49,15 +49,16 @@ namespace zt::plan {
 //             optimizer on NVMe, whose update ends before the step does);
 //             delayed, beside the next step's compute, so the step is the
 //             longer of the two.
-//   offload   per micro-batch the device's compute runs beside the host
-//             traffic: the fp32 gradient shard copied to the host (4 bytes
-//             per owned parameter over PCIe) at the end of each
-//             breadth-first group (every micro-batch with groups of 1),
-//             added into the host shard from the second landing on (12 bytes
-//             of host memory traffic), and with parameter offload the 16-bit
-//             shard uploaded for the forward and again for the backward,
-//             once a group; a micro-batch takes the longest of compute, PCIe
-//             and host-memory time.
+//   offload   per breadth-first group (every micro-batch with groups of 1)
+//             the device's compute runs beside the host traffic: the
+//             gradient shard copied to the host once (4 bytes per owned
+//             parameter over PCIe, 2 with offload.grad_dtype "bf16"),
+//             added into the host shard from the second group on (12 bytes
+//             of host memory traffic), and with parameter offload the shard
+//             uploaded for the forward and again for the backward (2 bytes
+//             per parameter each time, 4 with offload.param_from_master);
+//             a group takes the longest of its compute, PCIe and
+//             host-memory time.
 //   overhead  a fraction of the step outside kernels (launch gaps, host
 //             work), from the profile's wall time against its kernel time.
 //
@@ -250,6 +251,8 @@ std::string Layout::name() const {
   os << "ZeRO-" << zero_stage;
   if (offload_optimizer != "none") os << " + " << offload_optimizer << " optimizer";
   if (offload_param != "none") os << " + " << offload_param << " params";
+  if (param_from_master) os << " from the master";
+  if (grad_bf16) os << ", bf16 gradients";
   if (delayed_update) os << " (delayed)";
   if (P > 1) os << ", P=" << P << " V=" << V;
   os << ", dp " << dp << ", micro " << micro_batch << " x " << accumulation;
@@ -273,7 +276,9 @@ nlohmann::json layout_config(const nlohmann::json& model, const std::string& dty
   }
   if (l.offload_param != "none") z["offload_param"] = {{"device", l.offload_param}, {"pin_memory", true}};
   c["zero_optimization"] = z;
-  if (l.delayed_update) c["offload"] = {{"delayed_update", true}};
+  if (l.delayed_update) c["offload"]["delayed_update"] = true;
+  if (l.param_from_master) c["offload"]["param_from_master"] = true;
+  if (l.grad_bf16) c["offload"]["grad_dtype"] = "bf16";
   c["pipeline"] = {{"parallel_size", l.P}, {"num_chunks", l.V},
                    {"pipe_schedule_name", l.V > 1 ? "interleaved" : "1f1b"}};
   if (l.group > 1) c["train"] = {{"breadth_first_group", l.group}};
@@ -292,6 +297,8 @@ std::vector<std::string> Layout::sets() const {
   if (offload_param != "none")
     s.push_back("zero_optimization.offload_param=" + c["zero_optimization"]["offload_param"].dump());
   if (delayed_update) s.push_back("offload.delayed_update=true");
+  if (param_from_master) s.push_back("offload.param_from_master=true");
+  if (grad_bf16) s.push_back("offload.grad_dtype=\"bf16\"");
   s.push_back("pipeline.parallel_size=" + std::to_string(P));
   s.push_back("pipeline.num_chunks=" + std::to_string(V));
   s.push_back(std::string("pipeline.pipe_schedule_name=") + (V > 1 ? "interleaved" : "1f1b"));
@@ -357,16 +364,21 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
     t.optimizer = 30.0 * owned / (dev.optimizer_gbs * 1e9);
   } else {
     const double host_bw = dev.host_mem_gbs * 1e9 / ranks_on_node;
-    const double grad_copy = 4.0 * owned / (dev.pcie_gbs * 1e9);
-    const double uploads = l.offload_param != "none" ? 2.0 * p16 * owned : 0.0;
+    // Gradients land in fp32, or bf16 (offload.grad_dtype); uploads carry
+    // the 16-bit parameters, or the fp32 master (offload.param_from_master).
+    const double grad_bytes = l.grad_bf16 ? 2.0 : 4.0;
+    const double grad_copy = grad_bytes * owned / (dev.pcie_gbs * 1e9);
+    const double uploads = l.offload_param != "none" ? 2.0 * (l.param_from_master ? 4.0 : p16) * owned : 0.0;
+    // A breadth-first group uploads each unit once for its forward and
+    // once for its backward, and lands each unit's gradient once, all
+    // spread over the group's compute; its landing after the first is
+    // added on the host.
     const int64_t G = std::max<int64_t>(1, std::min(l.group, l.accumulation));
-    for (int64_t i = 0; i < l.accumulation; ++i) {
-      const bool lands = (i + 1) % G == 0 || i + 1 == l.accumulation;  // the group's last micro-batch
-      const bool first_in_group = i % G == 0;
-      const double up = first_in_group ? uploads : 0.0;
-      const double pcie = (lands ? grad_copy : 0.0) + up / (dev.pcie_gbs * 1e9);
-      const double host = ((lands ? 4.0 * owned : 0.0) + up + (lands && i + 1 > G ? 12.0 * owned : 0.0)) / host_bw;
-      per_mb_total += std::max({mb_compute, pcie, host});
+    for (int64_t first = 0; first < l.accumulation; first += G) {
+      const double n = static_cast<double>(std::min(G, l.accumulation - first));
+      const double pcie = grad_copy + uploads / (dev.pcie_gbs * 1e9);
+      const double host = (grad_bytes * owned + uploads + (first > 0 ? 12.0 * owned : 0.0)) / host_bw;
+      per_mb_total += std::max({n * mb_compute, pcie, host});
     }
     per_mb_total += (slots - M) * mb_compute;
     t.compute = slots * mb_compute;
@@ -397,16 +409,38 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
   return t;
 }
 
-// train.breadth_first_group values the search tries for a layout: 1, and
-// with offload on a single stage (breadth-first walks are refused with a
-// pipeline) 2, 4, 8 ... below the step's micro-batches and all of them,
-// where each unit is uploaded, gathered and lands once a group.
-std::vector<int64_t> breadth_first_groups(const Layout& l) {
-  std::vector<int64_t> g{1};
-  if (l.offload_optimizer == "none" || l.P > 1) return g;
-  for (int64_t k = 2; k < l.accumulation; k *= 2) g.push_back(k);
-  if (l.accumulation > 1) g.push_back(l.accumulation);
-  return g;
+// The variants of an offload layout the search tries:
+//  - train.breadth_first_group 1, and with offload on a single stage
+//    (breadth-first walks are refused with a pipeline) 2, 4, 8 ... below
+//    the step's micro-batches and all of them, where each unit is uploaded,
+//    gathered and lands once a group;
+//  - offload.param_from_master with both offloaded to the CPU (not with the
+//    delayed update): 2 bytes per parameter less host memory;
+//  - offload.grad_dtype "bf16" where every gradient lands once a step (one
+//    stage; stage 1, one micro-batch, or one group of all of them): 2 bytes
+//    per owned parameter less host memory.
+std::vector<Layout> offload_variants(const Layout& base) {
+  std::vector<Layout> out;
+  std::vector<int64_t> groups{1};
+  if (base.offload_optimizer != "none" && base.P == 1) {
+    for (int64_t k = 2; k < base.accumulation; k *= 2) groups.push_back(k);
+    if (base.accumulation > 1) groups.push_back(base.accumulation);
+  }
+  const bool pfm_ok = base.offload_optimizer == "cpu" && base.offload_param == "cpu" && !base.delayed_update;
+  for (const int64_t g : groups)
+    for (const bool pfm : {false, true}) {
+      if (pfm && !pfm_ok) continue;
+      for (const bool bf16 : {false, true}) {
+        const bool once = base.zero_stage == 1 || base.accumulation == 1 || g == base.accumulation;
+        if (bf16 && (base.offload_optimizer == "none" || base.P > 1 || !once)) continue;
+        Layout l = base;
+        l.group = g;
+        l.param_from_master = pfm;
+        l.grad_bf16 = bf16;
+        out.push_back(l);
+      }
+    }
+  return out;
 }
 
 std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
@@ -459,8 +493,8 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
               const int64_t per_rank = global / dp;
               if (per_rank % micro || per_rank < micro) continue;
               l.accumulation = per_rank / micro;
-              for (const int64_t group : breadth_first_groups(l)) {
-              l.group = group;
+              for (Layout& v : offload_variants(l)) {
+              l = v;
               ++tried;
               MemoryEstimate e;
               Config cfg;
@@ -535,6 +569,8 @@ std::vector<ValidationRow> validate(const Figures& f) {
     l.offload_optimizer = r.value("offload_optimizer", "none");
     l.offload_param = r.value("offload_param", "none");
     l.delayed_update = r.value("delayed_update", false);
+    l.param_from_master = r.value("param_from_master", false);
+    l.grad_bf16 = r.value("grad_dtype", std::string("fp32")) == "bf16";
     l.micro_batch = r.value("micro_batch", 1);
     l.accumulation = r.value("accumulation", 1);
     l.checkpointing = r.value("checkpointing", false);

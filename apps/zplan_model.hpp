@@ -78,6 +78,11 @@ struct Layout {
   // parameters are uploaded once a group). The search tries groups with
   // offload on one stage (breadth_first_groups in zplan_model.cpp).
   int64_t group = 1;
+  // offload.param_from_master (no 16-bit parameters in host memory; the
+  // uploads carry the fp32 master) and offload.grad_dtype "bf16" (the
+  // gradients land on the host in bf16: each must land once a step).
+  bool param_from_master = false;
+  bool grad_bf16 = false;
   std::string name() const;  // "ZeRO-3 + cpu optimizer + cpu params, P=2 V=1, dp 4, micro 4 x 8, ckpt"
   // The --set overrides that make a config run this layout.
   std::vector<std::string> sets() const;

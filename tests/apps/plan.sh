@@ -68,17 +68,21 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 print(p["memory_gib"])
 ls = p["layouts"]
-# The fastest, the slowest, one per (stage, offload) seen, and the first
-# in breadth-first groups (their activations are the group's).
+# The fastest, the slowest, one per (stage, offload) seen, and the first in
+# breadth-first groups (their activations are the group's), the first with
+# the parameters made from the master and the first with bf16 gradients on
+# the host (less host memory), each with its --set.
 pick, seen = [ls[0], ls[-1]], set()
 for l in ls:
     k = (l["zero_stage"], l["offload_optimizer"], l["offload_param"])
     if k not in seen:
         seen.add(k); pick.append(l)
-grouped = [l for l in ls if l["breadth_first_group"] > 1]
-assert grouped and all("train.breadth_first_group=%d" % l["breadth_first_group"] in l["sets"] for l in grouped), \
-    "no layout in breadth-first groups, or one without its --set"
-pick.append(grouped[0])
+for what, has in (("train.breadth_first_group=", lambda l: l["breadth_first_group"] > 1),
+                  ("offload.param_from_master=true", lambda l: "from the master" in l["layout"]),
+                  ('offload.grad_dtype="bf16"', lambda l: "bf16 gradients" in l["layout"])):
+    some = [l for l in ls if has(l)]
+    assert some and all(any(x.startswith(what) for x in l["sets"]) for l in some), "no layout with, or a layout without, " + what
+    pick.append(some[0])
 for l in pick:
     print(l["world"], l["zero_stage"], l["offload_optimizer"], l["offload_param"], l["device_bytes"], " ".join("--set " + s for s in l["sets"]))
 PY
