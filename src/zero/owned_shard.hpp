@@ -47,10 +47,6 @@ struct OwnedShard {
              " where fp32 is needed");
     return static_cast<float*>(grad);
   }
-  // `grad` advanced by `elements` of its dtype.
-  const void* grad_at(int64_t elements) const {
-    return static_cast<const char*>(grad) + static_cast<size_t>(elements) * dtype_size(grad_dtype);
-  }
   // fp32 master weights and Adam moments on the device, when the placement
   // keeps its states there (OptimizerPlacement::states_on_device); null
   // when they are offloaded.
