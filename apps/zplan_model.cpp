@@ -462,9 +462,42 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
   };
   const std::vector<Off> offloads = {{"none", "none", false}, {"cpu", "none", false}, {"cpu", "none", true},
                                      {"cpu", "cpu", false},   {"nvme", "none", false}, {"nvme", "cpu", false}};
+  // One layout: kept when the estimator puts it within the device's, the
+  // host's and the NVMe's memory.
+  auto consider = [&](const Layout& l) {
+    ++tried;
+    MemoryEstimate e;
+    Config cfg;
+    try {
+      cfg = parse_layout(in.model, in.dtype, l);
+      e = estimate_memory(cfg, l.dp, /*gpu=*/true);
+    } catch (const UserError&) {
+      ++refused;  // the config layer or the schedule refuses it (e.g. too few micro-batches)
+      return;
+    }
+    if (!e.row.supported) return;
+    const double host_node = static_cast<double>(e.row.host()) * std::min(in.gpus, per_node);
+    const double nvme_node = static_cast<double>(e.row.nvme) * std::min(in.gpus, per_node);
+    if (static_cast<double>(e.row.total()) > device_bytes) return;
+    if (host_node > host_bytes && e.row.host() > 0) return;
+    if (nvme_node > nvme_bytes && e.row.nvme > 0) return;
+    PlanRow r;
+    r.layout = l;
+    r.memory = e.row;
+    r.host_gib_per_node = host_node / 1073741824.0;
+    r.nvme_gib_per_node = nvme_node / 1073741824.0;
+    r.time = step_time(cfg, dev, l, per_node);
+    r.cost_per_btok = price * in.gpus / 3600.0 * 1e9 / r.time.tokens_per_s;
+    rows.push_back(r);
+  };
+  // The same global batch for every layout: given, or about 2^19 tokens.
+  const int64_t global =
+      in.global_batch > 0 ? in.global_batch : std::max<int64_t>(1, (int64_t{1} << 19) / base.model.seq_len);
   for (int P = 1; P <= std::min<int64_t>(in.gpus, n_layer); ++P) {
     if (in.gpus % P) continue;
     const int dp = in.gpus / P;
+    if (global % dp) continue;
+    const int64_t per_rank = global / dp;
     for (int V : {1, 2}) {
       if (V > 1 && (P == 1 || n_layer % (P * V))) continue;
       for (int stage = 0; stage <= 3; ++stage) {
@@ -474,6 +507,7 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
           if (o.opt == "cpu" && host_bytes <= 0) continue;
           if (o.opt == "nvme" && (nvme_bytes <= 0 || host_bytes <= 0)) continue;
           for (int64_t micro : {1, 2, 4, 8, 16, 32}) {
+            if (per_rank % micro || per_rank < micro) continue;
             for (bool ckpt : {false, true}) {
               Layout l;
               l.gpus = in.gpus;
@@ -486,40 +520,8 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
               l.delayed_update = o.delayed;
               l.micro_batch = micro;
               l.checkpointing = ckpt;
-              // The same global batch for every layout: given, or about 2^19 tokens.
-              const int64_t global =
-                  in.global_batch > 0 ? in.global_batch : std::max<int64_t>(1, (int64_t{1} << 19) / base.model.seq_len);
-              if (global % dp) continue;
-              const int64_t per_rank = global / dp;
-              if (per_rank % micro || per_rank < micro) continue;
               l.accumulation = per_rank / micro;
-              for (Layout& v : offload_variants(l)) {
-              l = v;
-              ++tried;
-              MemoryEstimate e;
-              Config cfg;
-              try {
-                cfg = parse_layout(in.model, in.dtype, l);
-                e = estimate_memory(cfg, dp, /*gpu=*/true);
-              } catch (const UserError&) {
-                ++refused;  // the config layer or the schedule refuses it (e.g. too few micro-batches)
-                continue;
-              }
-              if (!e.row.supported) continue;
-              const double host_node = static_cast<double>(e.row.host()) * std::min(in.gpus, per_node);
-              const double nvme_node = static_cast<double>(e.row.nvme) * std::min(in.gpus, per_node);
-              if (static_cast<double>(e.row.total()) > device_bytes) continue;
-              if (host_node > host_bytes && e.row.host() > 0) continue;
-              if (nvme_node > nvme_bytes && e.row.nvme > 0) continue;
-              PlanRow r;
-              r.layout = l;
-              r.memory = e.row;
-              r.host_gib_per_node = host_node / 1073741824.0;
-              r.nvme_gib_per_node = nvme_node / 1073741824.0;
-              r.time = step_time(cfg, dev, l, per_node);
-              r.cost_per_btok = price * in.gpus / 3600.0 * 1e9 / r.time.tokens_per_s;
-              rows.push_back(r);
-              }
+              for (const Layout& v : offload_variants(l)) consider(v);
             }
           }
         }
