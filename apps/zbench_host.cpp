@@ -99,10 +99,10 @@ inline float hashed(uint64_t i, uint64_t seed) {
 struct State {
   HostArray<float> p, g, m, v;
   HostArray<uint16_t> copy;  // bf16 or f16 bits
-  HostArray<uint16_t> g16;   // the gradients in bf16 (--grad bf16)
-  State(int64_t n, size_t stagger, bool huge)
+  HostArray<uint16_t> g16;   // the gradients in bf16 (--grad bf16), else empty
+  State(int64_t n, size_t stagger, bool huge, bool bf16_grads = false)
       : p(n, 0, huge), g(n, stagger, huge), m(n, 2 * stagger, huge), v(n, 3 * stagger, huge),
-        copy(n, 4 * stagger, huge), g16(n, 5 * stagger, huge) {}
+        copy(n, 4 * stagger, huge), g16(bf16_grads ? n : 0, 5 * stagger, huge) {}
 };
 
 // Writes AdamW-like values (moments normal floats, never subnormal) with the
@@ -113,7 +113,7 @@ void init_state(State& s, int64_t n, bool one_thread = false) {
   float* m = s.m.data();
   float* v = s.v.data();
   uint16_t* c = s.copy.data();
-  uint16_t* g16 = s.g16.data();
+  uint16_t* g16 = s.g16.size() > 0 ? s.g16.data() : nullptr;
 #pragma omp parallel if (!one_thread)
   {
 #pragma omp for schedule(static)
@@ -124,7 +124,7 @@ void init_state(State& s, int64_t n, bool one_thread = false) {
       m[i] = 1e-4f * hashed(u, 3);
       v[i] = 1e-7f * (1.5f + hashed(u, 4));
       c[i] = 0;
-      g16[i] = zt::f32_to_bf16(g[i]).bits;
+      if (g16 != nullptr) g16[i] = zt::f32_to_bf16(g[i]).bits;
     }
   }
 }
@@ -345,7 +345,8 @@ int run(int argc, char** argv) {
               touch.c_str(), static_cast<long long>(tile));
   std::fflush(stdout);
 
-  State s(n, stagger, pages == "huge");
+  State s(n, stagger, pages == "huge",
+          std::find(grad_list.begin(), grad_list.end(), "bf16") != grad_list.end());
   init_state(s, n, touch == "one");
 
   nlohmann::json result;
