@@ -131,6 +131,10 @@ bool count_host_calls_requested() { return env_switch("ZTRAIN_COUNT_HOST_CALLS")
 // the steps after the first ([Note: GPU timeline] in runtime/gpu_timeline.hpp).
 bool gpu_timeline_requested() { return env_switch("ZTRAIN_GPU_TIMELINE"); }
 
+// ZTRAIN_MEMORY_PEAKS=1: the live buffers at each memory tag's peak, device
+// and host ([Note: memory peaks] in runtime/device.hpp), printed at the end.
+bool memory_peaks_requested() { return env_switch("ZTRAIN_MEMORY_PEAKS"); }
+
 // ZTRAIN_CUDA_GRAPH: unset, empty or 1 records each step after the first as
 // CUDA graphs where the layout allows ([Note: step graph] in
 // runtime/device.hpp); 0 runs every step operation by operation.
@@ -371,6 +375,7 @@ int main(int argc, char** argv) {
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
+        if (memory_peaks_requested()) device->record_peak_detail();
         apply_memory_cap(cfg, *topo, *device);
         check_host_memory(cfg, *topo);
       }))
@@ -441,6 +446,15 @@ int main(int argc, char** argv) {
     return *code;
   if (mpi.world_rank() == 0 && !trainer->step_graph_summary().empty())
     log_info("CUDA graph of the step: ", trainer->step_graph_summary());
+  if (memory_peaks_requested() && mpi.world_rank() == 0) {
+    std::string out = "live buffers at the memory peaks of rank 0 (ZTRAIN_MEMORY_PEAKS), device:\n" +
+                      device->describe_peak_detail();
+    for (bool pinned : {true, false})
+      if (device->host_memory_stats(pinned) != nullptr)
+        out += std::string(pinned ? "pinned" : "pageable") + " host memory:\n" +
+               device->host_memory(pinned).describe_peak_detail();
+    std::cout << out << std::flush;
+  }
 #if ZT_HAVE_CUDA
   if (prof && mpi.world_rank() == 0) std::cout << prof->report(trainer->step() - first_step, seconds) << std::flush;
   if (timeline && mpi.world_rank() == 0) {

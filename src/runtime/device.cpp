@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "runtime/transfer.hpp"
@@ -110,8 +111,15 @@ void* Device::allocate(size_t bytes, MemTag tag) {
   ++stats_.allocations[t];
   stats_.current[t] += bytes;
   stats_.current_total += bytes;
-  if (stats_.current[t] > stats_.peak[t]) stats_.peak[t] = stats_.current[t];
-  if (stats_.current_total > stats_.peak_total) stats_.peak_total = stats_.current_total;
+  if (peaks_) ++peaks_->live[static_cast<size_t>(t)][bytes];
+  if (stats_.current[t] > stats_.peak[t]) {
+    stats_.peak[t] = stats_.current[t];
+    if (peaks_) peaks_->at_peak[static_cast<size_t>(t)] = peaks_->live[static_cast<size_t>(t)];
+  }
+  if (stats_.current_total > stats_.peak_total) {
+    stats_.peak_total = stats_.current_total;
+    if (peaks_) peaks_->at_total_peak = peaks_->live;
+  }
   return p;
 }
 
@@ -122,6 +130,50 @@ void Device::deallocate(void* p, size_t bytes, MemTag tag) noexcept {
   const int t = static_cast<int>(tag);
   stats_.current[t] -= bytes;
   stats_.current_total -= bytes;
+  if (peaks_) {
+    PeakDetail::Sizes& live = peaks_->live[static_cast<size_t>(t)];
+    auto it = live.find(bytes);
+    if (it != live.end() && --it->second == 0) live.erase(it);
+  }
+}
+
+void Device::record_peak_detail() {
+  if (!peaks_) peaks_ = std::make_unique<PeakDetail>();
+  for (std::unique_ptr<Device>& h : host_)
+    if (h) h->record_peak_detail();
+}
+
+std::string Device::describe_peak_detail() const {
+  if (!peaks_) return "";
+  auto sizes = [](const PeakDetail::Sizes& m) {
+    // Largest first; buffers under 1 MiB summed into one entry.
+    std::string out;
+    size_t small = 0;
+    int64_t small_n = 0;
+    for (auto it = m.rbegin(); it != m.rend(); ++it) {
+      if (it->first < (size_t{1} << 20)) {
+        small += it->first * static_cast<size_t>(it->second);
+        small_n += it->second;
+        continue;
+      }
+      out += (out.empty() ? "" : ", ") + std::to_string(it->second) + " x " + human_bytes(it->first);
+    }
+    if (small_n > 0) out += (out.empty() ? "" : ", ") + std::to_string(small_n) + " under 1 MiB (" + human_bytes(small) + ")";
+    return out.empty() ? std::string("nothing") : out;
+  };
+  std::string out;
+  for (int t = 0; t < kNumMemTags; ++t) {
+    if (stats_.peak[static_cast<size_t>(t)] == 0) continue;
+    out += "  " + std::string(mem_tag_name(static_cast<MemTag>(t))) + " peak " +
+           human_bytes(stats_.peak[static_cast<size_t>(t)]) + ": " + sizes(peaks_->at_peak[static_cast<size_t>(t)]) + "\n";
+  }
+  out += "  at the total's peak (" + human_bytes(stats_.peak_total) + "):\n";
+  for (int t = 0; t < kNumMemTags; ++t) {
+    const PeakDetail::Sizes& m = peaks_->at_total_peak[static_cast<size_t>(t)];
+    if (m.empty()) continue;
+    out += "    " + std::string(mem_tag_name(static_cast<MemTag>(t))) + ": " + sizes(m) + "\n";
+  }
+  return out;
 }
 
 void* CpuDevice::raw_allocate(size_t bytes) {
@@ -285,7 +337,10 @@ std::unique_ptr<Device> Device::make_pinned_host_memory() { return std::make_uni
 
 Device& Device::host_memory(bool pinned) {
   std::unique_ptr<Device>& d = host_[pinned ? 1 : 0];
-  if (!d) d = pinned ? make_pinned_host_memory() : std::make_unique<HostMemory>(false);
+  if (!d) {
+    d = pinned ? make_pinned_host_memory() : std::make_unique<HostMemory>(false);
+    if (peaks_) d->record_peak_detail();
+  }
   return *d;
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,15 @@ class Device {
   // with, e.g. the memory estimator's for this rank). What is held already
   // is kept, whatever the cap.
   void set_memory_cap(size_t bytes, std::string note);
+  // [Note: memory peaks] ZTRAIN_MEMORY_PEAKS=1: what was live at each peak.
+  // With it on, every allocation's size is also kept by tag, and each new
+  // peak of a tag (and of the total) keeps a copy of what was live then, so
+  // an estimate that misses a peak shows which buffers made it. Off by
+  // default: one map update per allocation and a copy per new peak.
+  void record_peak_detail();
+  // One line per tag with a peak: its bytes and its live buffers by size
+  // ("4 x 393.00 MiB"), then those of the total's peak; "" when not recorded.
+  std::string describe_peak_detail() const;
   size_t memory_cap() const { return cap_; }
   virtual void memset_zero(void* p, size_t bytes) = 0;
   // Copies between this device's memory and host memory (plain memcpy on CPU).
@@ -98,7 +108,12 @@ class Device {
  private:
   [[noreturn]] void throw_over_cap(size_t bytes, MemTag tag) const;
 
+  struct PeakDetail {
+    using Sizes = std::map<size_t, int64_t>;  // buffer size -> count live
+    std::array<Sizes, kNumMemTags> live, at_peak, at_total_peak;
+  };
   MemoryStats stats_;
+  std::unique_ptr<PeakDetail> peaks_;
   size_t cap_ = 0;  // 0 = none
   std::string cap_note_;
   std::unique_ptr<Device> host_[2];  // [pinned]

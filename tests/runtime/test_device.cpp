@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,46 @@ TEST(CpuDevice, CountsBytesPerTagAndKeepsPeaks) {
   EXPECT_EQ(d.stats().current_total, 0u);
   EXPECT_EQ(d.stats().peak_total, 4000u);
   EXPECT_EQ(peak(d, MemTag::params), 1000u);
+}
+
+TEST(CpuDevice, PeakDetailNamesTheBuffersAliveAtEachPeak) {
+  CpuDevice d;
+  EXPECT_EQ(d.describe_peak_detail(), "") << "nothing is recorded unless asked";
+  d.record_peak_detail();
+  const size_t MiB = size_t{1} << 20;
+  void* a = d.allocate(4 * MiB, MemTag::comm);
+  void* b = d.allocate(4 * MiB, MemTag::comm);
+  void* c = d.allocate(2 * MiB, MemTag::comm);  // comm's peak: 4, 4, 2 MiB
+  void* w = d.allocate(8 * MiB, MemTag::workspace);  // the total's peak: those and 8 MiB
+  d.deallocate(a, 4 * MiB, MemTag::comm);
+  d.deallocate(w, 8 * MiB, MemTag::workspace);
+  void* s1 = d.allocate(1000, MemTag::comm);
+  void* s2 = d.allocate(24, MemTag::comm);
+  void* w2 = d.allocate(3 * MiB, MemTag::workspace);  // under both peaks: changes neither
+  const std::string t = d.describe_peak_detail();
+  EXPECT_NE(t.find("  comm peak 10.00 MiB: 2 x 4.00 MiB, 1 x 2.00 MiB\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  workspace peak 8.00 MiB: 1 x 8.00 MiB\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("at the total's peak (18.00 MiB):\n    comm: 2 x 4.00 MiB, 1 x 2.00 MiB\n    workspace: 1 x 8.00 MiB\n"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("params"), std::string::npos) << "a tag never used is left out: " << t;
+  // Buffers under 1 MiB are summed into one entry.
+  void* big = d.allocate(10 * MiB, MemTag::comm);
+  EXPECT_NE(d.describe_peak_detail().find("comm peak 16.00 MiB: 1 x 10.00 MiB, 1 x 4.00 MiB, 1 x 2.00 MiB, 2 under 1 "
+                                          "MiB (1.00 KiB)\n"),
+            std::string::npos)
+      << d.describe_peak_detail();
+  EXPECT_NE(d.describe_peak_detail().find("at the total's peak (19.00 MiB):\n    comm: 1 x 10.00 MiB"), std::string::npos)
+      << d.describe_peak_detail();
+  // Host memory made after the switch records too.
+  Device& pinned = d.host_memory(true);
+  void* h = pinned.allocate(2 * MiB, MemTag::offload);
+  EXPECT_NE(pinned.describe_peak_detail().find("offload peak 2.00 MiB: 1 x 2.00 MiB"), std::string::npos);
+  pinned.deallocate(h, 2 * MiB, MemTag::offload);
+  for (auto [p, n, tag] : {std::tuple{b, 4 * MiB, MemTag::comm}, {c, 2 * MiB, MemTag::comm}, {s1, size_t{1000}, MemTag::comm},
+                           {s2, size_t{24}, MemTag::comm}, {w2, 3 * MiB, MemTag::workspace}, {big, 10 * MiB, MemTag::comm}})
+    d.deallocate(p, n, tag);
+  EXPECT_EQ(d.stats().current_total, 0u);
 }
 
 TEST(CpuDevice, MemoryIsAlignedWritableAndZeroBytesCountAsOne) {
