@@ -89,7 +89,11 @@ void ZeroEngine::done(int unit) {
   // runs far ahead of the host's completion checks, and every unit of the
   // backward would otherwise keep its fp32 gradient buffer alive. Finishing
   // the oldest costs the host nothing there (the compute stream waits).
-  if (!opts_.overlap_comm || st.reduce.empty()) {
+  // One rank's reduction is a copy queued on the compute stream: finished
+  // at once, so its buffer is freed before the next unit's backward (as a
+  // GPU's one-rank group completes at once anyway; the CPU's MPI request
+  // might not yet, and the peak would then hold one more unit).
+  if (!opts_.overlap_comm || st.reduce.empty() || dp_.size() == 1) {
     finish_all(st.reduce);
     st.grad.reset();
   } else {
