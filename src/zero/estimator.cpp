@@ -26,7 +26,8 @@
 //            master shard (whatever the dtype) and m, v over the shard.
 //   stage 2: no full gradient buffer: a unit's backward writes a full-size
 //            fp32 buffer of that unit, reduce-scattered into the shard at
-//            its end (kept until then with overlap_comm, so one more unit).
+//            its end (kept until then with overlap_comm on several ranks,
+//            so one more unit).
 //            A tied parameter's owner keeps its buffer from the tying unit's
 //            backward to its own (GPT-2: wte through the whole backward).
 //   stage 3: also the working parameters over the shard (none in fp32: the
@@ -114,18 +115,24 @@ std::vector<int> tied_units(const UnitDesc& u) {
 // live total allows, and frees it otherwise. `held`: the stage's units;
 // `runs`: those it runs (not the tie mirror). Returns the peak live elements.
 int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const std::vector<bool>& runs,
-                        const std::vector<bool>& recomputed, const EstimateInput& in) {
+                        const std::vector<bool>& recomputed, const EstimateInput& in, int* uploads_in_flight) {
   const int n = m.num_units();
   auto numel = [&](int v) { return m.units[static_cast<size_t>(v)].numel(); };
   auto partitioned = [&](int v) { return numel(v) >= in.stage3_param_persistence_threshold; };
   auto size = [&](int v) { return round_up(numel(v), in.dp); };
   std::vector<bool> gathered(static_cast<size_t>(n), false);
+  // Gathers started and not yet waited for: with parameter offload each
+  // holds an upload buffer ([Note: parameter offload]) until its unit is used.
+  std::vector<bool> in_flight(static_cast<size_t>(n), false);
   int64_t live = 0, peak = 0;
+  int flying = 0, peak_flying = 0;
   auto gather = [&](int v) {
     if (gathered[v]) return;
     gathered[v] = true;
     live += size(v);
     peak = std::max(peak, live);
+    in_flight[static_cast<size_t>(v)] = true;
+    peak_flying = std::max(peak_flying, ++flying);
   };
   auto needed = [&](int v) {
     std::vector<int> list{v};
@@ -146,6 +153,11 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
       gather(w);
       budget -= size(w);
     }
+    for (int w : needed(v))
+      if (in_flight[static_cast<size_t>(w)]) {
+        in_flight[static_cast<size_t>(w)] = false;
+        --flying;
+      }
   };
   auto release = [&](int v, Pass pass) {
     for (int w : needed(v)) {
@@ -180,6 +192,7 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
     acquire(v, Pass::backward);
     release(v, Pass::backward);
   }
+  if (uploads_in_flight != nullptr) *uploads_in_flight = peak_flying;
   return peak;
 }
 
@@ -245,15 +258,18 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       other_max = std::max(other_max, p);
   }
   const int64_t shard = padded / n_layout;
-  const int nbuf = in.overlap_comm.value_or(stage == 3) ? 2 : 1;
+  // One rank's reductions finish at once (ZeroEngine::done), so only with
+  // several does overlap_comm keep the previous unit's buffer.
+  const int nbuf = in.overlap_comm.value_or(stage == 3) && in.dp > 1 ? 2 : 1;
 
   // Parameters: replicated below stage 3. Stage 3: the units kept whole, the
   // live gathered units, and the working shard of every unit (none in fp32,
   // where the fp32 master shard is the working shard).
+  int uploads_in_flight = 0;  // stage 3: gathers started and not yet used, at most
   if (stage < 3) {
     r.params = padded * pb;
   } else {
-    r.params = (persistent + live_parameters(m, held, runs, recomputed, in)) * pb;
+    r.params = (persistent + live_parameters(m, held, runs, recomputed, in, &uploads_in_flight)) * pb;
     // In fp32 the master shard is the working shard, unless the master is offloaded.
     const int64_t working_shard = f32 && !offloaded(in.offload_optimizer) ? 0 : shard * pb;
     int64_t& param_host = in.param_pin_memory ? r.host_pinned : r.host_pageable;
@@ -348,10 +364,12 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       r.host_pinned += sets * (host_grads ? 4 : 8) * L;
     }
   }
-  // Parameter offload: the device's upload pool ([Note: parameter offload]).
+  // Parameter offload: the device's upload pool ([Note: parameter offload]),
+  // whose buffers are made as gathers in flight need them, up to buffer_count.
   int64_t upload_pool = 0;
   if (stage == 3 && offloaded(in.offload_param))
-    upload_pool = in.param_buffer_count * std::min(in.param_buffer_size, unit_max / n_layout) * pb;
+    upload_pool = std::min(in.param_buffer_count, std::max(1, uploads_in_flight)) *
+                  std::min(in.param_buffer_size, unit_max / n_layout) * pb;
   // and with parameters from the master, two fp32 staging buffers.
   if (stage == 3 && in.offload_param == "cpu" && in.param_from_master)
     upload_pool += 2 * (unit_max / n_layout) * 4;
@@ -363,10 +381,12 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // are all-gathered in pieces, one all-gather bucket.
   if (stage >= 1 && (in.dp > 1 || host_grads))
     r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
-  // Pieces staged until their copies to the host are done (one is counted
-  // above). In bf16, the piece's rounded copy and the earlier rounded ones.
-  if (host_grads && in.host_grad_bytes == 4) r.comm += (GradLanding::kDefaultInFlight - 1) * piece * 4;
-  if (host_grads && in.host_grad_bytes == 2) r.comm += GradLanding::kDefaultInFlight * piece * 2;
+  // Pieces staged until their copies to the host are done: the landing
+  // holds kDefaultInFlight of them when the next one's reduction (counted
+  // above) is staged; in bf16 they are rounded copies, and the next one's
+  // rounded copy is made while its fp32 staging is alive.
+  if (host_grads && in.host_grad_bytes == 4) r.comm += GradLanding::kDefaultInFlight * piece * 4;
+  if (host_grads && in.host_grad_bytes == 2) r.comm += (GradLanding::kDefaultInFlight + 1) * piece * 2;
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
   r.comm += upload_pool;

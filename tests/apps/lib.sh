@@ -63,7 +63,7 @@ bits() {
 peak() { tail -1 "$1/metrics.jsonl" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
 
 # memory_vs_estimate NAME CONFIG "TAG:LABEL;..." SETTINGS...: CONFIG on 2
-# ranks with SETTINGS (--set values), --dry-run's estimate against the run
+# ranks (MEM_NP) with SETTINGS (--set values), --dry-run's estimate against the run
 # (log dir mem-NAME): each TAG of the end record within 10% of the
 # estimator's line starting with LABEL (both 0 passes).
 memory_vs_estimate() {
@@ -71,9 +71,9 @@ memory_vs_estimate() {
   shift 3
   local sets=()
   for x in "$@"; do sets+=(--set "$x"); done
-  run_np 2 "$cfg" --dry-run "${sets[@]}"
+  run_np "${MEM_NP:-2}" "$cfg" --dry-run "${sets[@]}"
   cp "$WORK/out" "dry-$name.txt"
-  run_np 2 "$cfg" --log-dir "mem-$name" "${sets[@]}"
+  run_np "${MEM_NP:-2}" "$cfg" --log-dir "mem-$name" "${sets[@]}"
   [ "$RC" = 0 ] || { fail "memory $name: exit $RC"; return; }
   IFS=';' read -ra x <<< "$pairs"
   for pair in "${x[@]}"; do

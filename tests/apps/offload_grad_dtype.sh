@@ -133,6 +133,17 @@ memory_vs_estimate stage2-bf16 m.json "$TAGS" zero_optimization.stage=2 "$PIN" "
 memory_vs_estimate stage3-master-bf16 m.json "$TAGS" zero_optimization.stage=3 "$PIN" \
   'zero_optimization.offload_param.device="cpu"' zero_optimization.offload_param.pin_memory=true \
   offload.param_from_master=true "$G"
+# One rank in the layout of the capped runs (docs/offload.md): ZeRO-3 with
+# both offloads, parameters from the master, overlap_comm, one breadth-first
+# group of the step's micro-batches with the checkpoints in host memory.
+# Also the gradient buffers (one unit's and the tied owner's: one rank's
+# reductions finish at once), the communication staging (the upload
+# buffers of the gathers in flight, the pieces landing) and the total.
+MEM_NP=1 memory_vs_estimate one-rank-group-bf16 m.json \
+  "grads:gradients (fp32);comm:communication buckets;total:device total;pinned:pinned host memory" \
+  zero_optimization.stage=3 zero_optimization.overlap_comm=true "$PIN" 'zero_optimization.offload_param.device="cpu"' \
+  zero_optimization.offload_param.pin_memory=true offload.param_from_master=true "$G" gradient_accumulation_steps=2 \
+  train.breadth_first_group=2 model.activation_checkpointing=true activation_checkpointing.cpu_checkpointing=true
 run_np 2 m.json --log-dir mem-stage2-f32 --set zero_optimization.stage=2 --set "$PIN"
 pinned_saves mem-stage2-f32 mem-stage2-bf16 m.json "fp32 against bf16 gradients"
 
