@@ -210,6 +210,7 @@ int run(int argc, char** argv) {
                      {"accumulation", r.layout.accumulation},
                      {"breadth_first_group", r.layout.group},
                      {"checkpointing", r.layout.checkpointing},
+                     {"cpu_checkpointing", r.layout.cpu_checkpointing},
                      {"device_bytes", r.memory.total()},
                      {"host_bytes_per_rank", r.memory.host()},
                      {"step_s", r.time.step},

@@ -257,7 +257,7 @@ std::string Layout::name() const {
   if (P > 1) os << ", P=" << P << " V=" << V;
   os << ", dp " << dp << ", micro " << micro_batch << " x " << accumulation;
   if (group > 1) os << " in groups of " << group;
-  if (checkpointing) os << ", ckpt";
+  if (checkpointing) os << (cpu_checkpointing ? ", ckpt in host memory" : ", ckpt");
   return os.str();
 }
 
@@ -269,6 +269,7 @@ nlohmann::json layout_config(const nlohmann::json& model, const std::string& dty
   c["bf16"] = {{"enabled", dtype == "bf16"}};
   c["model"] = model;
   c["model"]["activation_checkpointing"] = l.checkpointing;
+  if (l.cpu_checkpointing) c["activation_checkpointing"] = {{"cpu_checkpointing", true}};
   nlohmann::json z = {{"stage", l.zero_stage}};
   if (l.offload_optimizer != "none") {
     z["offload_optimizer"] = {{"device", l.offload_optimizer}, {"pin_memory", true}};
@@ -291,6 +292,7 @@ std::vector<std::string> Layout::sets() const {
   for (const char* k : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
     s.push_back(std::string(k) + "=" + c[k].dump());
   s.push_back("model.activation_checkpointing=" + std::string(checkpointing ? "true" : "false"));
+  if (cpu_checkpointing) s.push_back("activation_checkpointing.cpu_checkpointing=true");
   s.push_back("zero_optimization.stage=" + std::to_string(zero_stage));
   if (offload_optimizer != "none")
     s.push_back("zero_optimization.offload_optimizer=" + c["zero_optimization"]["offload_optimizer"].dump());
@@ -369,6 +371,12 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
     const double grad_bytes = l.grad_bf16 ? 2.0 : 4.0;
     const double grad_copy = grad_bytes * owned / (dev.pcie_gbs * 1e9);
     const double uploads = l.offload_param != "none" ? 2.0 * (l.param_from_master ? 4.0 : p16) * owned : 0.0;
+    // activation_checkpointing.cpu_checkpointing: each recomputed block's
+    // input goes to the host in the forward and comes back for the
+    // backward, a d_model row per token in the activation dtype.
+    const double ckpt_bytes =
+        l.cpu_checkpointing ? 2.0 * tokens_mb * static_cast<double>(w.d_model) * p16 * std::max(0.0, std::ceil(L / l.P) - 1)
+                            : 0.0;
     // A breadth-first group uploads each unit once for its forward and
     // once for its backward, and lands each unit's gradient once, all
     // spread over the group's compute; its landing after the first is
@@ -376,8 +384,8 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
     const int64_t G = std::max<int64_t>(1, std::min(l.group, l.accumulation));
     for (int64_t first = 0; first < l.accumulation; first += G) {
       const double n = static_cast<double>(std::min(G, l.accumulation - first));
-      const double pcie = grad_copy + uploads / (dev.pcie_gbs * 1e9);
-      const double host = (grad_bytes * owned + uploads + (first > 0 ? 12.0 * owned : 0.0)) / host_bw;
+      const double pcie = grad_copy + (uploads + n * ckpt_bytes) / (dev.pcie_gbs * 1e9);
+      const double host = (grad_bytes * owned + uploads + n * ckpt_bytes + (first > 0 ? 12.0 * owned : 0.0)) / host_bw;
       per_mb_total += std::max({n * mb_compute, pcie, host});
     }
     per_mb_total += (slots - M) * mb_compute;
@@ -418,7 +426,10 @@ TimeBreakdown step_time(const Config& cfg, const DeviceFigures& dev, const Layou
 //    delayed update): 2 bytes per parameter less host memory;
 //  - offload.grad_dtype "bf16" where every gradient lands once a step (one
 //    stage; stage 1, one micro-batch, or one group of all of them): 2 bytes
-//    per owned parameter less host memory.
+//    per owned parameter less host memory;
+//  - activation_checkpointing.cpu_checkpointing with checkpointing and the
+//    optimizer offloaded: the checkpoints in host memory, so that larger
+//    groups fit the device.
 std::vector<Layout> offload_variants(const Layout& base) {
   std::vector<Layout> out;
   std::vector<int64_t> groups{1};
@@ -433,11 +444,15 @@ std::vector<Layout> offload_variants(const Layout& base) {
       for (const bool bf16 : {false, true}) {
         const bool once = base.zero_stage == 1 || base.accumulation == 1 || g == base.accumulation;
         if (bf16 && (base.offload_optimizer == "none" || base.P > 1 || !once)) continue;
-        Layout l = base;
-        l.group = g;
-        l.param_from_master = pfm;
-        l.grad_bf16 = bf16;
-        out.push_back(l);
+        for (const bool host_ckpt : {false, true}) {
+          if (host_ckpt && (!base.checkpointing || base.offload_optimizer == "none")) continue;
+          Layout l = base;
+          l.group = g;
+          l.param_from_master = pfm;
+          l.grad_bf16 = bf16;
+          l.cpu_checkpointing = host_ckpt;
+          out.push_back(l);
+        }
       }
     }
   return out;
@@ -576,6 +591,7 @@ std::vector<ValidationRow> validate(const Figures& f) {
     l.micro_batch = r.value("micro_batch", 1);
     l.accumulation = r.value("accumulation", 1);
     l.checkpointing = r.value("checkpointing", false);
+    l.cpu_checkpointing = r.value("cpu_checkpointing", false);
     l.group = r.value("breadth_first_group", int64_t{1});
     const Config cfg = parse_layout(r.at("model"), r.value("dtype", "bf16"), l);
     const TimeBreakdown t = step_time(cfg, dev, l, r.value("gpus_per_node", dev.gpus_per_node));

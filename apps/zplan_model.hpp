@@ -83,6 +83,9 @@ struct Layout {
   // gradients land on the host in bf16: each must land once a step).
   bool param_from_master = false;
   bool grad_bf16 = false;
+  // activation_checkpointing.cpu_checkpointing: with checkpointing, the
+  // checkpoints wait in host memory between the forward and the backward.
+  bool cpu_checkpointing = false;
   std::string name() const;  // "ZeRO-3 + cpu optimizer + cpu params, P=2 V=1, dp 4, micro 4 x 8, ckpt"
   // The --set overrides that make a config run this layout.
   std::vector<std::string> sets() const;

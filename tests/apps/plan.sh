@@ -70,8 +70,9 @@ print(p["memory_gib"])
 ls = p["layouts"]
 # The fastest, the slowest, one per (stage, offload) seen, and the first in
 # breadth-first groups (their activations are the group's), the first with
-# the parameters made from the master and the first with bf16 gradients on
-# the host (less host memory), each with its --set.
+# the parameters made from the master, the first with bf16 gradients on
+# the host (less host memory) and the first with the checkpoints in host
+# memory, each with its --set.
 pick, seen = [ls[0], ls[-1]], set()
 for l in ls:
     k = (l["zero_stage"], l["offload_optimizer"], l["offload_param"])
@@ -79,7 +80,8 @@ for l in ls:
         seen.add(k); pick.append(l)
 for what, has in (("train.breadth_first_group=", lambda l: l["breadth_first_group"] > 1),
                   ("offload.param_from_master=true", lambda l: "from the master" in l["layout"]),
-                  ('offload.grad_dtype="bf16"', lambda l: "bf16 gradients" in l["layout"])):
+                  ('offload.grad_dtype="bf16"', lambda l: "bf16 gradients" in l["layout"]),
+                  ("activation_checkpointing.cpu_checkpointing=true", lambda l: l["cpu_checkpointing"])):
     some = [l for l in ls if has(l)]
     assert some and all(any(x.startswith(what) for x in l["sets"]) for l in some), "no layout with, or a layout without, " + what
     pick.append(some[0])
