@@ -60,7 +60,9 @@ class Device {
   // With it on, every allocation's size is also kept by tag, and each new
   // peak of a tag (and of the total) keeps a copy of what was live then, so
   // an estimate that misses a peak shows which buffers made it. Off by
-  // default: one map update per allocation and a copy per new peak.
+  // default: one map update per allocation and a copy per new peak. ztrain
+  // turns it on before the trainer allocates; a buffer allocated before
+  // the switch is not listed (nor is one of its size taken off when it goes).
   void record_peak_detail();
   // One line per tag with a peak: its bytes and its live buffers by size
   // ("4 x 393.00 MiB"), then those of the total's peak; "" when not recorded.
