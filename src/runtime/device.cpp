@@ -111,7 +111,10 @@ void* Device::allocate(size_t bytes, MemTag tag) {
   ++stats_.allocations[t];
   stats_.current[t] += bytes;
   stats_.current_total += bytes;
-  if (peaks_) ++peaks_->live[static_cast<size_t>(t)][bytes];
+  if (peaks_) {
+    ++peaks_->live[static_cast<size_t>(t)][bytes];
+    peaks_->counted.insert(p);
+  }
   if (stats_.current[t] > stats_.peak[t]) {
     stats_.peak[t] = stats_.current[t];
     if (peaks_) peaks_->at_peak[static_cast<size_t>(t)] = peaks_->live[static_cast<size_t>(t)];
@@ -130,7 +133,7 @@ void Device::deallocate(void* p, size_t bytes, MemTag tag) noexcept {
   const int t = static_cast<int>(tag);
   stats_.current[t] -= bytes;
   stats_.current_total -= bytes;
-  if (peaks_) {
+  if (peaks_ && peaks_->counted.erase(p) > 0) {
     PeakDetail::Sizes& live = peaks_->live[static_cast<size_t>(t)];
     auto it = live.find(bytes);
     if (it != live.end() && --it->second == 0) live.erase(it);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -61,8 +62,8 @@ class Device {
   // peak of a tag (and of the total) keeps a copy of what was live then, so
   // an estimate that misses a peak shows which buffers made it. Off by
   // default: one map update per allocation and a copy per new peak. ztrain
-  // turns it on before the trainer allocates; a buffer allocated before
-  // the switch is not listed (nor is one of its size taken off when it goes).
+  // turns it on before the trainer allocates; buffers allocated before the
+  // switch are left out.
   void record_peak_detail();
   // One line per tag with a peak: its bytes and its live buffers by size
   // ("4 x 393.00 MiB"), then those of the total's peak; "" when not recorded.
@@ -113,6 +114,7 @@ class Device {
   struct PeakDetail {
     using Sizes = std::map<size_t, int64_t>;  // buffer size -> count live
     std::array<Sizes, kNumMemTags> live, at_peak, at_total_peak;
+    std::unordered_set<const void*> counted;  // the allocations in `live`
   };
   MemoryStats stats_;
   std::unique_ptr<PeakDetail> peaks_;
