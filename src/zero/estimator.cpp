@@ -140,10 +140,7 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
     return list;
   };
   enum class Pass { forward, backward, recompute };
-  auto acquire = [&](int v, Pass pass) {
-    for (int w : needed(v))
-      if (partitioned(w)) gather(w);
-    if (!partitioned(v)) return;
+  auto prefetch = [&](int v, Pass pass) {
     const int step = pass == Pass::forward ? 1 : -1;
     int64_t budget = in.stage3_prefetch_bucket_size;
     for (int w = v + step; w >= 0 && w < n && budget > 0; w += step) {
@@ -153,6 +150,13 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
       gather(w);
       budget -= size(w);
     }
+  };
+  auto acquire = [&](int v, Pass pass) {
+    for (int w : needed(v))
+      if (partitioned(w)) gather(w);
+    if (partitioned(v)) prefetch(v, pass);
+    // The unit and those it ties to are used now, whether or not v itself
+    // is partitioned (a small head still uses the tied embedding).
     for (int w : needed(v))
       if (in_flight[static_cast<size_t>(w)]) {
         in_flight[static_cast<size_t>(w)] = false;
