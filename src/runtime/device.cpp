@@ -117,7 +117,10 @@ void* Device::allocate(size_t bytes, MemTag tag) {
   }
   if (stats_.current[t] > stats_.peak[t]) {
     stats_.peak[t] = stats_.current[t];
-    if (peaks_) peaks_->at_peak[static_cast<size_t>(t)] = peaks_->live[static_cast<size_t>(t)];
+    if (peaks_) {
+      peaks_->at_peak[static_cast<size_t>(t)] = peaks_->live[static_cast<size_t>(t)];
+      peaks_->beside_peak[static_cast<size_t>(t)] = stats_.current;
+    }
   }
   if (stats_.current_total > stats_.peak_total) {
     stats_.peak_total = stats_.current_total;
@@ -169,6 +172,17 @@ std::string Device::describe_peak_detail() const {
     if (stats_.peak[static_cast<size_t>(t)] == 0) continue;
     out += "  " + std::string(mem_tag_name(static_cast<MemTag>(t))) + " peak " +
            human_bytes(stats_.peak[static_cast<size_t>(t)]) + ": " + sizes(peaks_->at_peak[static_cast<size_t>(t)]) + "\n";
+    // What the other tags held then: which peaks coincide.
+    const std::array<size_t, kNumMemTags>& beside = peaks_->beside_peak[static_cast<size_t>(t)];
+    size_t sum = 0;
+    std::string others;
+    for (int o = 0; o < kNumMemTags; ++o) {
+      sum += beside[static_cast<size_t>(o)];
+      if (o == t || stats_.peak[static_cast<size_t>(o)] == 0) continue;
+      others += (others.empty() ? "" : ", ") + std::string(mem_tag_name(static_cast<MemTag>(o))) + " " +
+                human_bytes(beside[static_cast<size_t>(o)]);
+    }
+    out += "    then " + human_bytes(sum) + " in all" + (others.empty() ? "" : ": " + others) + "\n";
   }
   out += "  at the total's peak (" + human_bytes(stats_.peak_total) + "):\n";
   for (int t = 0; t < kNumMemTags; ++t) {

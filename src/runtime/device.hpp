@@ -66,7 +66,9 @@ class Device {
   // switch are left out.
   void record_peak_detail();
   // One line per tag with a peak: its bytes and its live buffers by size
-  // ("4 x 393.00 MiB"), then those of the total's peak; "" when not recorded.
+  // ("4 x 393.00 MiB"), and a line with what every other tag held at that
+  // moment (tags that peak at different times add up to less than their
+  // peaks); then the buffers of the total's peak; "" when not recorded.
   std::string describe_peak_detail() const;
   size_t memory_cap() const { return cap_; }
   virtual void memset_zero(void* p, size_t bytes) = 0;
@@ -114,6 +116,7 @@ class Device {
   struct PeakDetail {
     using Sizes = std::map<size_t, int64_t>;  // buffer size -> count live
     std::array<Sizes, kNumMemTags> live, at_peak, at_total_peak;
+    std::array<std::array<size_t, kNumMemTags>, kNumMemTags> beside_peak{};  // every tag's bytes at each tag's peak
     std::unordered_set<const void*> counted;  // the allocations in `live`
   };
   MemoryStats stats_;

@@ -94,6 +94,12 @@ TEST(CpuDevice, PeakDetailNamesTheBuffersAliveAtEachPeak) {
   const std::string t = d.describe_peak_detail();
   EXPECT_NE(t.find("  comm peak 10.00 MiB: 2 x 4.00 MiB, 1 x 2.00 MiB\n"), std::string::npos) << t;
   EXPECT_NE(t.find("  workspace peak 8.00 MiB: 1 x 8.00 MiB\n"), std::string::npos) << t;
+  // What every other tag held at each tag's peak: whether the peaks coincide.
+  EXPECT_NE(t.find("comm peak 10.00 MiB: 2 x 4.00 MiB, 1 x 2.00 MiB\n    then 10.00 MiB in all: workspace 0 bytes\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("workspace peak 8.00 MiB: 1 x 8.00 MiB\n    then 18.00 MiB in all: comm 10.00 MiB\n"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("at the total's peak (18.00 MiB):\n    comm: 2 x 4.00 MiB, 1 x 2.00 MiB\n    workspace: 1 x 8.00 MiB\n"),
             std::string::npos)
       << t;
