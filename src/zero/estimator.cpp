@@ -111,11 +111,20 @@ std::vector<int> tied_units(const UnitDesc& u) {
 // stage3_max_live_parameters; release keeps a unit gathered when its next
 // use comes within stage3_max_reuse_distance elements (forward: twice the
 // parameters of the model's later units; a recomputation: at once; a tied
-// unit released by a later one in backward: the units between them) and the
-// live total allows, and frees it otherwise. `held`: the stage's units;
-// `runs`: those it runs (not the tie mirror). Returns the peak live elements.
+// unit released by a later one in backward: the units between them; a unit
+// after its own backward: every other unit of the stage, the next
+// micro-batch's forward) and the live total allows, and frees it otherwise.
+// `held`: the stage's units; `runs`: those it runs (not the tie mirror).
+// Returns the peak live elements; `timeline`, when given, gets when they are
+// live ([Note: device total over the step]).
+struct LiveTimeline {
+  int64_t forward = 0;                  // peak over the forward
+  std::vector<int64_t> at_acquire;      // per unit: peak over its recomputation and backward acquire
+  std::vector<int64_t> after_release;   // per unit: after its backward release (its reduction)
+};
 int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const std::vector<bool>& runs,
-                        const std::vector<bool>& recomputed, const EstimateInput& in, int* uploads_in_flight) {
+                        const std::vector<bool>& recomputed, const EstimateInput& in, int* uploads_in_flight,
+                        LiveTimeline* timeline = nullptr) {
   const int n = m.num_units();
   auto numel = [&](int v) { return m.units[static_cast<size_t>(v)].numel(); };
   auto partitioned = [&](int v) { return numel(v) >= in.stage3_param_persistence_threshold; };
@@ -175,6 +184,12 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
       } else if (w != v) {
         distance = 0;
         for (int x = w + 1; x < v; ++x) distance += numel(x);
+      } else {
+        // After its own backward: the next micro-batch's forward, after
+        // every other unit the stage holds (kept until the step ends).
+        distance = 0;
+        for (int x = 0; x < n; ++x)
+          if (x != w && held[static_cast<size_t>(x)]) distance += numel(x);
       }
       if (distance < 0 || distance > in.stage3_max_reuse_distance || live > in.stage3_max_live_parameters) {
         gathered[w] = false;
@@ -187,15 +202,24 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
     acquire(v, Pass::forward);
     release(v, Pass::forward);
   }
+  LiveTimeline t;
+  t.forward = peak;
+  t.at_acquire.assign(static_cast<size_t>(n), 0);
+  t.after_release.assign(static_cast<size_t>(n), 0);
   for (int v = n - 1; v >= 0; --v) {
     if (!runs[v]) continue;
+    int64_t& acq = t.at_acquire[static_cast<size_t>(v)];
     if (recomputed[static_cast<size_t>(v)]) {
       acquire(v, Pass::recompute);
+      acq = live;
       release(v, Pass::recompute);
     }
     acquire(v, Pass::backward);
+    acq = std::max(acq, live);
     release(v, Pass::backward);
+    t.after_release[static_cast<size_t>(v)] = live;
   }
+  if (timeline != nullptr) *timeline = std::move(t);
   if (uploads_in_flight != nullptr) *uploads_in_flight = peak_flying;
   return peak;
 }
@@ -270,10 +294,13 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // live gathered units, and the working shard of every unit (none in fp32,
   // where the fp32 master shard is the working shard).
   int uploads_in_flight = 0;  // stage 3: gathers started and not yet used, at most
+  LiveTimeline live;          // stage 3: when the gathered units are live
+  int64_t live_peak = 0;      // and their peak
   if (stage < 3) {
     r.params = padded * pb;
   } else {
-    r.params = (persistent + live_parameters(m, held, runs, recomputed, in, &uploads_in_flight)) * pb;
+    live_peak = live_parameters(m, held, runs, recomputed, in, &uploads_in_flight, &live);
+    r.params = (persistent + live_peak) * pb;
     // In fp32 the master shard is the working shard, unless the master is offloaded.
     const int64_t working_shard = f32 && !offloaded(in.offload_optimizer) ? 0 : shard * pb;
     int64_t& param_host = in.param_pin_memory ? r.host_pinned : r.host_pageable;
@@ -383,14 +410,15 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // its gradient into its shard straight from its buffer unless it lands on
   // the host: reduce_scatter_unit): one reduce bucket (fp32) and, where units
   // are all-gathered in pieces, one all-gather bucket.
-  if (stage >= 1 && (in.dp > 1 || host_grads))
-    r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
+  const bool staged = stage >= 1 && (in.dp > 1 || host_grads);
+  if (staged) r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
   // Pieces staged until their copies to the host are done: the landing
   // holds kDefaultInFlight of them when the next one's reduction (counted
   // above) is staged; in bf16 they are rounded copies, and the next one's
   // rounded copy is made while its fp32 staging is alive.
   if (host_grads && in.host_grad_bytes == 4) r.comm += GradLanding::kDefaultInFlight * piece * 4;
   if (host_grads && in.host_grad_bytes == 2) r.comm += (GradLanding::kDefaultInFlight + 1) * piece * 2;
+  const int64_t comm_of_reductions = r.comm;  // what the backward's reductions stage, at their peak
   if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
   r.comm += upload_pool;
@@ -443,6 +471,81 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // One stage with several micro-batches in flight walks them breadth-first
   // ([Note: breadth-first walk]): two buffers for each of them.
   r.workspace = tokens * 2 * input_width * 4 * (in.pp == 1 ? sc.in_flight : 1) + unit_ws;
+
+  // [Note: device total over the step] The columns are each tag's peak, and
+  // the tags do not all peak at once: at stages 2-3 the gathered units peak
+  // at the end of the forward (the last units kept for their reuse, the
+  // tied embedding for the head), the gradient buffers and the reductions'
+  // staging unit by unit in the backward, after each unit's parameters are
+  // released. So without a pipeline the device total follows the step: the
+  // activations and workspace (arenas that keep their chunks) and every
+  // buffer made once count whole, and the rest is the largest of
+  //  - the forward: the live units at their forward peak, and with several
+  //    micro-batches a step one at a time, the last pieces still landing;
+  //  - each unit's backward acquire: the live units then (its recomputation
+  //    and prefetch included), its gradient buffer, the tied owners' buffers
+  //    held across it (and the previous unit's with two buffers), and the
+  //    pieces still landing;
+  //  - each of its reduction's pieces: the live units after its release,
+  //    the same gradient buffers, its fp32 staging and the pieces landing
+  //    then (with bf16 gradients that piece's rounded copy too), counted
+  //    piece by piece in backward order.
+  // Never more than the sum of the columns.
+  if (in.pp == 1 && stage >= 2) {
+    auto p_of = [&](int v) { return round_up(m.units[static_cast<size_t>(v)].numel(), n_layout); };
+    // A tied owner's buffer lives from the first of it and its tying units
+    // in backward order (the highest index) to the last (the lowest).
+    std::vector<int64_t> owner_lo(static_cast<size_t>(n), n), owner_hi(static_cast<size_t>(n), -1);
+    for (int u = 0; u < n; ++u) {
+      if (!runs[static_cast<size_t>(u)]) continue;
+      for (int t : tied_units(m.units[static_cast<size_t>(u)])) {
+        owner_lo[static_cast<size_t>(t)] = std::min<int64_t>({owner_lo[static_cast<size_t>(t)], t, u});
+        owner_hi[static_cast<size_t>(t)] = std::max<int64_t>({owner_hi[static_cast<size_t>(t)], t, u});
+      }
+    }
+    const int64_t piece_cap = std::max<int64_t>(1, in.reduce_bucket_size / std::max(1, in.dp));
+    const int k = GradLanding::kDefaultInFlight;
+    std::vector<int64_t> landed;  // piece sizes in elements, in backward order
+    auto landing = [&](size_t count) {  // bytes of the last `count` pieces landed
+      int64_t sum = 0;
+      for (size_t i = landed.size() > count ? landed.size() - count : 0; i < landed.size(); ++i) sum += landed[i];
+      return sum * in.host_grad_bytes;
+    };
+    const int64_t grads_peak = (held_owner + nbuf * other_max) * 4;  // the buffers of the units in backward
+    int64_t var = live.forward * pb;  // the forward
+    int prev = -1;                    // the unit before in backward order
+    for (int v = n - 1; v >= 0; --v) {
+      if (!runs[static_cast<size_t>(v)]) continue;
+      int64_t g = 0;
+      for (int o = 0; o < n; ++o)
+        if (held[static_cast<size_t>(o)] && owner[static_cast<size_t>(o)] && owner_lo[static_cast<size_t>(o)] <= v &&
+            v <= owner_hi[static_cast<size_t>(o)])
+          g += p_of(o);
+      if (!owner[static_cast<size_t>(v)]) g += p_of(v);
+      if (nbuf > 1 && prev >= 0 && !owner[static_cast<size_t>(prev)]) g += p_of(prev);
+      g *= 4;
+      const size_t before = static_cast<size_t>(host_grads ? k : 0);
+      var = std::max(var, live.at_acquire.empty() ? 0 : live.at_acquire[static_cast<size_t>(v)] * pb + g + landing(before));
+      const int64_t after = live.after_release.empty() ? 0 : live.after_release[static_cast<size_t>(v)] * pb;
+      const int64_t fp32_staging = staged ? std::min(in.reduce_bucket_size, p_of(v)) * 4 : 0;
+      if (!staged) var = std::max(var, after + g);
+      for (int64_t left = p_of(v) / n_layout; staged && left > 0; left -= piece_cap) {
+        // fp32: the staged piece and the k before it in flight; bf16: also
+        // this piece's rounded copy.
+        int64_t at = after + g + fp32_staging + landing(host_grads ? k : 0);
+        if (host_grads) landed.push_back(std::min(left, piece_cap));
+        if (host_grads && in.host_grad_bytes == 2) at = after + g + fp32_staging + landing(static_cast<size_t>(k) + 1);
+        var = std::max(var, at);
+      }
+      prev = v;
+    }
+    // Several micro-batches a step one at a time: the next forward may start
+    // while the last pieces land.
+    if (host_grads && in.micro_batches_per_step > 1 && sc.in_flight == 1)
+      var = std::max(var, live.forward * pb + landing(static_cast<size_t>(k)));
+    const int64_t fixed = r.total() - live_peak * pb - grads_peak - comm_of_reductions;
+    r.device_total = std::min(r.total(), fixed + var);
+  }
   return r;
 }
 
@@ -597,9 +700,10 @@ std::string format_estimate_table(const EstimateInput& base, const std::vector<M
     if (base.pp > 1) os << "  (pipeline stage " << r.pp_stage << ")";
     os << "\n";
   }
-  os << "  states = params + grads + optim; DEVICE = states + activ + comm + work; pinned and pageable host\n"
-     << "  memory and nvme are per rank (a node needs them times its ranks). Offload column: optimizer\n"
-     << "  (stage 3: optimizer/parameters).\n";
+  os << "  states = params + grads + optim; each column is at its own peak. DEVICE: the peak of their\n"
+     << "  sum over the step, at most states + activ + comm + work (stages 2-3 without a pipeline follow\n"
+     << "  the step). Pinned and pageable host memory and nvme are per rank (a node needs them times its\n"
+     << "  ranks). Offload column: optimizer (stage 3: optimizer/parameters).\n";
   std::snprintf(buf, sizeof buf,
                 "  buckets (elements): reduce %.3g, allgather %.3g; stage 3: prefetch %.3g, max live %.3g, "
                 "reuse distance %.3g, persistence %.3g; overlap_comm %s\n",

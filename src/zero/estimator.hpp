@@ -105,8 +105,8 @@ struct EstimateInput {
   void validate() const;
 };
 
-// Bytes per rank. The device columns add up to total(), each at its own
-// peak; host and nvme hold what offload moved off the device (per rank: a
+// Bytes per rank. The device columns are each at its own peak; total() is
+// the device's peak; host and nvme hold what offload moved off the device (per rank: a
 // node needs host x ranks per node).
 struct MemoryEstimateRow {
   int zero_stage = 0;
@@ -130,8 +130,13 @@ struct MemoryEstimateRow {
   int64_t host_pinned = 0;    // host memory for offload: page-locked
   int64_t host_pageable = 0;  // and pageable (pin_memory false)
   int64_t nvme = 0;
+  // The device's peak when the estimator follows the step ([Note: device
+  // total over the step] in estimator.cpp; stages 2-3 without a pipeline):
+  // at most the sum of the columns, which peak at different times. 0: that sum.
+  int64_t device_total = 0;
   int64_t host() const { return host_pinned + host_pageable; }
-  int64_t total() const { return params + grads + optimizer + activations + comm + workspace; }
+  int64_t columns() const { return params + grads + optimizer + activations + comm + workspace; }
+  int64_t total() const { return device_total > 0 ? device_total : columns(); }
   int64_t model_states() const { return params + grads + optimizer; }
 };
 
