@@ -3,7 +3,7 @@
 //
 //   zplan --model llama2-70b --gpu a100-80gb --gpus 8 [--gpus-per-node 8]
 //         [--host-mem-gib 1024] [--nvme-gib 0] [--global-batch N] [--price X | --spot]
-//         [--dtype bf16|f32] [--top 20] [--json] [--figures FILE]
+//         [--dtype bf16|f32] [--top 20] [--json] [--figures FILE] [--device-headroom 0.05]
 //   zplan --config CONFIG.json ...       # the config's model section
 //   zplan ... --gpu h100 --memory-gib 94 --bf16-tflops 835 --hbm-gbs 3900   # a GPU without a preset
 //   zplan --model llama2-13b --gpu rtx4090 --gpus 1 --host-mem-gib 128 --largest   # the most layers that fit
@@ -38,7 +38,7 @@ std::string f2(const char* f, double x) {
 int run(int argc, char** argv) {
   std::string model, config, gpu, figures_path = ZT_PLAN_FIGURES, dtype = "bf16";
   int gpus = 0, per_node = 0, top = 20;
-  double host_mem = 0, nvme = 0, price = -1;
+  double host_mem = 0, nvme = 0, price = -1, headroom = 0.05;
   int64_t global_batch = 0;
   bool json_out = false, spot = false, largest = false;
   po::options_description opts("Options");
@@ -51,6 +51,8 @@ int run(int argc, char** argv) {
       ("gpus-per-node", po::value<int>(&per_node), "GPUs per node [the preset's]")
       ("host-mem-gib", po::value<double>(&host_mem), "host memory per node in GiB [0: no CPU offload]")
       ("nvme-gib", po::value<double>(&nvme), "NVMe per node in GiB [0: no NVMe offload]")
+      ("device-headroom", po::value<double>(&headroom), "fraction of the GPU's memory a layout leaves free, for the "
+       "estimator's error (docs/memory.md) [0.05]")
       ("global-batch", po::value<int64_t>(&global_batch), "sequences per step, the same for every layout [2^19 tokens]")
       ("dtype", po::value<std::string>(&dtype), "bf16 or f32 [bf16; with --config, the config's]")
       ("price", po::value<double>(&price), "USD per GPU-hour [the preset's on-demand price]")
@@ -105,6 +107,8 @@ int run(int argc, char** argv) {
   if (host_mem < 0 || nvme < 0) ZT_USER_ERROR("command line: --host-mem-gib and --nvme-gib must be >= 0");
   if (vm.count("global-batch") && global_batch < 1) ZT_USER_ERROR("command line: --global-batch must be >= 1");
   if (top < 1) ZT_USER_ERROR("command line: --top must be >= 1");
+  if (!(headroom >= 0 && headroom < 1))
+    ZT_USER_ERROR("command line: --device-headroom must be in [0, 1), found ", headroom);
   if (spot && vm.count("price")) ZT_USER_ERROR("command line: --spot and --price exclude each other");
   PlanInput in;
   in.device = figures.device(gpu);
@@ -164,6 +168,7 @@ int run(int argc, char** argv) {
   in.gpus_per_node = per_node;
   in.host_mem_gib = host_mem;
   in.nvme_gib = nvme;
+  in.device_headroom = headroom;
   in.global_batch = global_batch;
   in.price_per_hour = price;
   std::string notes;
@@ -218,7 +223,7 @@ int run(int argc, char** argv) {
                      {"usd_per_billion_tokens", r.cost_per_btok},
                      {"sets", sets}});
     }
-    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib}, {"model", in.model},
+    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib}, {"device_headroom", headroom}, {"model", in.model},
                                  {"notes", notes}, {"layouts", out}})
                      .dump(1)
               << "\n";
@@ -228,8 +233,9 @@ int run(int argc, char** argv) {
   std::cout << "zplan: " << what << " on " << gpus << " x " << in.device.label << " (" << in.device.memory_gib
             << " GiB each, " << (per_node > 0 ? per_node : in.device.gpus_per_node) << " per node), host "
             << host_mem << " GiB and NVMe " << nvme << " GiB per node, $" << f2("%.2f", usd) << " per GPU-hour\n";
-  std::cout << "  " << notes << "; memory per GPU from the ZeRO estimator (ztrain --estimate-memory), "
-            << "times from the figures in " << figures.path << "\n";
+  std::cout << "  " << notes << "; memory per GPU from the ZeRO estimator (ztrain --estimate-memory) within "
+            << f2("%.0f", 100.0 * (1.0 - headroom)) << "% of the GPU's, times from the figures in " << figures.path
+            << "\n";
   if (!header_note.empty()) std::cout << "  " << header_note;
   std::cout << "\n";
   if (rows.empty()) {

@@ -466,7 +466,7 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
   // The model, once, to know its layers (pipeline sizes) and to refuse a bad model early.
   const Config base = parse_layout(in.model, in.dtype, Layout{});
   const int64_t n_layer = base.model.n_layer;
-  const double device_bytes = dev.memory_gib * 1073741824.0;
+  const double device_bytes = dev.memory_gib * 1073741824.0 * (1.0 - in.device_headroom);
   const double host_bytes = in.host_mem_gib * 1073741824.0;
   const double nvme_bytes = in.nvme_gib * 1073741824.0;
   std::vector<PlanRow> rows;
@@ -477,8 +477,8 @@ std::vector<PlanRow> plan(const PlanInput& in, std::string* notes) {
   };
   const std::vector<Off> offloads = {{"none", "none", false}, {"cpu", "none", false}, {"cpu", "none", true},
                                      {"cpu", "cpu", false},   {"nvme", "none", false}, {"nvme", "cpu", false}};
-  // One layout: kept when the estimator puts it within the device's, the
-  // host's and the NVMe's memory.
+  // One layout: kept when the estimator puts it within the device's (less
+  // the headroom for the estimator's error), the host's and the NVMe's memory.
   auto consider = [&](const Layout& l) {
     ++tried;
     MemoryEstimate e;

@@ -109,6 +109,7 @@ struct PlanInput {
   int gpus_per_node = 0;  // 0: the device's
   double host_mem_gib = 0;  // per node; 0: no host offload
   double nvme_gib = 0;      // per node; 0: no NVMe offload
+  double device_headroom = 0.05;  // fraction of the device's memory a layout leaves free (the estimator's error)
   int64_t global_batch = 0;  // sequences, the same for every layout; 0: about 2^19 tokens
   double price_per_hour = -1;  // < 0: the device's default
 };
