@@ -406,20 +406,60 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     upload_pool += 2 * (unit_max / n_layout) * 4;
   r.grads = device_grads * 4;
 
-  // Communication staging (stage 0 all-reduces in place, and one rank adds
-  // its gradient into its shard straight from its buffer unless it lands on
-  // the host: reduce_scatter_unit): one reduce bucket (fp32) and, where units
-  // are all-gathered in pieces, one all-gather bucket.
+  // Communication staging (buckets.cpp; stage 0 all-reduces in place, and
+  // one rank adds its gradient into its shard straight from its buffer
+  // unless it lands on the host). A unit's reduce-scatter receives its shard
+  // S in an fp32 buffer of min(S, C) elements, C = reduce_bucket_size / dp,
+  // and a unit cut into pieces of C also packs dp of them. Stage 1 starts
+  // every unit's at the step's end; stages 2-3 one unit's at a time (two
+  // with overlap_comm on several ranks). With the gradients landing on the
+  // host those buffers are the pieces the landing holds: up to
+  // kDefaultInFlight of them besides the one being staged, and in bf16
+  // rounded copies, the next one's made while its fp32 staging is alive.
   const bool staged = stage >= 1 && (in.dp > 1 || host_grads);
-  if (staged) r.comm = std::min(in.reduce_bucket_size, stage == 1 ? padded : unit_max) * 4;
-  // Pieces staged until their copies to the host are done: the landing
-  // holds kDefaultInFlight of them when the next one's reduction (counted
-  // above) is staged; in bf16 they are rounded copies, and the next one's
-  // rounded copy is made while its fp32 staging is alive.
-  if (host_grads && in.host_grad_bytes == 4) r.comm += GradLanding::kDefaultInFlight * piece * 4;
-  if (host_grads && in.host_grad_bytes == 2) r.comm += (GradLanding::kDefaultInFlight + 1) * piece * 2;
-  const int64_t comm_of_reductions = r.comm;  // what the backward's reductions stage, at their peak
-  if (stage == 1 || stage == 2) r.comm += std::min(in.allgather_bucket_size, padded) * pb;
+  const int64_t c_cap = std::max<int64_t>(1, in.reduce_bucket_size / std::max(1, in.dp));
+  auto staging = [&](int64_t p) {  // one unit's reduction, p = its padded elements
+    const int64_t S = p / n_layout, c = std::min(S, c_cap);
+    return c * 4 + (c < S ? in.dp * c * 4 : 0);
+  };
+  int64_t comm_red = 0;  // the reductions' staging at its peak
+  if (staged && stage == 1) {
+    // A unit in one piece keeps its staging until every unit's is started;
+    // one cut into pieces finishes each piece at once (into the landing,
+    // which holds kDefaultInFlight).
+    for (int u = 0; u < n; ++u) {
+      const int64_t S = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
+      if (held[static_cast<size_t>(u)] && S <= c_cap) comm_red += S * 4;
+    }
+    if (unit_max / n_layout > c_cap)
+      comm_red += (1 + in.dp + (host_grads ? GradLanding::kDefaultInFlight : 0)) * c_cap * 4;
+    if (host_grads && in.host_grad_bytes == 2) comm_red += piece * 2;
+  } else if (staged) {
+    // A unit in one piece stays staged while the next unit's backward runs
+    // with overlap_comm on several ranks; one cut into pieces finishes each
+    // piece at once.
+    int64_t pending_max = 0;
+    for (int u = 0; u < n; ++u) {
+      const int64_t S = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
+      if (held[static_cast<size_t>(u)] && S <= c_cap) pending_max = std::max(pending_max, S * 4);
+    }
+    comm_red = staging(unit_max) + (nbuf - 1) * pending_max;
+    if (host_grads && in.host_grad_bytes == 4) comm_red += GradLanding::kDefaultInFlight * piece * 4;
+    if (host_grads && in.host_grad_bytes == 2) comm_red += (GradLanding::kDefaultInFlight + 1) * piece * 2;
+  }
+  // Publishing the updated shards at stages 1-2 (publish_params), after the
+  // reductions: from a send buffer of the rank's shards in the parameter
+  // dtype when the optimizer is on the device (from the working shard the
+  // host refreshed otherwise), and a unit whose shard exceeds
+  // allgather_bucket_size / dp gathered in pieces through dp of them.
+  // Stage 3 gathers such a unit through one all-gather bucket.
+  const int64_t ag_cap = std::max<int64_t>(1, in.allgather_bucket_size / std::max(1, in.dp));
+  int64_t publish = 0;
+  if (stage == 1 || stage == 2) {
+    if (!offloaded(in.offload_optimizer)) publish += shard * pb;
+    if (unit_max / n_layout > ag_cap) publish += in.dp * ag_cap * pb;
+  }
+  r.comm = std::max(comm_red, publish);
   if (stage == 3 && unit_max > in.allgather_bucket_size) r.comm += in.allgather_bucket_size * pb;
   r.comm += upload_pool;
 
@@ -503,7 +543,6 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
         owner_hi[static_cast<size_t>(t)] = std::max<int64_t>({owner_hi[static_cast<size_t>(t)], t, u});
       }
     }
-    const int64_t piece_cap = std::max<int64_t>(1, in.reduce_bucket_size / std::max(1, in.dp));
     const int k = GradLanding::kDefaultInFlight;
     std::vector<int64_t> landed;  // piece sizes in elements, in backward order
     auto landing = [&](size_t count) {  // bytes of the last `count` pieces landed
@@ -527,13 +566,15 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       const size_t before = static_cast<size_t>(host_grads ? k : 0);
       var = std::max(var, live.at_acquire.empty() ? 0 : live.at_acquire[static_cast<size_t>(v)] * pb + g + landing(before));
       const int64_t after = live.after_release.empty() ? 0 : live.after_release[static_cast<size_t>(v)] * pb;
-      const int64_t fp32_staging = staged ? std::min(in.reduce_bucket_size, p_of(v)) * 4 : 0;
+      const int64_t fp32_staging =
+          staged ? staging(p_of(v)) + (nbuf > 1 && prev >= 0 && p_of(prev) / n_layout <= c_cap ? p_of(prev) / n_layout * 4 : 0)
+                 : 0;
       if (!staged) var = std::max(var, after + g);
-      for (int64_t left = p_of(v) / n_layout; staged && left > 0; left -= piece_cap) {
+      for (int64_t left = p_of(v) / n_layout; staged && left > 0; left -= c_cap) {
         // fp32: the staged piece and the k before it in flight; bf16: also
         // this piece's rounded copy.
         int64_t at = after + g + fp32_staging + landing(host_grads ? k : 0);
-        if (host_grads) landed.push_back(std::min(left, piece_cap));
+        if (host_grads) landed.push_back(std::min(left, c_cap));
         if (host_grads && in.host_grad_bytes == 2) at = after + g + fp32_staging + landing(static_cast<size_t>(k) + 1);
         var = std::max(var, at);
       }
@@ -543,7 +584,9 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     // while the last pieces land.
     if (host_grads && in.micro_batches_per_step > 1 && sc.in_flight == 1)
       var = std::max(var, live.forward * pb + landing(static_cast<size_t>(k)));
-    const int64_t fixed = r.total() - live_peak * pb - grads_peak - comm_of_reductions;
+    // Publishing the updated shards (stage 2), after the backward.
+    var = std::max(var, publish);
+    const int64_t fixed = r.total() - live_peak * pb - grads_peak - std::max(comm_red, publish);
     r.device_total = std::min(r.total(), fixed + var);
   }
   return r;

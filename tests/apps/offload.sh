@@ -211,7 +211,7 @@ MODES=("stage2-cpu zero_optimization.stage=2"
        "stage3-cpu-ratio zero_optimization.stage=3 zero_optimization.offload_optimizer.ratio=0.5"
        "stage2-cpu-accum-device zero_optimization.stage=2 gradient_accumulation_steps=2 offload.grad_accumulation=\"device\""
        "stage2-nvme zero_optimization.stage=2 zero_optimization.offload_optimizer.device=\"nvme\" zero_optimization.offload_optimizer.nvme_path=\"$WORK/swap-mem\" zero_optimization.sub_group_size=20000 zero_optimization.offload_optimizer.buffer_count=6")
-TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory"
+TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory;comm:communication buckets;total:device total"
 for mode in "${MODES[@]}"; do
   set -f
   # shellcheck disable=SC2086

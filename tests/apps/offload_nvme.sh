@@ -255,7 +255,7 @@ JSON
 mkdir -p "$WORK/swap-mem"  # there already, so that the estimate uses its alignment
 MODES=("cpu-nvme $OO.device=\"cpu\" $OP.max_in_cpu=0 $OP.buffer_count=3"
        "nvme-nvme $OO.device=\"nvme\" $OO.nvme_path=\"$WORK/swap-mem\" zero_optimization.sub_group_size=20000 $OO.buffer_count=6 $OO.pin_memory=true $OP.max_in_cpu=30000 $OP.pin_memory=true")
-TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory;nvme_bytes:NVMe (offload)"
+TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory;nvme_bytes:NVMe (offload);comm:communication buckets;total:device total"
 for mode in "${MODES[@]}"; do
   set -f
   # shellcheck disable=SC2086

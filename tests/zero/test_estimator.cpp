@@ -205,12 +205,33 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
     EXPECT_EQ(cpu.host_pageable, 16 * shard);
     EXPECT_GT(cpu.host_pinned, 0);
     EXPECT_LT(cpu.host_pinned, 4 * (int64_t{1} << 22) * 4 + 1);
-    // The device loses the gradient shard and the optimizer, gains pieces
-    // staged for their copies to the host and, below stage 3, the working
-    // shard the host refreshes.
-    const int64_t piece = cpu.comm - dev.comm;
-    EXPECT_GT(piece, 0);
-    EXPECT_EQ(cpu.columns(), dev.columns() - dev.optimizer - 4 * shard + piece + (stage < 3 ? pb * shard : 0));
+    // The device loses the gradient shard and the optimizer and, below
+    // stage 3, gains the working shard the host refreshes.
+    EXPECT_EQ(cpu.params, dev.params + (stage < 3 ? pb * shard : 0));
+    EXPECT_EQ(cpu.grads, dev.grads - 4 * shard);
+    // Communication: a reduction receives pieces of C = reduce_bucket_size
+    // / dp fp32 elements (a block's 107M-element shard is cut into them,
+    // dp packed at a time); the landing holds kDefaultInFlight of them on
+    // their way to the host. Stage 1 starts every unit's reduction at once;
+    // stages 1-2 publish the updated shards from a send buffer (and the
+    // blocks in pieces of allgather_bucket_size / dp) unless the host
+    // refreshed the working shard.
+    const int64_t C = 500000000 / 8, landing = GradLanding::kDefaultInFlight * C * 4;
+    const int64_t red = C * 4 + 8 * C * 4, publish = pb * shard + 8 * C * pb;
+    // Stage 1: the units in one piece (embedding and head) keep their
+    // staging while the blocks go through theirs a piece at a time.
+    int64_t whole_units = red;
+    for (const UnitDesc& u : s.units)
+      if ((u.numel() + 7) / 8 <= C) whole_units += (u.numel() + 7) / 8 * 4;
+    if (stage == 1) {
+      EXPECT_EQ(cpu.comm, whole_units + landing);
+      EXPECT_EQ(dev.comm, std::max(whole_units, publish));
+    } else if (stage == 2) {
+      EXPECT_EQ(cpu.comm, red + landing);
+      EXPECT_EQ(dev.comm, std::max(red, publish));
+    } else {
+      EXPECT_EQ(cpu.comm - dev.comm, landing) << "the same staging (two units with overlap_comm) and gather bucket";
+    }
     EXPECT_EQ(nvme.total(), cpu.total());
     EXPECT_EQ(nvme.nvme, 12 * shard);
     EXPECT_GT(nvme.host_pageable, 4 * shard) << "the gradient shard and one set of sub-group buffers";
@@ -227,7 +248,7 @@ TEST(Estimator, OffloadMovesBytesOffTheDevice) {
     in.delayed_update = false;
     in.micro_batches_per_step = 4;
     // As many pinned fp32 slots as the device stages pieces in flight.
-    EXPECT_EQ(estimate(in).host_pinned, pinned.host_pinned + piece);
+    EXPECT_EQ(estimate(in).host_pinned, pinned.host_pinned + landing);
     in.micro_batches_per_step = 1;
     in.delayed_update = false;
     in.optimizer_pin_memory = false;
@@ -426,18 +447,27 @@ TEST(Estimator, DeviceTotalFollowsTheStep) {
   const int64_t emb = (50257 + 1024) * 768, layer = g.units[1].numel();  // even: no padding at dp 2
   ASSERT_EQ(emb % 2, 0);
   ASSERT_EQ(layer % 2, 0);
-  // Stage 2 on two ranks: the tied embedding's buffer lives through the
-  // backward; each block's buffer and its fp32 staging come and go. The
-  // largest moment is the embedding's own reduction (its buffer and its
-  // staging), where no block's buffer is alive any more: one block's fp32
-  // buffer less than the columns, with or without overlap_comm (whose
-  // second buffer holds the block before, smaller than the embedding).
+  // Stage 2 on two ranks: the tied embedding's fp32 buffer lives through the
+  // backward; each block's buffer and the staging of its reduction (its
+  // shard in fp32, 2 bytes per element of the unit) come and go; the
+  // updated shards are published from a send buffer (P bytes for P
+  // parameters in bf16 over 2 ranks) after the backward. The largest moment
+  // is the embedding's own reduction: its buffer and its staging (6 bytes
+  // an element), with overlap_comm also the block before's buffer and
+  // staging. The columns count instead the embedding's and one block's
+  // buffers (two with overlap_comm) and, as communication, the larger of
+  // the send buffer and the staging (two with overlap_comm).
+  const int64_t P = g.num_params();
   for (bool overlap : {false, true}) {
     EstimateInput in = input_for(g, 2, 2);
     in.overlap_comm = overlap;
     const MemoryEstimateRow r = estimate(in);
-    EXPECT_EQ(r.grads, (emb + (overlap ? 2 : 1) * layer + g.num_params() / 2) * 4) << "the columns: buffers and shard";
-    EXPECT_EQ(r.total(), r.columns() - 4 * layer) << "overlap_comm " << overlap;
+    const int nbuf = overlap ? 2 : 1;
+    EXPECT_EQ(r.grads, (emb + nbuf * layer + P / 2) * 4) << "the columns: buffers and shard";
+    EXPECT_EQ(r.comm, std::max(nbuf * 2 * emb, P));
+    const int64_t columns_moving = (emb + nbuf * layer) * 4 + std::max(nbuf * 2 * emb, P);
+    const int64_t at_embedding = 6 * emb + (nbuf - 1) * 6 * layer;
+    EXPECT_EQ(r.total(), r.columns() - columns_moving + at_embedding) << "overlap_comm " << overlap;
   }
   // Stages 0-1 and pipelines keep the sum of the columns.
   for (int stage : {0, 1}) {
