@@ -158,6 +158,7 @@ std::string format_memory_estimate(const MemoryEstimate& e) {
   line("communication buckets", r.comm);
   line("workspace", r.workspace);
   line("device total", r.total());
+  if (!r.device_peak_at.empty()) os << "    (the step's peak, at " << r.device_peak_at << ")\n";
   if (r.host_pinned > 0) line("pinned host memory (offload)", r.host_pinned);
   if (r.host_pageable > 0) line("pageable host memory (offload)", r.host_pageable);
   if (r.nvme > 0) line("NVMe (offload)", r.nvme);

@@ -552,6 +552,13 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     };
     const int64_t grads_peak = (held_owner + nbuf * other_max) * 4;  // the buffers of the units in backward
     int64_t var = live.forward * pb;  // the forward
+    std::string at_what = "the end of the forward";
+    auto moment = [&](int64_t bytes, const std::string& what) {
+      if (bytes > var) {
+        var = bytes;
+        at_what = what;
+      }
+    };
     int prev = -1;                    // the unit before in backward order
     for (int v = n - 1; v >= 0; --v) {
       if (!runs[static_cast<size_t>(v)]) continue;
@@ -564,30 +571,33 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       if (nbuf > 1 && prev >= 0 && !owner[static_cast<size_t>(prev)]) g += p_of(prev);
       g *= 4;
       const size_t before = static_cast<size_t>(host_grads ? k : 0);
-      var = std::max(var, live.at_acquire.empty() ? 0 : live.at_acquire[static_cast<size_t>(v)] * pb + g + landing(before));
+      const std::string& name = m.units[static_cast<size_t>(v)].name;
+      moment((live.at_acquire.empty() ? 0 : live.at_acquire[static_cast<size_t>(v)] * pb) + g + landing(before),
+             name + "'s backward");
       const int64_t after = live.after_release.empty() ? 0 : live.after_release[static_cast<size_t>(v)] * pb;
       const int64_t fp32_staging =
           staged ? staging(p_of(v)) + (nbuf > 1 && prev >= 0 && p_of(prev) / n_layout <= c_cap ? p_of(prev) / n_layout * 4 : 0)
                  : 0;
-      if (!staged) var = std::max(var, after + g);
+      if (!staged) moment(after + g, name + "'s backward");
       for (int64_t left = p_of(v) / n_layout; staged && left > 0; left -= c_cap) {
         // fp32: the staged piece and the k before it in flight; bf16: also
         // this piece's rounded copy.
         int64_t at = after + g + fp32_staging + landing(host_grads ? k : 0);
         if (host_grads) landed.push_back(std::min(left, c_cap));
         if (host_grads && in.host_grad_bytes == 2) at = after + g + fp32_staging + landing(static_cast<size_t>(k) + 1);
-        var = std::max(var, at);
+        moment(at, name + "'s reduction");
       }
       prev = v;
     }
     // Several micro-batches a step one at a time: the next forward may start
     // while the last pieces land.
     if (host_grads && in.micro_batches_per_step > 1 && sc.in_flight == 1)
-      var = std::max(var, live.forward * pb + landing(static_cast<size_t>(k)));
+      moment(live.forward * pb + landing(static_cast<size_t>(k)), "the next forward while the last pieces land");
     // Publishing the updated shards (stage 2), after the backward.
-    var = std::max(var, publish);
+    moment(publish, "the publishing of the updated shards");
     const int64_t fixed = r.total() - live_peak * pb - grads_peak - std::max(comm_red, publish);
     r.device_total = std::min(r.total(), fixed + var);
+    r.device_peak_at = at_what;
   }
   return r;
 }

@@ -134,6 +134,7 @@ struct MemoryEstimateRow {
   // total over the step] in estimator.cpp; stages 2-3 without a pipeline):
   // at most the sum of the columns, which peak at different times. 0: that sum.
   int64_t device_total = 0;
+  std::string device_peak_at;  // where in the step that peak is ("h.3's reduction"), when followed
   int64_t host() const { return host_pinned + host_pageable; }
   int64_t columns() const { return params + grads + optimizer + activations + comm + workspace; }
   int64_t total() const { return device_total > 0 ? device_total : columns(); }

@@ -468,11 +468,13 @@ TEST(Estimator, DeviceTotalFollowsTheStep) {
     const int64_t columns_moving = (emb + nbuf * layer) * 4 + std::max(nbuf * 2 * emb, P);
     const int64_t at_embedding = 6 * emb + (nbuf - 1) * 6 * layer;
     EXPECT_EQ(r.total(), r.columns() - columns_moving + at_embedding) << "overlap_comm " << overlap;
+    EXPECT_EQ(r.device_peak_at, "embedding's reduction");
   }
   // Stages 0-1 and pipelines keep the sum of the columns.
   for (int stage : {0, 1}) {
     const MemoryEstimateRow r = estimate(input_for(g, 2, stage));
     EXPECT_EQ(r.total(), r.columns()) << "stage " << stage;
+    EXPECT_EQ(r.device_peak_at, "");
   }
   // Stage 3 with both offloads in the capped runs' layout (docs/offload.md,
   // 6.25B: one group of 8 micro-batches, bf16 gradients landing on the
@@ -492,6 +494,11 @@ TEST(Estimator, DeviceTotalFollowsTheStep) {
   in.classifier = EstimateInput::Classifier::cuda_one_pass;
   const MemoryEstimateRow r = estimate(in);
   EXPECT_LT(r.total(), r.columns() - r.params / 2);
+  // The peak: the fifth block in backward order, whose rounded piece joins
+  // the four still landing (as the run's ZTRAIN_MEMORY_PEAKS showed: a
+  // block's fp32 staging and five rounded pieces of a block, no block
+  // gathered).
+  EXPECT_EQ(r.device_peak_at, "h.25's reduction");
   // At the largest moment the tied owner's and one block's buffers, the
   // staging and every constant column count whole.
   EXPECT_GT(r.total(), r.grads + r.activations + r.workspace + r.comm / 2);
