@@ -67,6 +67,10 @@
 // micro-batch and chunk pairs in flight, each counted as its largest chunk.
 
 namespace zt {
+int64_t arena_chunk_bytes(int64_t need) {
+  return std::max<int64_t>(int64_t{1} << 16, static_cast<int64_t>(static_cast<double>(need) * 1.05));
+}
+
 int64_t classifier_workspace(const EstimateInput& in, int64_t V, int64_t C, int64_t tokens) {
   const int64_t a = static_cast<int64_t>(dtype_size(in.param_dtype));
   switch (in.classifier) {
@@ -479,7 +483,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
         offloaded_max = std::max(offloaded_max, out);
       }
   }
-  r.activations = sc.in_flight * tokens * (kBatchBytesPerToken + chunk_max);
+  r.activations = sc.in_flight * (tokens * kBatchBytesPerToken + arena_chunk_bytes(tokens * chunk_max));
   r.micro_batch_activations = tokens * chunk_sum;
   if (offloaded_max > 0) {
     // The device pool: one stage walks its micro-batches in flight unit by
@@ -510,7 +514,8 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   }
   // One stage with several micro-batches in flight walks them breadth-first
   // ([Note: breadth-first walk]): two buffers for each of them.
-  r.workspace = tokens * 2 * input_width * 4 * (in.pp == 1 ? sc.in_flight : 1) + unit_ws;
+  r.workspace_need = tokens * 2 * input_width * 4 * (in.pp == 1 ? sc.in_flight : 1) + unit_ws;
+  r.workspace = arena_chunk_bytes(r.workspace_need);
 
   // [Note: device total over the step] The columns are each tag's peak, and
   // the tags do not all peak at once: at stages 2-3 the gathered units peak

@@ -125,6 +125,9 @@ struct MemoryEstimateRow {
   // (every chunk of the stage, trainer buffers excluded): the size to give
   // each micro-batch's arena.
   int64_t micro_batch_activations = 0;
+  // What the backward's temporaries need at most (the workspace column is
+  // the arena chunk the trainer makes of it: arena_chunk_bytes).
+  int64_t workspace_need = 0;
   int64_t comm = 0;         // reduce / all-gather staging buckets
   int64_t workspace = 0;    // backward temporaries, recomputation, logits chunk
   int64_t host_pinned = 0;    // host memory for offload: page-locked
@@ -140,6 +143,12 @@ struct MemoryEstimateRow {
   int64_t total() const { return device_total > 0 ? device_total : columns(); }
   int64_t model_states() const { return params + grads + optimizer; }
 };
+
+// The trainer's arenas ([Note: micro-batch memory] in modules/runner.hpp):
+// each micro-batch's saved activations and the shared scratch start with one
+// chunk of the estimated need plus 5% (at least 64 KiB), so one chunk
+// usually holds it all; the columns count that chunk.
+int64_t arena_chunk_bytes(int64_t need);
 
 // The classifier's workspace for `tokens` rows of V classes of width C, by
 // in.classifier and in.param_dtype (EstimateInput::Classifier).

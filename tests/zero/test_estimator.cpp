@@ -418,7 +418,8 @@ TEST(Estimator, ActivationsMatchTheRunner) {
       in.recompute_layers = layers;
       const MemoryEstimateRow r = estimate(in);
       const int64_t trainer_buffers = 12 * B * c.seq_len;  // tokens, targets, loss weights
-      EXPECT_EQ(r.activations - trainer_buffers, static_cast<int64_t>(saved))
+      // The column is the arena chunk the trainer makes of that figure.
+      EXPECT_EQ(r.activations - trainer_buffers, arena_chunk_bytes(static_cast<int64_t>(saved)))
           << dtype_name(dt) << (ckpt ? " checkpointed, layers " + std::to_string(layers) : "");
       // Each block more that recomputes keeps less; none is checkpointing off.
       if (layers == 0) {
@@ -432,9 +433,10 @@ TEST(Estimator, ActivationsMatchTheRunner) {
       // attention buffers that the estimate leaves out; it stays the same order.
       const double scratch = static_cast<double>(mb.scratch.capacity());
       std::printf("%s%s: saved %zu B (estimate %lld), scratch %.0f B (estimate %lld)\n", dtype_name(dt),
-                  ckpt ? " ckpt" : "", saved, static_cast<long long>(r.activations - trainer_buffers), scratch,
-                  static_cast<long long>(r.workspace));
-      EXPECT_GT(scratch, 0.3 * static_cast<double>(r.workspace)) << dtype_name(dt);
+                  ckpt ? " ckpt" : "", saved, static_cast<long long>(r.micro_batch_activations), scratch,
+                  static_cast<long long>(r.workspace_need));
+      EXPECT_GT(scratch, 0.3 * static_cast<double>(r.workspace_need)) << dtype_name(dt);
+      EXPECT_EQ(r.workspace, arena_chunk_bytes(r.workspace_need));
     }
   }
 }
@@ -534,7 +536,7 @@ TEST(Estimator, PipelineStagesShareTheModel) {
   EXPECT_EQ(piped.pp_stage, 0);
   // The last stage keeps one micro-batch (its 20 blocks and the head).
   EXPECT_LT(rows[3].activations, rows[0].activations / 3);
-  EXPECT_EQ(rows[3].activations, in.micro_batch * 4096 * 12 + rows[3].micro_batch_activations);
+  EXPECT_EQ(rows[3].activations, in.micro_batch * 4096 * 12 + arena_chunk_bytes(rows[3].micro_batch_activations));
   EXPECT_LT(rows[0].micro_batch_activations * 3, rows[0].activations);
 }
 
