@@ -127,7 +127,7 @@ fi
 # Host memory: measured against the estimator, and 2 bytes per owned
 # parameter less than with fp32 gradients.
 cp "$SRC/tests/apps/offload_memory.json" m.json
-TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory"
+TAGS="params:parameters (working;grads:gradients (fp32);optim:optimizer (master;pinned:pinned host memory;pageable:pageable host memory;comm:communication buckets;total:device total"
 PIN=zero_optimization.offload_optimizer.pin_memory=true
 memory_vs_estimate stage2-bf16 m.json "$TAGS" zero_optimization.stage=2 "$PIN" "$G"
 memory_vs_estimate stage3-master-bf16 m.json "$TAGS" zero_optimization.stage=3 "$PIN" \
