@@ -34,10 +34,11 @@
 //            master shard is the working shard), plus the live gathered
 //            units ([Note: stage-3 live parameters]); units smaller than
 //            stage3_param_persistence_threshold stay whole.
-// Communication staging: stage 0 all-reduces in place; stages >= 1 stage one
-// reduce bucket (fp32; none on one rank unless the gradients land on the
-// host); stages 1-2 one all-gather bucket (parameter dtype)
-// for publishing the updated shards, stage 3 one for units gathered in pieces.
+// Communication staging: stage 0 all-reduces in place; from stage 1 on each
+// reduction stages the rank's shard of a unit (in pieces of
+// reduce_bucket_size / dp), stages 1-2 publish the updated shards after the
+// backward, and stage 3 gathers a unit larger than allgather_bucket_size
+// through one bucket (the rules where the column is computed below).
 // Offload (stage >= 1, docs/offload.md): offload_optimizer moves master, m and
 // v (12 bytes per owned element, of `ratio` of the elements) to host memory,
 // pinned or pageable per pin_memory, and the device keeps a working shard in
