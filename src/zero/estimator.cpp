@@ -277,10 +277,13 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   // padded: all units held; persistent: stage-3 units kept whole; unit_max:
   // the largest unit; held_owner: a tied parameter's owner, whose gradient
   // buffer (stages 2-3) lives from the tying unit's backward to its own.
+  // padded_of: a unit's flat buffer, padded to n_layout (a rank owns
+  // padded_of / n_layout of it).
+  auto padded_of = [&](int u) { return round_up(m.units[static_cast<size_t>(u)].numel(), n_layout); };
   int64_t padded = 0, persistent = 0, unit_max = 0, held_owner = 0, other_max = 0;
   for (int u = 0; u < n; ++u) {
     if (!held[static_cast<size_t>(u)]) continue;
-    const int64_t numel = m.units[static_cast<size_t>(u)].numel(), p = round_up(numel, n_layout);
+    const int64_t numel = m.units[static_cast<size_t>(u)].numel(), p = padded_of(u);
     r.stage_params += numel;
     padded += p;
     unit_max = std::max(unit_max, p);
@@ -322,7 +325,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       bool filling = true;
       for (int u = 0; u < n; ++u) {
         if (!held[static_cast<size_t>(u)]) continue;
-        const int64_t s_u = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
+        const int64_t s_u = padded_of(u) / n_layout;
         if (filling && resident + s_u <= in.param_max_in_cpu) {
           resident += s_u;
           continue;
@@ -389,7 +392,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
         // Each sub-group's region of the three files, at the alignment.
         for (int u = 0; u < n; ++u) {
           if (!held[static_cast<size_t>(u)]) continue;
-          const int64_t s_u = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
+          const int64_t s_u = padded_of(u) / n_layout;
           for (int64_t off = 0; off < s_u; off += in.sub_group_size)
             r.nvme += 3 * round_up(4 * std::min(in.sub_group_size, s_u - off), al);
         }
@@ -427,15 +430,20 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     const int64_t S = p / n_layout, c = std::min(S, c_cap);
     return c * 4 + (c < S ? in.dp * c * 4 : 0);
   };
+  // The held units reduced in one piece: their staging's sum and largest.
+  int64_t one_piece_sum = 0, one_piece_max = 0;
+  for (int u = 0; u < n; ++u) {
+    const int64_t S = padded_of(u) / n_layout;
+    if (!held[static_cast<size_t>(u)] || S > c_cap) continue;
+    one_piece_sum += S * 4;
+    one_piece_max = std::max(one_piece_max, S * 4);
+  }
   int64_t comm_red = 0;  // the reductions' staging at its peak
   if (staged && stage == 1) {
     // A unit in one piece keeps its staging until every unit's is started;
     // one cut into pieces finishes each piece at once (into the landing,
     // which holds kDefaultInFlight).
-    for (int u = 0; u < n; ++u) {
-      const int64_t S = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
-      if (held[static_cast<size_t>(u)] && S <= c_cap) comm_red += S * 4;
-    }
+    comm_red = one_piece_sum;
     if (unit_max / n_layout > c_cap)
       comm_red += (1 + in.dp + (host_grads ? GradLanding::kDefaultInFlight : 0)) * c_cap * 4;
     if (host_grads && in.host_grad_bytes == 2) comm_red += piece * 2;
@@ -443,12 +451,7 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
     // A unit in one piece stays staged while the next unit's backward runs
     // with overlap_comm on several ranks; one cut into pieces finishes each
     // piece at once.
-    int64_t pending_max = 0;
-    for (int u = 0; u < n; ++u) {
-      const int64_t S = round_up(m.units[static_cast<size_t>(u)].numel(), n_layout) / n_layout;
-      if (held[static_cast<size_t>(u)] && S <= c_cap) pending_max = std::max(pending_max, S * 4);
-    }
-    comm_red = staging(unit_max) + (nbuf - 1) * pending_max;
+    comm_red = staging(unit_max) + (nbuf - 1) * one_piece_max;
     if (host_grads && in.host_grad_bytes == 4) comm_red += GradLanding::kDefaultInFlight * piece * 4;
     if (host_grads && in.host_grad_bytes == 2) comm_red += (GradLanding::kDefaultInFlight + 1) * piece * 2;
   }
@@ -538,7 +541,6 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
   //    piece by piece in backward order.
   // Never more than the sum of the columns.
   if (in.pp == 1 && stage >= 2) {
-    auto p_of = [&](int v) { return round_up(m.units[static_cast<size_t>(v)].numel(), n_layout); };
     // A tied owner's buffer lives from the first of it and its tying units
     // in backward order (the highest index) to the last (the lowest).
     std::vector<int64_t> owner_lo(static_cast<size_t>(n), n), owner_hi(static_cast<size_t>(n), -1);
@@ -572,26 +574,28 @@ MemoryEstimateRow estimate_stage(const EstimateInput& in, const StageContents& s
       for (int o = 0; o < n; ++o)
         if (held[static_cast<size_t>(o)] && owner[static_cast<size_t>(o)] && owner_lo[static_cast<size_t>(o)] <= v &&
             v <= owner_hi[static_cast<size_t>(o)])
-          g += p_of(o);
-      if (!owner[static_cast<size_t>(v)]) g += p_of(v);
-      if (nbuf > 1 && prev >= 0 && !owner[static_cast<size_t>(prev)]) g += p_of(prev);
+          g += padded_of(o);
+      if (!owner[static_cast<size_t>(v)]) g += padded_of(v);
+      if (nbuf > 1 && prev >= 0 && !owner[static_cast<size_t>(prev)]) g += padded_of(prev);
       g *= 4;
       const size_t before = static_cast<size_t>(host_grads ? k : 0);
       const std::string& name = m.units[static_cast<size_t>(v)].name;
       moment((live.at_acquire.empty() ? 0 : live.at_acquire[static_cast<size_t>(v)] * pb) + g + landing(before),
              name + "'s backward");
       const int64_t after = live.after_release.empty() ? 0 : live.after_release[static_cast<size_t>(v)] * pb;
+      // Its fp32 staging, and with two buffers the unit before's, still
+      // staged when it went in one piece.
+      const int64_t prev_piece = prev >= 0 ? padded_of(prev) / n_layout : 0;
       const int64_t fp32_staging =
-          staged ? staging(p_of(v)) + (nbuf > 1 && prev >= 0 && p_of(prev) / n_layout <= c_cap ? p_of(prev) / n_layout * 4 : 0)
-                 : 0;
+          staged ? staging(padded_of(v)) + (nbuf > 1 && prev_piece <= c_cap ? prev_piece * 4 : 0) : 0;
       if (!staged) moment(after + g, name + "'s backward");
-      for (int64_t left = p_of(v) / n_layout; staged && left > 0; left -= c_cap) {
-        // fp32: the staged piece and the k before it in flight; bf16: also
-        // this piece's rounded copy.
-        int64_t at = after + g + fp32_staging + landing(host_grads ? k : 0);
-        if (host_grads) landed.push_back(std::min(left, c_cap));
-        if (host_grads && in.host_grad_bytes == 2) at = after + g + fp32_staging + landing(static_cast<size_t>(k) + 1);
-        moment(at, name + "'s reduction");
+      const bool bf16_landing = host_grads && in.host_grad_bytes == 2;
+      for (int64_t left = padded_of(v) / n_layout; staged && left > 0; left -= c_cap) {
+        // fp32: the staged piece beside the k before it in flight; bf16:
+        // also this piece's rounded copy.
+        if (bf16_landing) landed.push_back(std::min(left, c_cap));
+        moment(after + g + fp32_staging + landing(host_grads ? k + (bf16_landing ? 1 : 0) : 0), name + "'s reduction");
+        if (host_grads && !bf16_landing) landed.push_back(std::min(left, c_cap));
       }
       prev = v;
     }

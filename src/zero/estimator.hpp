@@ -106,8 +106,8 @@ struct EstimateInput {
 };
 
 // Bytes per rank. The device columns are each at its own peak; total() is
-// the device's peak; host and nvme hold what offload moved off the device (per rank: a
-// node needs host x ranks per node).
+// the device's peak; host and nvme hold what offload moved off the device
+// (per rank: a node needs host x ranks per node).
 struct MemoryEstimateRow {
   int zero_stage = 0;
   std::string offload_optimizer = "none";
