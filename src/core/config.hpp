@@ -187,7 +187,8 @@ struct Bf16Config {
 // writes of the sub-groups with the host's AdamW. ratio < 1 and the pipeline
 // keys without "nvme" are refused; zero_optimization.sub_group_size (>= 1)
 // sizes the sub-groups. fast_init has nothing to choose: the moments are
-// never written before the first step, whatever its value.
+// never written before the first step, whatever its value (true is named in
+// a warning).
 struct OffloadConfig {
   std::string device = "none";  // none|cpu|nvme
   std::string nvme_path;        // required when device is nvme

@@ -117,6 +117,12 @@ OffloadConfig parse_offload(const SectionReader& r, bool for_params, const Offlo
     o.max_in_cpu = r.integer("max_in_cpu", d.max_in_cpu, 0, kInt64Max);
   } else {
     o.fast_init = r.boolean("fast_init", d.fast_init);
+    // DeepSpeed's fast_init skips writing the initial states to the NVMe
+    // files; ztrain never writes them before the first step, so true asks
+    // for what is done anyway (and false, DeepSpeed's default, needs no word).
+    if (o.fast_init)
+      r.warn("fast_init", "true skips writing the initial optimizer states to NVMe; ztrain never writes them before "
+                          "the first step, so there is nothing to skip; ignored");
     o.ratio = r.number("ratio", d.ratio, in_closed(0, 1));
     o.pipeline_read = r.boolean("pipeline_read", d.pipeline_read);
     o.pipeline_write = r.boolean("pipeline_write", d.pipeline_write);

@@ -352,6 +352,21 @@ TEST(ConfigParse, NvmeOnlyOffloadKeysWarnWithTheCpu) {
   EXPECT_EQ(cfg.warnings.size(), 2u) << all;
 }
 
+// fast_init: true asks to skip a write ztrain never does: named in a
+// warning, not accepted silently; false (DeepSpeed's default) needs none.
+TEST(ConfigParse, FastInitTrueIsNamedInAWarning) {
+  const Config on = parse(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme", "fast_init": true}}})");
+  std::string all;
+  for (const std::string& w : on.warnings) all += w + "\n";
+  EXPECT_CONTAINS(all, "zero_optimization.offload_optimizer.fast_init: true skips writing the initial optimizer "
+                       "states to NVMe; ztrain never writes them");
+  EXPECT_EQ(on.warnings.size(), 1u) << all;
+  const Config off = parse(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme", "fast_init": false}}})");
+  EXPECT_TRUE(off.warnings.empty());
+}
+
 TEST(ConfigParse, RealisticDeepSpeedConfig) {
   Config cfg = parse(kDeepSpeedConfig);
   // zero_allow_untested_optimizer: true is the only non-default DeepSpeed-only key.
