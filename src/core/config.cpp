@@ -311,6 +311,7 @@ Config parse_config(const json& j, const std::string& source, const std::vector<
   config_detail::parse_deepspeed_sections(top, cfg);
   config_detail::parse_ztrain_sections(top, cfg);
   check_across_sections(ctx, cfg);
+  config_detail::warn_inert_keys(ctx, cfg);
   check_available_features(cfg);
   return cfg;
 }

@@ -60,7 +60,11 @@ void parse_optimizer(const SectionReader& top, Config& cfg) {
   }
   o.eps = p.number("eps", d.eps, above(0));
   o.weight_decay = p.number("weight_decay", d.weight_decay, at_least(0));
-  p.boolean("torch_adam", false);  // chooses DeepSpeed's implementation, not the math
+  // torch_adam chooses DeepSpeed's implementation (PyTorch's or its fused
+  // one), not the math; ztrain has one.
+  if (p.boolean("torch_adam", false))
+    p.warn("torch_adam", "true picks PyTorch's Adam over DeepSpeed's fused one; ztrain has one AdamW, the same "
+                         "arithmetic; ignored");
   const bool adam_w_mode = p.boolean("adam_w_mode", true);
   if (!adam_w_mode && type == "Adam")
     p.fail("adam_w_mode", "false (Adam with L2 regularisation) is not supported; ztrain implements AdamW only");

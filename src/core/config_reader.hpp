@@ -62,6 +62,10 @@ struct ParseContext {
   void warn(const std::string& path, const std::string& what) const;
 };
 
+// Warnings for keys given where they do nothing ([Note: inert keys] in
+// config_inert.cpp), after every section is parsed and checked.
+void warn_inert_keys(const ParseContext& ctx, const Config& cfg);
+
 std::string join_path(const std::string& parent, const std::string& key);
 // A JSON value for messages: strings quoted, long values shortened.
 std::string show(const json& v);

@@ -336,6 +336,8 @@ void parse_comm(const SectionReader& top, Config& cfg) {
     const double v = std::strtod(env, &end);
     if (end == env || *end != '\0' || !(v > 0) || !std::isfinite(v))
       ZT_USER_ERROR("ZTRAIN_COMM_TIMEOUT='", env, "': expected a number of seconds > 0");
+    if (r.has("timeout") && v != c.timeout)
+      r.warn("timeout", show(json(c.timeout)) + " is overridden by the environment's ZTRAIN_COMM_TIMEOUT=" + env);
     c.timeout = v;
   }
   if (std::getenv("NCCL_TIMEOUT") != nullptr)

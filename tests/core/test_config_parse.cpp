@@ -367,6 +367,107 @@ TEST(ConfigParse, FastInitTrueIsNamedInAWarning) {
   EXPECT_TRUE(off.warnings.empty());
 }
 
+// [Note: inert keys]: a key given a value where it does nothing is named in
+// one warning saying what it would need; the same key where it acts, or in
+// a section turned off by name, gives none.
+TEST(ConfigParse, InertKeysAreNamedInWarnings) {
+  struct Case {
+    const char* config;
+    const char* warning;  // nullptr: no warning
+  };
+  const Case cases[] = {
+      {R"({"zero_optimization": {"stage": 2, "contiguous_gradients": false}})",
+       "zero_optimization.contiguous_gradients: false is a DeepSpeed choice that ztrain does not offer"},
+      {R"({"zero_optimization": {"stage": 2, "reduce_scatter": false}})",
+       "zero_optimization.reduce_scatter: false is a DeepSpeed choice"},
+      {R"({"zero_optimization": {"stage": 2, "allgather_partitions": false}})",
+       "zero_optimization.allgather_partitions: false is a DeepSpeed choice"},
+      {R"({"zero_optimization": {"stage": 2, "round_robin_gradients": true}})",
+       "zero_optimization.round_robin_gradients: true is a DeepSpeed choice"},
+      {R"({"zero_optimization": {"stage": 2, "elastic_checkpoint": true}})",
+       "zero_optimization.elastic_checkpoint: true is a DeepSpeed choice"},
+      {R"({"zero_optimization": {"stage": 1, "overlap_comm": true}})",
+       "zero_optimization.overlap_comm: true overlaps the gradient reductions with the backward at stages 2 and 3"},
+      {R"({"zero_optimization": {"stage": 2, "overlap_comm": true}})", nullptr},
+      {R"({"zero_optimization": {"stage": 3, "sub_group_size": 1000, "offload_optimizer": {"device": "cpu"}}})",
+       "zero_optimization.sub_group_size: sizes the sub-groups in which the NVMe optimizer"},
+      {R"({"zero_optimization": {"stage": 3, "sub_group_size": 1000,
+                                 "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}})", nullptr},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path": "/nvme"}}})",
+       "zero_optimization.offload_optimizer.nvme_path: is the directory of the NVMe optimizer's files; device is "
+       "\"cpu\""},
+      {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu", "nvme_path": "/nvme"}}})",
+       "zero_optimization.offload_param.nvme_path: is the directory of the parameters' swap file"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"pin_memory": true}}})",
+       "zero_optimization.offload_optimizer.pin_memory: true page-locks the offloaded optimizer's host memory; no "
+       "device is given"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none", "pin_memory": true}}})", nullptr},
+      {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"ratio": 0.5}}})",
+       "zero_optimization.offload_optimizer.ratio: is the fraction of the optimizer offloaded"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"buffer_count": 2}}})",
+       "zero_optimization.offload_param.buffer_count: counts the offloaded parameters' upload or read buffers"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"buffer_size": 1000}}})",
+       "zero_optimization.offload_param.buffer_size: sizes the offloaded parameters' buffers"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"pin_memory": true}}})",
+       "zero_optimization.offload_param.pin_memory: true page-locks the offloaded parameters' host memory"},
+      {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu", "pin_memory": true}},
+           "offload": {"param_from_master": true}})",
+       "zero_optimization.offload_param.pin_memory: true page-locks the host copy of the 16-bit parameters, but "
+       "offload.param_from_master"},
+      {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu", "pin_memory": true}}})", nullptr},
+      {R"({"fp16": {"loss_scale": 128}})",
+       "fp16.loss_scale: sets fp16's loss scaling; fp16.enabled is not given, so fp16 is off"},
+      {R"({"fp16": {"enabled": false, "loss_scale": 128, "hysteresis": 5}})", nullptr},
+      {R"({"fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 10}})",
+       "fp16.loss_scale_window: tunes the dynamic loss scale; fp16.loss_scale 128"},
+      {R"({"fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 10}})", nullptr},
+      {R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.5}},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.001}}})",
+       "optimizer.params.lr: 0.5 is not used: scheduler WarmupLR sets the learning rate"},
+      {R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.001}}})", nullptr},
+      {R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.5}},
+           "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 10, "total_num_steps": 100}}})",
+       nullptr},
+      {R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})",
+       "optimizer.params.torch_adam: true picks PyTorch's Adam"},
+      {R"({"pipeline": {"pipe_schedule_name": "gpipe"}})",
+       "pipeline.pipe_schedule_name: lays out a pipeline of several stages; pipeline.parallel_size is 1"},
+      {R"({"pipeline": {"rank_order": "pp-dp"}})", "pipeline.rank_order: lays out a pipeline"},
+      {R"({"pipeline": {"partition": "uniform"}})", "pipeline.partition: lays out a pipeline"},
+      {R"({"pipeline": {"parallel_size": 2, "partition": "uniform"}})", nullptr},
+      {R"({"checkpoint": {"keep_last": 5}})",
+       "checkpoint.keep_last: acts on the checkpoints saved under checkpoint.dir, which is not set"},
+      {R"({"checkpoint": {"async": true}})", "checkpoint.async: acts on the checkpoints"},
+      {R"({"checkpoint": {"save_at_end": false}})", "checkpoint.save_at_end: acts on the checkpoints"},
+      {R"({"checkpoint": {"tag_validation": false}})", "checkpoint.tag_validation: acts on the checkpoints"},
+      {R"({"checkpoint": {"dir": "ck", "interval": 10, "keep_last": 5, "async": true}})", nullptr},
+      {R"({"csv_monitor": {"output_path": "/tmp/q"}})",
+       "csv_monitor.output_path: csv_monitor.enabled is not given, so no CSV is written"},
+      {R"({"csv_monitor": {"job_name": "foo"}})", "csv_monitor.job_name: csv_monitor.enabled is not given"},
+      {R"({"csv_monitor": {"enabled": false, "output_path": "/tmp/q"}})", nullptr},
+      {R"({"prometheus": {"port": 1234}})", "prometheus.port: prometheus.enabled is not given, so nothing is served"},
+      {R"({"prometheus": {"textfile_dir": "/tmp/q"}})",
+       "prometheus.textfile_dir: prometheus.enabled is not given, so no textfile is written"},
+      {R"({"prometheus": {"enabled": false, "port": 1234}})", nullptr},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.config);
+    const Config cfg = parse(c.config);
+    std::string all;
+    for (const std::string& w : cfg.warnings) all += w + "\n";
+    if (c.warning == nullptr) {
+      EXPECT_TRUE(cfg.warnings.empty()) << all;
+    } else {
+      EXPECT_EQ(cfg.warnings.size(), 1u) << all;
+      EXPECT_CONTAINS(all, c.warning);
+    }
+  }
+}
+
 TEST(ConfigParse, RealisticDeepSpeedConfig) {
   Config cfg = parse(kDeepSpeedConfig);
   // zero_allow_untested_optimizer: true is the only non-default DeepSpeed-only key.
@@ -437,9 +538,11 @@ TEST(ConfigParse, OffloadSection) {
   EXPECT_FALSE(cfg.offload.delayed_update);
   EXPECT_EQ(cfg.offload.delayed_update_warmup, 0);
   EXPECT_EQ(cfg.offload.aio_backend, "auto");  // matched case-insensitively, kept in its spelling
+  EXPECT_TRUE(cfg.warnings.empty());  // delayed_update off by name: its warm-up is idle, visibly
   cfg = parse(R"({"offload": {"delayed_update_warmup": 1e3}})");
   EXPECT_EQ(cfg.offload.delayed_update_warmup, 1000);
-  EXPECT_TRUE(cfg.warnings.empty());
+  ASSERT_EQ(cfg.warnings.size(), 1u);  // [Note: inert keys]
+  EXPECT_CONTAINS(cfg.warnings[0], "offload.delayed_update_warmup: counts the exact steps before the delayed update");
 
   // The combinations the cross-section rules accept.
   expect_offload_accepted(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
@@ -486,6 +589,38 @@ TEST(ConfigParse, NvmeOptimizerOffload) {
                     "buffer_count": 6, "pipeline_write": true}}})");
   EXPECT_FALSE(cfg.zero.offload_optimizer.pipeline_read);
   EXPECT_TRUE(cfg.zero.offload_optimizer.pipeline_write);
+}
+
+// [Note: inert keys]: validation keys without validation data, and a
+// comm.timeout that the environment replaces.
+TEST(ConfigParse, InertValidationAndTimeoutKeysAreNamed) {
+  TempFile train("inert_train.bin"), val("inert_val.bin");
+  Config cfg = parse(R"({"data": {"train": ")" + train.path() + R"("}, "train": {"eval_interval": 5}})");
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  EXPECT_CONTAINS(cfg.warnings[0], "train.eval_interval: spaces the validations, but data.val is not set");
+  cfg = parse(R"({"data": {"train": ")" + train.path() + R"("}, "train": {"eval_steps": 3}})");
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  EXPECT_CONTAINS(cfg.warnings[0], "train.eval_steps: sizes each validation, but data.val is not set");
+  cfg = parse(R"({"data": {"train": ")" + train.path() + R"(", "val": ")" + val.path() +
+              R"("}, "train": {"eval_interval": 5, "eval_steps": 3}})");
+  EXPECT_TRUE(cfg.warnings.empty());
+  cfg = parse(R"({"train": {"eval_interval": 5}})");  // the embedded corpus has validation data
+  EXPECT_TRUE(cfg.warnings.empty());
+
+  const char* before = std::getenv("ZTRAIN_COMM_TIMEOUT");
+  const std::string saved = before ? before : "";
+  setenv("ZTRAIN_COMM_TIMEOUT", "5", 1);
+  cfg = parse(R"({"comm": {"timeout": 100}})");
+  EXPECT_EQ(cfg.comm.timeout, 5);
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  EXPECT_CONTAINS(cfg.warnings[0], "comm.timeout: 100.0 is overridden by the environment's ZTRAIN_COMM_TIMEOUT=5");
+  cfg = parse(R"({"comm": {"timeout": 5}})");
+  EXPECT_TRUE(cfg.warnings.empty());
+  if (before) {
+    setenv("ZTRAIN_COMM_TIMEOUT", saved.c_str(), 1);
+  } else {
+    unsetenv("ZTRAIN_COMM_TIMEOUT");
+  }
 }
 
 TEST(ConfigParse, DataFilesThatExist) {
