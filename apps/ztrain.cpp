@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -284,8 +285,23 @@ Args parse_args(int argc, char** argv, bool& exit_now) {
     if (!a.estimate_memory) ZT_USER_ERROR("command line: --world is for --estimate-memory only");
     if (a.world < 1) ZT_USER_ERROR("command line: --world: expected a number of ranks >= 1, found ", a.world);
   }
-  if (vm.count("steps")) a.steps = vm["steps"].as<int64_t>();
-  if (vm.count("log-dir")) a.log_dir = vm["log-dir"].as<std::string>();
+  // The flags' own checks, so that a bad value is named by its flag rather
+  // than by the config key it overrides.
+  if (vm.count("steps")) {
+    a.steps = vm["steps"].as<int64_t>();
+    if (*a.steps < 1) ZT_USER_ERROR("command line: --steps: expected a number of steps >= 1, found ", *a.steps);
+  }
+  if (vm.count("log-dir")) {
+    a.log_dir = vm["log-dir"].as<std::string>();
+    if (a.log_dir->empty()) ZT_USER_ERROR("command line: --log-dir: expected a directory name, found \"\"");
+  }
+  if (vm.count("resume") && a.resume.empty())
+    ZT_USER_ERROR("command line: --resume: expected auto or a checkpoint's step directory, found \"\" (an unset "
+                  "variable?); leave --resume out to start from scratch");
+  if (a.dry_run && a.estimate_memory)
+    ZT_USER_ERROR("command line: --dry-run and --estimate-memory both print an estimate and exit: give one "
+                  "(--dry-run: this run's config, data and estimate; --estimate-memory: every ZeRO stage and "
+                  "offload)");
   if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")
     ZT_USER_ERROR("command line: --device: expected cpu, cuda or auto, found '", a.device, "'");
   return a;
@@ -309,10 +325,12 @@ int main(int argc, char** argv) {
         if (args.log_dir) overrides.push_back("log.dir=" + nlohmann::json(*args.log_dir).dump());
         cfg = load_config(args.config, overrides);
         if (args.estimate_memory) {
-          if (mpi.world_rank() == 0)
+          if (mpi.world_rank() == 0) {
+            for (const std::string& w : cfg.warnings) log_warn(w);
             std::cout << format_estimate_table(cfg, args.world > 0 ? args.world : mpi.world_size(),
                                                estimate_for_gpu(args.device))
                       << std::flush;
+          }
           exit_now = true;
           return;
         }
@@ -336,6 +354,13 @@ int main(int argc, char** argv) {
   if (args.dry_run) {
     if (auto code = agree([&] {
           validate_data_files(cfg);
+          // What the run would refuse before its first step, refused here too.
+          if (!args.resume.empty() && cfg.checkpoint.dir.empty())
+            ZT_USER_ERROR("--resume needs checkpoint.dir in the config");
+          if (!args.resume.empty() && args.resume != "auto" && !std::filesystem::is_directory(args.resume))
+            ZT_USER_ERROR("--resume ", args.resume, ": no such checkpoint directory");
+          if (args.profile && !estimate_for_gpu(args.device))
+            ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
           if (mpi.world_rank() == 0) {
             std::cout << resolved_json(cfg).dump(2) << "\n";
             std::cout << format_memory_estimate(estimate_memory(cfg, topo->dp_size(), estimate_for_gpu(args.device)))

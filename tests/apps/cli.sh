@@ -32,6 +32,22 @@ else
   fail "dry-run"
 fi
 
+# What a run would refuse before its first step, --dry-run refuses too; flags
+# named by themselves, not by the config key they override.
+expect_error dry-run-resume-without-dir 2 "--resume needs checkpoint.dir" c.json --dry-run --resume auto
+expect_error dry-run-resume-missing 2 "--resume /nonexistent/step_4: no such checkpoint directory" \
+  c.json --dry-run --resume /nonexistent/step_4 --set checkpoint.dir=ck --set checkpoint.interval=2
+expect_error dry-run-profile-on-cpu 2 "--profile times CUDA kernels" c.json --dry-run --profile --device cpu
+expect_error resume-empty 2 'command line: --resume: expected auto or a checkpoint.s step directory, found ""' \
+  c.json --steps 1 --resume ""
+expect_error steps-negative 2 "command line: --steps: expected a number of steps >= 1, found -1" c.json --steps -1
+expect_error log-dir-empty 2 'command line: --log-dir: expected a directory name, found ""' c.json --log-dir ""
+expect_error dry-run-and-estimate 2 "--dry-run and --estimate-memory both print an estimate" \
+  c.json --dry-run --estimate-memory
+run_np 1 c.json --estimate-memory --set checkpoint.keep_last=3
+[ "$RC" = 0 ] && grep -q "checkpoint.keep_last: acts on the checkpoints" "$WORK/out" \
+  && echo "ok: estimate-memory prints the config's warnings" || fail "estimate-memory warnings"
+
 run_np 1 c.json --estimate-memory --world 4
 if [ "$RC" = 0 ] && grep -q "nvme/nvme" "$WORK/out" && grep -q "activation checkpointing off" "$WORK/out"; then
   echo "ok: estimate-memory table"
