@@ -12,6 +12,7 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -188,6 +189,16 @@ int cmd_logits(int argc, char** argv) {
   if (step_dir.empty()) throw UsageError("logits: STEP_DIR is required");
   if (out_path.empty()) throw UsageError("logits: --out FILE.npy is required");
   if (tokens_arg.empty() == tokens_file.empty()) throw UsageError("logits: give exactly one of --tokens and --tokens-file");
+  if (vm.count("tolerance") && expect.empty())
+    throw UsageError("logits: --tolerance bounds the comparison with --expect REF.npy, which is not given");
+  if (!(tolerance >= 0) || !std::isfinite(tolerance))
+    throw UsageError("logits: --tolerance: expected a number >= 0, found " + std::to_string(tolerance));
+  if (!expect.empty()) {
+    std::error_code ec;
+    if (out_path == expect || std::filesystem::equivalent(out_path, expect, ec))
+      throw UsageError("logits: --out " + out_path + " is the --expect reference: writing the logits would replace "
+                       "the reference before it is read; give another --out");
+  }
 
   require_verified(step_dir);
   zt::CheckpointReader reader(step_dir);

@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -98,6 +100,24 @@ void make_dir(const std::string& dir) {
   if (ec) ZT_USER_ERROR("cannot create directory '", dir, "': ", ec.message());
 }
 
+// The output directory, made before anything is written to it. A run that
+// writes no validation split into a directory holding an earlier run's
+// val.bin would leave a train.bin and a val.bin that share tokens, and
+// ztrain would validate on training data: refused (`how` names the option
+// that gives a split) rather than deleted, since the file is the user's.
+void make_out_dir(const std::string& dir, bool writes_val, const std::string& how) {
+  if (!writes_val) {
+    for (const std::string& name : {std::string("val.bin"), zt::mask_path_for("val.bin")}) {
+      std::error_code ec;
+      if (fs::exists(dir + "/" + name, ec))
+        throw UsageError(dir + "/" + name + " is left from an earlier run, and this run writes no validation split: "
+                         "the new train.bin would hold the tokens of that old validation set; remove it, or give " +
+                         how);
+    }
+  }
+  make_dir(dir);
+}
+
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) ZT_USER_ERROR("input file '", path, "' does not exist");
@@ -176,7 +196,7 @@ int cmd_text(int argc, char** argv) {
   std::vector<uint16_t> val(tokens.end() - static_cast<std::ptrdiff_t>(n_val), tokens.end());
   tokens.resize(tokens.size() - n_val);
 
-  make_dir(dir);
+  make_out_dir(dir, !val.empty(), "--val-fraction > 0");
   zt::write_token_shard(dir + "/train.bin", tokens);
   if (!val.empty()) zt::write_token_shard(dir + "/val.bin", val);
   std::cout << dir << "/train.bin: " << tokens.size() << " tokens\n"
@@ -279,7 +299,7 @@ int cmd_tokenize(int argc, char** argv) {
   check_split("tokenize", tokens.size(), n_val, frac);
   std::vector<uint32_t> val(tokens.end() - static_cast<std::ptrdiff_t>(n_val), tokens.end());
   tokens.resize(tokens.size() - n_val);
-  make_dir(dir);
+  make_out_dir(dir, !val.empty(), "--val-fraction > 0");
   zt::write_token_shard(dir + "/train.bin", tokens, tok->vocab_size());
   if (!val.empty()) zt::write_token_shard(dir + "/val.bin", val, tok->vocab_size());
   const int64_t n_tok = static_cast<int64_t>(tokens.size() + val.size());
@@ -377,7 +397,7 @@ int cmd_finetune(int argc, char** argv) {
       if (s >= b && s < e) p.example_begin.push_back(s - b);
     return p;
   };
-  make_dir(dir);
+  make_out_dir(dir, n_val > 0, "--val-fraction large enough for one example");
   auto write = [&](const std::string& name, const zt::MaskedTokens& p, size_t n_examples) {
     const std::string shard = dir + "/" + name + ".bin";
     zt::write_token_shard(shard, p.tokens, tok->vocab_size());
@@ -421,7 +441,12 @@ int cmd_markov(int argc, char** argv) {
   spec.states = vm["states"].as<int>();
   spec.successors = vm["successors"].as<int>();
   spec.background = vm["background"].as<double>();
-  spec.seed = std::stoull(seed_text);
+  errno = 0;
+  char* seed_end = nullptr;
+  spec.seed = std::strtoull(seed_text.c_str(), &seed_end, 10);
+  if (errno == ERANGE || *seed_end != '\0')
+    throw UsageError("--seed must be an unsigned 64-bit integer (at most 18446744073709551615), got '" + seed_text +
+                     "'");
   const int64_t n_train = non_negative(vm, "train-tokens");
   const int64_t n_val = non_negative(vm, "val-tokens");
   // Before generating (minutes and gigabytes at the limit): what a shard can hold.
@@ -442,7 +467,7 @@ int cmd_markov(int argc, char** argv) {
   const std::vector<uint16_t> val = source->generate(n_val, zt::kMarkovValStream);
   const double unigram = zt::unigram_entropy_nats(train.data(), n_train);
 
-  make_dir(dir);
+  make_out_dir(dir, n_val > 0, "--val-tokens > 0");
   zt::write_token_shard(dir + "/train.bin", train);
   if (n_val > 0) zt::write_token_shard(dir + "/val.bin", val);  // [Note: no empty shards]
   const nlohmann::json info = {

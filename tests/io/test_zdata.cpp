@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <string>
 
 #include "io/byte_tokenizer.hpp"
@@ -270,6 +271,33 @@ TEST(Zdata, BadUsageExitsTwo) {
   r = zdata(dir, "markov --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(contains(r.out, "--states")) << r.out;
+}
+
+// A run without a validation split into a directory holding an earlier
+// run's val.bin is refused before it writes (the old validation tokens would
+// be in the new train.bin); a seed past 64 bits is named.
+TEST(Zdata, StaleValidationShardIsRefused) {
+  TempDir dir;
+  const std::string out = dir / "d";
+  ASSERT_EQ(zdata(dir, "markov --out " + out + " --train-tokens 1000 --val-tokens 100").code, 0);
+  const std::vector<uint16_t> train_before = read_shard(out + "/train.bin");
+  Result r = zdata(dir, "markov --out " + out + " --train-tokens 2000 --val-tokens 0");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, out + "/val.bin is left from an earlier run, and this run writes no validation split"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "--val-tokens > 0")) << r.err;
+  EXPECT_EQ(read_shard(out + "/train.bin"), train_before);  // nothing written
+  zt::test::write_bytes(dir / "t.txt", std::string(4000, 'a'));
+  r = zdata(dir, "text --out " + out + " --val-fraction 0 " + (dir / "t.txt"));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--val-fraction > 0")) << r.err;
+  std::filesystem::remove(out + "/val.bin");
+  r = zdata(dir, "text --out " + out + " --val-fraction 0 " + (dir / "t.txt"));
+  EXPECT_EQ(r.code, 0) << r.err;
+
+  r = zdata(dir, "markov --out " + out + " --seed 99999999999999999999");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.err, "--seed must be an unsigned 64-bit integer")) << r.err;
 }
 
 // ---- zdata finetune ([Note: fine-tuning examples]) ----
