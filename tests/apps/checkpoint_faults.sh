@@ -90,6 +90,18 @@ if [ -n "${ZCKPT:-}" ]; then
       && echo "ok: zckpt ${cmd%% *} refuses a damaged checkpoint" || fail "zckpt ${cmd%% *}: exit $zrc, $(cat z.out)"
   done
   [ ! -e hf/model.safetensors ] && [ ! -e l.npy ] || fail "a refused zckpt command wrote its output"
+  # logits: the output may not be the reference it is compared with (it was
+  # written first, so any logits matched), and --tolerance needs --expect.
+  rm -rf ck && cp -r pristine ck
+  "$ZCKPT" logits ck/step_4 --tokens 1,2,3 --out ref.npy > /dev/null 2>&1 || fail "zckpt logits on a good checkpoint"
+  for args in "--out ref.npy --expect ref.npy|is the --expect reference" "--out o.npy --tolerance 0.1|--tolerance bounds the comparison with --expect" \
+              "--out o.npy --expect ref.npy --tolerance -1|--tolerance: expected a number >= 0"; do
+    set +e; $ZCKPT logits ck/step_4 --tokens 1,2,3 ${args%%|*} > z.out 2>&1; zrc=$?; set -e
+    [ "$zrc" = 2 ] && grep -q -- "${args#*|}" z.out && echo "ok: zckpt logits refuses ${args%%|*}" \
+      || fail "zckpt logits ${args%%|*}: exit $zrc, $(cat z.out)"
+  done
+  "$ZCKPT" logits ck/step_4 --tokens 1,2,3 --out o.npy --expect ref.npy > z.out 2>&1 && grep -q "^match" z.out \
+    && echo "ok: zckpt logits matches its own reference" || fail "zckpt logits --expect: $(cat z.out)"
 fi
 
 # Fletcher32-only damage: a float of step_4's shard changed, its SHA-256 and

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <filesystem>
 #include <string>
 
 #include "io/byte_tokenizer.hpp"
