@@ -57,7 +57,7 @@ int run(int argc, char** argv) {
       ("dtype", po::value<std::string>(&dtype), "bf16 or f32 [bf16; with --config, the config's]")
       ("price", po::value<double>(&price), "USD per GPU-hour [the preset's on-demand price]")
       ("spot", po::bool_switch(&spot), "the preset's spot price")
-      ("top", po::value<int>(&top), "layouts listed [20]")
+      ("top", po::value<int>(&top), "layouts listed [20; with --json, all]")
       ("largest", po::bool_switch(&largest), "the deepest model of this width that fits: the most layers of the "
        "model's shape for which some layout fits, and its layouts")
       ("json", po::bool_switch(&json_out), "print the layouts as JSON (with their --set overrides)")
@@ -94,6 +94,11 @@ int run(int argc, char** argv) {
   }
   const Figures figures = load_figures(figures_path);
   if (command == "validate") {
+    // validate replays the measured runs of the figures file: a plan option
+    // would be ignored.
+    for (const auto& [key, value] : vm)
+      if (key != "command" && key != "figures" && !value.defaulted())
+        ZT_USER_ERROR("command line: --", key, " plans a run; 'zplan validate' takes --figures only");
     std::cout << format_validation(validate(figures)) << std::flush;
     return 0;
   }
@@ -104,7 +109,11 @@ int run(int argc, char** argv) {
   if (gpus < 1) ZT_USER_ERROR("command line: --gpus: expected at least one GPU, found ", gpus);
   if (vm.count("gpus-per-node") && per_node < 1)
     ZT_USER_ERROR("command line: --gpus-per-node: expected at least 1, found ", per_node);
-  if (host_mem < 0 || nvme < 0) ZT_USER_ERROR("command line: --host-mem-gib and --nvme-gib must be >= 0");
+  for (const auto& [key, v] : {std::pair<const char*, double>{"host-mem-gib", host_mem}, {"nvme-gib", nvme}})
+    if (!(v >= 0) || !std::isfinite(v))
+      ZT_USER_ERROR("command line: --", key, ": expected a number of GiB >= 0, found ", v);
+  if (vm.count("price") && (!(price >= 0) || !std::isfinite(price)))
+    ZT_USER_ERROR("command line: --price: expected USD per GPU-hour >= 0, found ", price);
   if (vm.count("global-batch") && global_batch < 1) ZT_USER_ERROR("command line: --global-batch must be >= 1");
   if (top < 1) ZT_USER_ERROR("command line: --top must be >= 1");
   if (!(headroom >= 0 && headroom < 1))
@@ -202,7 +211,9 @@ int run(int argc, char** argv) {
   const double usd = price >= 0 ? price : in.device.price_per_hour;
   if (json_out) {
     nlohmann::json out = nlohmann::json::array();
-    for (const PlanRow& r : rows) {
+    const size_t listed = vm.count("top") ? std::min(rows.size(), static_cast<size_t>(top)) : rows.size();
+    for (size_t k = 0; k < listed; ++k) {
+      const PlanRow& r = rows[k];
       nlohmann::json sets = r.layout.sets();
       out.push_back({{"layout", r.layout.name()},
                      {"world", r.layout.gpus},

@@ -210,4 +210,13 @@ zp --model gpt2-124m --gpu h100 --gpus 8 --device-headroom 1
 if [ "$RC" = 2 ] && grep -q -- "--device-headroom must be in \[0, 1), found 1" "$WORK/out"; then echo "ok: a headroom of all the memory"; else fail "--device-headroom 1: exit $RC"; fi
 zp --model gpt2-124m --gpu h100 --gpus 8 --hbm-gbs 0
 if [ "$RC" = 2 ] && grep -q -- "--hbm-gbs: expected a positive number" "$WORK/out"; then echo "ok: a zero bandwidth"; else fail "--hbm-gbs 0: exit $RC"; fi
+zp --model gpt2-124m --gpu h100 --gpus 8 --price nan
+if [ "$RC" = 2 ] && grep -q -- "--price: expected USD per GPU-hour >= 0, found nan" "$WORK/out"; then echo "ok: a price that is not a number"; else fail "--price nan: exit $RC"; fi
+zp --model gpt2-124m --gpu h100 --gpus 8 --host-mem-gib inf
+if [ "$RC" = 2 ] && grep -q -- "--host-mem-gib: expected a number of GiB >= 0, found inf" "$WORK/out"; then echo "ok: infinite host memory"; else fail "--host-mem-gib inf: exit $RC"; fi
+zp validate --top 1
+if [ "$RC" = 2 ] && grep -q -- "--top plans a run; 'zplan validate' takes --figures only" "$WORK/out"; then echo "ok: validate takes no plan option"; else fail "validate --top: exit $RC"; fi
+zp --model gpt2-124m --gpu h100 --gpus 2 --json --top 2
+if [ "$RC" = 0 ] && [ "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["layouts"]))' "$WORK/out")" = 2 ]; then
+  echo "ok: --top bounds the JSON too"; else fail "--json --top 2: exit $RC"; fi
 finish
