@@ -78,6 +78,77 @@ struct Comm {
   std::map<int, std::map<std::pair<std::string, int>, int64_t>> p2p_posted;
 };
 
+// The fields the analysis reads, with their JSON kinds: a dump whose field
+// has another kind is named with the field's path before anything is
+// printed, rather than failing halfway through the report.
+enum class Kind { integer, number, string, ints, context, comms, entries };
+
+std::string kind_name(Kind k) {
+  switch (k) {
+    case Kind::integer: return "an integer";
+    case Kind::number: return "a number";
+    case Kind::string: return "a string";
+    case Kind::ints: return "an array of integers";
+    case Kind::context: return "an object";
+    case Kind::comms:
+    case Kind::entries: return "an array of objects";
+  }
+  return "?";
+}
+
+using FieldKinds = std::vector<std::pair<const char*, Kind>>;
+const FieldKinds kTop = {{"rank", Kind::integer},       {"world_size", Kind::integer}, {"reason", Kind::string},
+                         {"time", Kind::number},        {"suspects", Kind::ints},      {"context", Kind::context},
+                         {"communicators", Kind::comms}};
+const FieldKinds kContext = {{"step", Kind::integer}, {"phase", Kind::string}, {"instr", Kind::string}};
+const FieldKinds kComm = {{"name", Kind::string},       {"backend", Kind::string},   {"ranks", Kind::ints},
+                          {"next_seq", Kind::integer},  {"entries", Kind::entries},  {"in_flight", Kind::entries}};
+const FieldKinds kEntry = {{"seq", Kind::integer},    {"op", Kind::string},        {"count", Kind::integer},
+                           {"dtype", Kind::string},   {"root", Kind::integer},     {"state", Kind::string},
+                           {"peer", Kind::integer},   {"p2p_seq", Kind::integer},  {"step", Kind::integer},
+                           {"phase", Kind::string},   {"instr", Kind::string},     {"what", Kind::string},
+                           {"t_queued", Kind::number}};
+
+// "" if every field of `fields` present in object `o` has its kind, else
+// what is wrong, with the field's path.
+std::string check_fields(const json& o, const FieldKinds& fields, const std::string& at) {
+  if (!o.is_object()) return (at.empty() ? "the dump" : at) + " is not an object";
+  for (const auto& [key, kind] : fields) {
+    const auto it = o.find(key);
+    if (it == o.end() || it->is_null()) continue;
+    const json& v = *it;
+    const std::string path = at.empty() ? key : at + "." + key;
+    bool ok = false;
+    switch (kind) {
+      case Kind::integer: ok = v.is_number_integer(); break;
+      case Kind::number: ok = v.is_number(); break;
+      case Kind::string: ok = v.is_string(); break;
+      case Kind::ints:
+        ok = v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number_integer(); });
+        break;
+      case Kind::context: {
+        if (!v.is_object()) break;
+        if (std::string e = check_fields(v, kContext, path); !e.empty()) return e;
+        ok = true;
+        break;
+      }
+      case Kind::comms:
+      case Kind::entries: {
+        if (!v.is_array()) break;
+        for (size_t i = 0; i < v.size(); ++i)
+          if (std::string e = check_fields(v[i], kind == Kind::comms ? kComm : kEntry,
+                                           path + "[" + std::to_string(i) + "]");
+              !e.empty())
+            return e;
+        ok = true;
+        break;
+      }
+    }
+    if (!ok) return path + ": expected " + kind_name(kind) + ", found " + v.dump().substr(0, 40);
+  }
+  return "";
+}
+
 int flight(const std::string& dir) {
   std::vector<RankDump> dumps;
   std::error_code ec;
@@ -92,6 +163,7 @@ int flight(const std::string& dir) {
     RankDump d;
     try {
       in >> d.j;
+      if (std::string e = check_fields(d.j, kTop, ""); !e.empty()) throw std::runtime_error(e);
       d.rank = d.j.at("rank").get<int>();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "zdiag flight: %s: not a flight recorder dump (%s)\n", f.path().c_str(), e.what());
@@ -361,6 +433,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 3 || std::string(argv[1]) != "flight") {
+    std::fprintf(stderr, "zdiag: %s\n",
+                 argc < 2                             ? "no command given"
+                 : std::string(argv[1]) != "flight"   ? ("unknown command '" + std::string(argv[1]) + "'").c_str()
+                 : argc < 3                           ? "flight: the dump directory (LOG_DIR/flight) is missing"
+                                                      : "flight: one directory only");
     usage();
     return kBadInput;
   }

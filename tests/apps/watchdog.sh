@@ -248,6 +248,15 @@ PY
   dump both 0 2 0,1 started
   dump both 1 2 0,1 started
   expect_diag both 1 "^no culprit found" "^no culprit found" "both ranks inside the collective: no culprit"
+  # A dump with a field of the wrong kind is named with the field, before any report.
+  dump bad 0 1 0 queued
+  python3 -c 'import json; p="bad/rank_0.json"; j=json.load(open(p)); j["communicators"][0]["in_flight"][0]["seq"]="x"; json.dump(j, open(p, "w"))'
+  set +e; "$ZDIAG" flight bad > bad.diag 2>&1; rc=$?; set -e
+  [ "$rc" = 2 ] && grep -q "bad/rank_0.json: not a flight recorder dump (communicators\[0\].in_flight\[0\].seq: expected an integer" bad.diag \
+    && [ "$(wc -l < bad.diag)" = 1 ] && echo "ok: zdiag names the dump and the field of the wrong kind" || { fail "zdiag bad dump: exit $rc"; cat bad.diag; }
+  set +e; "$ZDIAG" flight > none.diag 2>&1; rc=$?; set -e
+  [ "$rc" = 2 ] && grep -q "^zdiag: flight: the dump directory (LOG_DIR/flight) is missing" none.diag \
+    && echo "ok: zdiag says what is missing" || { fail "zdiag without a directory: exit $rc"; cat none.diag; }
   ;;
 sigusr2)
   start_bg 2 usr
