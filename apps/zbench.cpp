@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -64,12 +65,15 @@ size_t parse_bytes(const std::string& s) {
   else if (suffix == "M" || suffix == "m") mult = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g") mult = 1024.0 * 1024 * 1024;
   else if (!suffix.empty()) ZT_USER_ERROR("size '", s, "': unknown suffix '", suffix, "'");
-  if (v <= 0) ZT_USER_ERROR("size '", s, "' must be positive");
-  return static_cast<size_t>(v * mult);
+  if (!(v > 0) || !std::isfinite(v)) ZT_USER_ERROR("size '", s, "' must be a positive number");
+  const double bytes = v * mult;
+  if (bytes < 1 || bytes > 1e15) ZT_USER_ERROR("size '", s, "': expected 1 byte to 1 PB");
+  return static_cast<size_t>(bytes);
 }
 
 std::vector<CommOp> parse_ops(const std::string& list) {
   std::vector<CommOp> ops;
+  if (list.empty()) ZT_USER_ERROR("--ops: expected a comma list of all_reduce, reduce_scatter, all_gather");
   std::stringstream ss(list);
   std::string name;
   while (std::getline(ss, name, ',')) {
@@ -176,12 +180,23 @@ class Bench {
 };
 
 int run(const Options& o) {
-  const size_t min_bytes = parse_bytes(o.min_bytes), max_bytes = parse_bytes(o.max_bytes);
+  size_t min_bytes = 0, max_bytes = 0;
+  try {
+    min_bytes = parse_bytes(o.min_bytes);
+  } catch (const UserError& e) {
+    ZT_USER_ERROR("--min-bytes: ", e.what());
+  }
+  try {
+    max_bytes = parse_bytes(o.max_bytes);
+  } catch (const UserError& e) {
+    ZT_USER_ERROR("--max-bytes: ", e.what());
+  }
   if (min_bytes > max_bytes) ZT_USER_ERROR("--min-bytes exceeds --max-bytes");
   if (o.factor < 2) ZT_USER_ERROR("--factor must be at least 2");
+  if (o.check != 0 && o.check != 1) ZT_USER_ERROR("--check: expected 0 or 1, found ", o.check);
   if (o.iters < 1 || o.warmup < 0) ZT_USER_ERROR("--iters must be >= 1 and --warmup >= 0");
+  if (o.dtype != "f32" && o.dtype != "bf16") ZT_USER_ERROR("--dtype: expected f32 or bf16, found '", o.dtype, "'");
   const DType dtype = dtype_from_name(o.dtype);
-  if (dtype != DType::f32 && dtype != DType::bf16) ZT_USER_ERROR("--dtype: f32 or bf16");
   const std::vector<CommOp> ops = parse_ops(o.ops);
 
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // before NCCL reads it

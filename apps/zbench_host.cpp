@@ -319,7 +319,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   po::notify(vm);
-  if (numel < 1 || rounds < 1 || threads < 0) throw std::invalid_argument("--numel and --rounds must be >= 1");
+  if (numel < 1 || rounds < 1) throw std::invalid_argument("--numel and --rounds must be >= 1");
+  if (threads < 0) throw std::invalid_argument("--threads must be >= 0 (0: the OpenMP default)");
   if (stagger % 64 != 0 || stagger * 4 >= kAlign) throw std::invalid_argument("--stagger: a multiple of 64 below 512 KiB");
   if (pages != "huge" && pages != "small") throw std::invalid_argument("--pages: huge or small");
   if (touch != "threads" && touch != "one") throw std::invalid_argument("--touch: threads or one");
@@ -327,14 +328,40 @@ int run(int argc, char** argv) {
   if (threads > 0) omp_set_num_threads(threads);
   threads = omp_get_max_threads();
   const std::vector<std::string> copy_list = split(copies);
+  if (copy_list.empty()) throw std::invalid_argument("--copy: expected a comma list of none, bf16, f16");
   for (const std::string& c : copy_list) {
     if (c != "none" && c != "bf16" && c != "f16") throw std::invalid_argument("--copy: unknown copy " + c);
   }
   const std::vector<std::string> grad_list = split(grads);
+  if (grad_list.empty()) throw std::invalid_argument("--grad: expected a comma list of fp32, bf16");
   for (const std::string& g : grad_list) {
     if (g != "fp32" && g != "bf16") throw std::invalid_argument("--grad: unknown gradient dtype " + g);
   }
   std::vector<std::string> isa_list = isas == "all" ? zt::adamw_cpu_isas() : split(isas);
+  if (isa_list.empty()) throw std::invalid_argument("--isa: expected all or a comma list of avx512f, avx2, sse2, auto");
+  for (const std::string& isa : isa_list) {  // before any measurement, named by the flag
+    const std::vector<std::string> have = zt::adamw_cpu_isas();
+    if (isa != "auto" && std::find(have.begin(), have.end(), isa) == have.end())
+      throw std::invalid_argument("--isa: '" + isa + "' is not an ISA this CPU can run the AdamW with (it has " +
+                                  [&] {
+                                    std::string l;
+                                    for (const std::string& h : have) l += (l.empty() ? "" : ", ") + h;
+                                    return l;
+                                  }() + ")");
+  }
+  std::vector<int64_t> aos_list;  // checked before any measurement
+  for (const std::string& bs : split(aos_blocks)) {
+    size_t used = 0;
+    int64_t B = 0;
+    try {
+      B = std::stoll(bs, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != bs.size() || B < 16 || numel % B != 0)
+      throw std::invalid_argument("--aos: '" + bs + "': expected blocks of >= 16 elements dividing --numel");
+    aos_list.push_back(B);
+  }
 
   const double gb = 1e-9;
   const int64_t n = numel;
@@ -403,9 +430,7 @@ int run(int argc, char** argv) {
 
   // 2b. p, m, v interleaved in blocks.
   result["aos"] = nlohmann::json::array();
-  for (const std::string& bs : split(aos_blocks)) {
-    const int64_t B = std::stoll(bs);
-    if (B < 16 || n % B != 0) throw std::invalid_argument("--aos: blocks of >= 16 elements dividing --numel");
+  for (const int64_t B : aos_list) {
     HostArray<float> st(3 * n, 0, pages == "huge");
     float* sp = st.data();
     const float* g = s.g.data();

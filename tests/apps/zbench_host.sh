@@ -30,7 +30,7 @@ for a in r["aos"]:
 assert (r["tile"], r["pages"], r["touch"], r["threads"]) == (262144, "small", "one", 2), r
 print("zbench_host figures consistent")
 '
-for bad in "--aos 1000" "--pages giant" "--touch two" "--tile -1" "--grad fp16"; do
+for bad in "--aos 1000" "--aos abc" "--pages giant" "--touch two" "--tile -1" "--grad fp16" "--threads -1" "--copy ," "--isa bogus"; do
   set +e
   msg=$("$ZBENCH_HOST" --numel 4096 --rounds 1 $bad 2>&1)
   rc=$?

@@ -7,13 +7,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -42,6 +46,28 @@ void usage() {
       "M MiB (default 64), K chunks in flight (default 4), R times (default 3); prints GB/s (1e9 B/s).\n");
 }
 
+// The whole of `text` as a number of type T, or an error naming `flag`.
+template <typename T>
+T number_of(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  T v{};
+  try {
+    if constexpr (std::is_floating_point_v<T>) {
+      v = static_cast<T>(std::stod(text, &used));
+    } else {
+      const long long x = std::stoll(text, &used);
+      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) throw std::out_of_range(text);
+      v = static_cast<T>(x);
+    }
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || (std::is_floating_point_v<T> && !std::isfinite(static_cast<double>(v))))
+    ZT_USER_ERROR(flag, ": expected ", std::is_floating_point_v<T> ? "a number" : "an integer", " in range, found '",
+                  text, "'");
+  return v;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -51,16 +77,16 @@ Args parse(int argc, char** argv) {
       return argv[++i];
     };
     if (k == "--dir") a.dir = value();
-    else if (k == "--size-gib") a.size_gib = std::stod(value());
+    else if (k == "--size-gib") a.size_gib = number_of<double>(k, value());
     else if (k == "--backend") a.backend = value();
-    else if (k == "--block-size") a.aio.block_size = std::stoll(value());
-    else if (k == "--queue-depth") a.aio.queue_depth = std::stoi(value());
-    else if (k == "--threads") a.aio.thread_count = std::stoi(value());
+    else if (k == "--block-size") a.aio.block_size = number_of<int64_t>(k, value());
+    else if (k == "--queue-depth") a.aio.queue_depth = number_of<int>(k, value());
+    else if (k == "--threads") a.aio.thread_count = number_of<int>(k, value());
     else if (k == "--single-submit") a.aio.single_submit = true;
     else if (k == "--no-overlap") a.aio.overlap_events = false;
-    else if (k == "--chunk-mib") a.chunk_mib = std::stoll(value());
-    else if (k == "--in-flight") a.in_flight = std::stoi(value());
-    else if (k == "--repeat") a.repeat = std::stoi(value());
+    else if (k == "--chunk-mib") a.chunk_mib = number_of<int64_t>(k, value());
+    else if (k == "--in-flight") a.in_flight = number_of<int>(k, value());
+    else if (k == "--repeat") a.repeat = number_of<int>(k, value());
     else if (k == "--verify") a.verify = true;
     else if (k == "--help" || k == "-h") {
       usage();
@@ -72,6 +98,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.chunk_mib < 1 || a.in_flight < 1 || a.repeat < 1 || a.size_gib <= 0)
     ZT_USER_ERROR("--chunk-mib, --in-flight, --repeat and --size-gib must be positive");
+  if (a.aio.block_size < 1 || a.aio.queue_depth < 1 || a.aio.thread_count < 1)
+    ZT_USER_ERROR("--block-size, --queue-depth and --threads must be positive");
   return a;
 }
 
