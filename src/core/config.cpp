@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -317,6 +318,9 @@ Config parse_config(const json& j, const std::string& source, const std::vector<
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(path + ": is a directory, not a config file (a ztrain config is one JSON file)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open config file: " + std::strerror(errno));
   std::ostringstream text;

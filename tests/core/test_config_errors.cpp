@@ -541,6 +541,9 @@ TEST(ConfigErrors, HostileFilesNameTheFile) {
   const std::string msg = user_error([&] { load_config(huge.path()); });
   EXPECT_CONTAINS(msg, huge.path() + ": invalid JSON: ");
   EXPECT_CONTAINS(msg, "1e400");
+  const std::string dir = std::filesystem::path(huge.path()).parent_path().string();
+  EXPECT_EQ(user_error([&] { load_config(dir); }),
+            dir + ": is a directory, not a config file (a ztrain config is one JSON file)");
 }
 
 }  // namespace
