@@ -2,6 +2,8 @@
 // message names the file, the JSON path, what was expected and what was found.
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "config_test_util.hpp"
 
 namespace zt::test {
