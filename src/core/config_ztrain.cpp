@@ -180,7 +180,8 @@ void parse_model(const SectionReader& top, Config& cfg) {
 
 // Existence is checked here so a typo fails at start-up on every rank with the
 // file's name; the io layer checks the format.
-void check_readable_file(const SectionReader& r, const std::string& key, const std::string& file) {
+void check_readable_file(const SectionReader& r, const std::string& key, const std::string& file,
+                         const char* what = "a token file") {
   namespace fs = std::filesystem;
   if (file.empty()) r.fail(key, "expected a file name, found \"\"");
   std::error_code ec;
@@ -191,7 +192,7 @@ void check_readable_file(const SectionReader& r, const std::string& key, const s
     where = " (relative to the working directory " + fs::current_path(cwd_ec).string() + ")";
   }
   if (!fs::exists(st)) r.fail(key, "file \"" + file + "\" does not exist" + where);
-  if (fs::is_directory(st)) r.fail(key, "\"" + file + "\" is a directory, expected a token file");
+  if (fs::is_directory(st)) r.fail(key, "\"" + file + "\" is a directory, expected " + what);
   std::ifstream in(file, std::ios::binary);
   if (!in) r.fail(key, "file \"" + file + "\" cannot be opened for reading" + where);
 }
@@ -214,14 +215,23 @@ void parse_data(const SectionReader& top, Config& cfg) {
   if (!r.has("train"))
     r.fail("train", "required when the config has a \"data\" section (leave the section out to train on the "
                     "built-in corpus)");
-  // Each of comma-separated shards (io/token_dataset.hpp) must be readable.
+  // Each of comma-separated shards must be readable, split as the reader
+  // splits them (TokenDataset::open_list: spaces around a name trimmed,
+  // empty items skipped).
   const auto check_shards = [&r](const char* key, const std::string& list) {
+    int files = 0;
     size_t at = 0;
     do {
       const size_t comma = list.find(',', at);
-      check_readable_file(r, key, list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      std::string item = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+      if (first != std::string::npos) {
+        check_readable_file(r, key, item.substr(first, last - first + 1));
+        ++files;
+      }
       at = comma == std::string::npos ? comma : comma + 1;
     } while (at != std::string::npos);
+    if (files == 0) r.fail(key, "expected a file name or a comma list of them, found \"" + list + "\"");
   };
   d.train = r.string("train", "");
   check_shards("train", d.train);
@@ -229,7 +239,7 @@ void parse_data(const SectionReader& top, Config& cfg) {
   if (r.has("val")) check_shards("val", d.val);
   if (r.has("tokenizer")) {
     d.tokenizer = r.string("tokenizer", "");
-    check_readable_file(r, "tokenizer", d.tokenizer);
+    check_readable_file(r, "tokenizer", d.tokenizer, "a tokenizer file (tokenizer.json or a SentencePiece .model)");
     d.tokenizer = std::filesystem::absolute(d.tokenizer).lexically_normal().string();  // read later by zckpt export
   }
 }

@@ -22,7 +22,20 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
     ds.shards_.emplace_back(p);
     const TokenShard& s = ds.shards_.back();
     const std::string mpath = mask_path_for(p);
-    const bool masked = std::filesystem::exists(mpath, ec);
+    // The mask as the directory entry is: a link that leads nowhere, a
+    // directory or an entry that cannot be looked at is named, never taken
+    // for "no mask" (the run would count every target in the loss).
+    const std::filesystem::file_status link = std::filesystem::symlink_status(mpath, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      ZT_USER_ERROR("loss mask '", mpath, "' beside '", p, "' cannot be looked at: ", ec.message());
+    const bool masked = std::filesystem::exists(link);
+    if (masked) {
+      const std::filesystem::file_status target = std::filesystem::status(mpath, ec);
+      if (!std::filesystem::is_regular_file(target))
+        ZT_USER_ERROR("loss mask '", mpath, "' beside '", p, "' is ",
+                      !std::filesystem::exists(target) ? "a link to nothing" : "not a regular file",
+                      ": give the mask zdata finetune wrote, or remove it to count every target");
+    }
     if (i == 0) ds.has_mask_ = masked;
     if (masked != ds.has_mask_) {
       ZT_USER_ERROR("token dataset: '", masked ? paths[0] : p, "' has no loss mask ('",

@@ -1,5 +1,13 @@
 #include "train/data_feed.hpp"
 
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/synthetic.hpp"
 
@@ -41,6 +49,48 @@ DataFeed::DataFeed(const Config& cfg, int64_t B, int64_t T, int64_t global_batch
     if (val_->size() < window) ZT_USER_ERROR("data.val: ", val_->size(), " tokens cannot fill one sequence of ", window);
     val_sampler_ = std::make_unique<ValidationSampler>(val_->size(), T);
   }
+  warn_about_sizes(cfg);
+}
+
+// [Note: data the run would use unevenly] Sizes that train or validate on
+// repeated samples are legal (a tiny corpus for a test) but change what the
+// numbers mean, so rank 0 names them once: a training set of fewer
+// sequences than one global batch (each step repeats samples), a validation
+// set smaller than train.eval_steps batches (the ValidationSampler wraps
+// around, so some sequences count more often than others), and a validation
+// set that is the training set.
+void DataFeed::warn_about_sizes(const Config& cfg) const {
+  if (process_rank() > 0) return;
+  const int64_t train_windows = sampler_->num_windows();
+  if (train_windows < global_batch_)
+    log_warn("data.train: ", train_windows, " sequences of ", T_ + 1, " tokens, fewer than the global batch of ",
+             global_batch_, ": every step repeats sequences");
+  if (!val_sampler_) return;
+  const int64_t val_windows = val_sampler_->num_windows();
+  if (cfg.train.eval_steps * global_batch_ > val_windows) {
+    const int64_t fit = val_windows / global_batch_;
+    log_warn("data.val: ", val_windows, " sequences of ", T_ + 1, " tokens hold ", fit, " validation batches of ",
+             global_batch_, ", but train.eval_steps is ", cfg.train.eval_steps,
+             ": the validation wraps around and counts some sequences more often than others; ",
+             fit > 0 ? "set train.eval_steps to at most " + std::to_string(fit)
+                     : std::string("give more validation data or a smaller batch"));
+  }
+  // The shards as the datasets opened them (comma lists, spaces trimmed).
+  auto paths = [](const TokenDataset& d) {
+    std::vector<std::string> out;
+    std::stringstream ss(d.describe());
+    for (std::string p; std::getline(ss, p, ',');) out.push_back(p);
+    return out;
+  };
+  if (cfg.data.embedded) return;
+  for (const std::string& v : paths(*val_))
+    for (const std::string& t : paths(*train_)) {
+      std::error_code ec;
+      if (std::filesystem::equivalent(t, v, ec)) {
+        log_warn("data.val's shard ", v, " is data.train's ", t, ": the validation loss is measured on training data");
+        return;
+      }
+    }
 }
 
 template <typename RowOf>

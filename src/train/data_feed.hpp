@@ -68,6 +68,7 @@ class DataFeed {
   // Sets the targets (T) of the sample whose window starts at `start` to -1
   // where `data`'s mask is 0.
   void mask_targets(const TokenDataset& data, int64_t start, int32_t* targets);
+  void warn_about_sizes(const Config& cfg) const;  // [Note: data the run would use unevenly]
 
   int64_t B_, T_, global_batch_;
   int dp_rank_, dp_size_;

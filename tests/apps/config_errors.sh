@@ -44,4 +44,19 @@ expect_error missing-config 2 'nonexistent.json' nonexistent.json
 
 cfg '{"train_batch_size": 8}'
 expect_error bad-override 2 'train.steps' c.json --set 'train.steps=-5'
+
+# Data that trains or validates on repeated samples is legal but named once
+# ([Note: data the run would use unevenly]); a comma list is split as the
+# reader splits it (spaces trimmed, empty items skipped).
+"$ZDATA" markov --out small --train-tokens 130 --val-tokens 130 > /dev/null
+cfg '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "data": {"train": " small/train.bin,", "val": "small/val.bin"}, "train": {"steps": 2, "eval_interval": 2, "eval_steps": 2}}'
+run_np 2 c.json --log-dir uneven
+[ "$RC" = 0 ] && grep -q "warning: data.train: 2 sequences of 65 tokens, fewer than the global batch of 8: every step repeats sequences" "$WORK/out" \
+  && grep -q "warning: data.val: 2 sequences of 65 tokens hold 0 validation batches of 8, but train.eval_steps is 2" "$WORK/out" \
+  && [ "$(grep -c 'warning: data\.' "$WORK/out")" = 2 ] && echo "ok: small data named once, comma list trimmed" \
+  || fail "small data: exit $RC, $(cat "$WORK/out")"
+cfg '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "data": {"train": "small/train.bin", "val": "small/../small/train.bin"}, "train": {"steps": 1, "eval_interval": 1, "eval_steps": 1}}'
+run_np 1 c.json --log-dir sameval
+[ "$RC" = 0 ] && grep -q "warning: data.val's shard small/../small/train.bin is data.train's small/train.bin" "$WORK/out" \
+  && echo "ok: validation on the training shard is named" || fail "val = train: exit $RC, $(cat "$WORK/out")"
 finish

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -315,4 +316,13 @@ TEST(LossMask, DatasetReadsMasksAcrossShards) {
                     {dir / "c.bin", "has no loss mask"});
   zt::write_loss_mask(dir / "c.mask", {1, 1});
   expect_user_error([&] { TokenDataset::open({dir / "c.bin"}); }, {dir / "c.mask", "2 entries", "3 tokens"});
+
+  // A mask entry that is a directory or a link to nothing is named, never
+  // taken for "no mask" (every target would count).
+  zt::write_token_shard(dir / "d.bin", ramp(3));
+  std::filesystem::create_directory(dir / "d.mask");
+  expect_user_error([&] { TokenDataset::open({dir / "d.bin"}); }, {dir / "d.mask", "is not a regular file"});
+  zt::write_token_shard(dir / "e.bin", ramp(3));
+  std::filesystem::create_symlink(dir / "gone.mask", dir / "e.mask");
+  expect_user_error([&] { TokenDataset::open({dir / "e.bin"}); }, {dir / "e.mask", "is a link to nothing"});
 }
