@@ -36,8 +36,9 @@ if [ -n "${ZT_RUN_DIR:-}" ]; then
 else
   RUN_DIR=runs/$PBS_JOBID
   mkdir -p "$RUN_DIR"
-  # shellcheck disable=SC2206
-  words=("${CONFIG:?set CONFIG=path/to/config.json with qsub -v, or submit with jobs/pbs/submit.sh}" ${ZTRAIN_ARGS:-})
+  # ZTRAIN_ARGS split at blanks, without filename expansion.
+  read -r -a extra <<< "${ZTRAIN_ARGS:-}"
+  words=("${CONFIG:?set CONFIG=path/to/config.json with qsub -v, or submit with jobs/pbs/submit.sh}" "${extra[@]}")
   printf '%s\0' "${words[@]}" > "$RUN_DIR/args"
 fi
 mapfile -d '' -t ZT_USER_ARGS < "$RUN_DIR/args"
@@ -55,6 +56,8 @@ export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-
 # checkpoint.dir is the run's, whatever the config says, so that the
 # continuation finds its checkpoints; a --set checkpoint.dir among the
 # job's arguments comes later and wins.
+# The directory goes into a JSON string: quotes and backslashes would change it.
+case $RUN_DIR in *'"'* | *'\'*) echo "ztrain job: RUN_DIR '$RUN_DIR' has a quote or a backslash; choose another" >&2; exit 2 ;; esac
 ZT_ARGS=(--log-dir "$RUN_DIR" --set "checkpoint.dir=\"$RUN_DIR/checkpoints\"" --resume auto)
 
 # walltime_s: the job's walltime in seconds, empty when unknown.
@@ -64,12 +67,21 @@ walltime_s() {
     w=$(qstat -f "$PBS_JOBID" 2>/dev/null | sed -n 's/^ *Resource_List.walltime = *//p' | head -1)
   fi
   w=${w:-${ZT_WALLTIME:-}}
-  case $w in
-    *:*:*) IFS=: read -r h m s <<< "$w"; echo $((10#$h * 3600 + 10#$m * 60 + 10#$s)) ;;
-    *[!0-9]* | "") ;;
-    *) echo "$w" ;;
-  esac
+  # [[D:]H:]M:S or seconds, as PBS writes it; anything else: unknown.
+  if [[ $w =~ ^([0-9]+:)?([0-9]+):([0-9]+):([0-9]+)$ ]]; then
+    local d=${BASH_REMATCH[1]%:}
+    echo $((10#${d:-0} * 86400 + 10#${BASH_REMATCH[2]} * 3600 + 10#${BASH_REMATCH[3]} * 60 + 10#${BASH_REMATCH[4]}))
+  elif [[ $w =~ ^[0-9]+$ ]]; then
+    echo "$w"
+  elif [ -n "$w" ]; then
+    echo "ztrain job: walltime '$w' is not [[D:]H:]M:S or seconds: taken as unknown" >&2
+  fi
 }
+lead=${ZT_SAVE_LEAD:-600}
+if ! [[ $lead =~ ^[0-9]+$ ]]; then
+  echo "ztrain job: ZT_SAVE_LEAD='$lead': expected a number of seconds" >&2
+  exit 2
+fi
 
 zt_forward() { if [ -n "$ZT_PID" ]; then kill -USR1 "$ZT_PID" 2>/dev/null || true; fi; }
 
@@ -78,6 +90,8 @@ zt_forward() { if [ -n "$ZT_PID" ]; then kill -USR1 "$ZT_PID" 2>/dev/null || tru
 # submits the continuation after SIGUSR1 when mpirun exited 0.
 zt_run() {
   local rc=0 timer="" wt np flags=()
+  # Before mpirun: nothing below may end the script while the ranks run.
+  wt=$(walltime_s) || wt=""
   np=$(wc -l < "$PBS_NODEFILE")
   if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
   # The hang settings reach the ranks on every node (docs/reliability.md, "Hangs").
@@ -94,8 +108,6 @@ zt_run() {
     "$ZTRAIN" "${ZT_USER_ARGS[0]}" "${ZT_ARGS[@]}" "${ZT_USER_ARGS[@]:1}" &
   ZT_PID=$!
   local pid=$ZT_PID
-  wt=$(walltime_s)
-  local lead=${ZT_SAVE_LEAD:-600}
   if [ -n "$wt" ] && [ "$wt" -gt "$lead" ]; then
     echo "ztrain job: walltime ${wt} s; saving $lead s before it (ZT_SAVE_LEAD)"
     # The timer's sleep ends with it (kill below), so nothing outlives the job.
@@ -111,9 +123,12 @@ zt_run() {
   else
     echo "ztrain job: walltime unknown (no PBS_WALLTIME, qstat -f or ZT_WALLTIME): no save before the walltime"
   fi
-  # wait returns early each time a trap runs: wait again for the exit code.
-  while kill -0 "$pid" 2>/dev/null; do
+  # wait returns early each time a trap runs: wait again, until mpirun is
+  # gone, for its exit code (bash keeps it when mpirun ended before the
+  # first wait).
+  while :; do
     wait "$pid" && rc=0 || rc=$?
+    kill -0 "$pid" 2>/dev/null || break
   done
   trap - USR1 TERM
   if [ -n "$timer" ]; then

@@ -2,7 +2,7 @@
 # Submits a ztrain run to PBS with arguments of any kind (commas, spaces,
 # quotes: qsub -v would split them at commas). From the repository root:
 #   jobs/pbs/submit.sh [QSUB_OPTIONS...] -- CONFIG.json [ztrain options...]
-# The run directory (RUN_DIR, default runs/pbs-<UTC date and time>) gets
+# The run directory (RUN_DIR, default a new runs/pbs-<UTC date and time>-XXXXXX) gets
 # `args` (the ztrain arguments) and `qsub_args` (the qsub options), both
 # NUL-separated; the job reads them, and its continuations are submitted with
 # the same qsub options. The script is jobs/pbs/ztrain.pbs (PBS Pro, OpenPBS)
@@ -14,8 +14,14 @@ qsub_args=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do qsub_args+=("$1"); shift; done
 [ $# -ge 2 ] || { echo "usage: jobs/pbs/submit.sh [QSUB_OPTIONS...] -- CONFIG.json [ztrain options...]" >&2; exit 2; }
 shift
-run_dir=${RUN_DIR:-runs/pbs-$(date -u +%Y%m%d-%H%M%S)}
-mkdir -p "$run_dir"
+[ -f "$1" ] || { echo "jobs/pbs/submit.sh: config '$1' not found (paths are from the repository root)" >&2; exit 2; }
+if [ -n "${RUN_DIR:-}" ]; then
+  run_dir=$RUN_DIR
+  mkdir -p "$run_dir"
+else  # a directory of its own, even for jobs submitted in the same second
+  mkdir -p runs
+  run_dir=$(mktemp -d "runs/pbs-$(date -u +%Y%m%d-%H%M%S)-XXXXXX")
+fi
 run_dir=$(cd "$run_dir" && pwd)
 case $run_dir in *,*) echo "jobs/pbs/submit.sh: RUN_DIR '$run_dir' has a comma, which qsub -v cannot pass" >&2; exit 2 ;; esac
 if [ -z "${ZT_PBS_SCRIPT:-}" ]; then

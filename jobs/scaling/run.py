@@ -76,7 +76,8 @@ def parse_args(argv):
     p.add_argument("--config", default=os.path.join(REPO, "data/configs/tiny.json"), help="base config")
     p.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE",
                    help="extra ztrain override for every run (repeatable; the driver's own keys win)")
-    p.add_argument("--out", default=os.path.join(REPO, "docs/scaling.md"), help="markdown report")
+    p.add_argument("--out", default=os.path.join(REPO, "runs/scaling/report.md"),
+                   help="markdown report [runs/scaling/report.md; docs/scaling.md is written by hand]")
     p.add_argument("--raw", default="", help="keep logs, metrics and results.tsv in DIR [a temporary "
                    "directory, removed when every run succeeded; the TSV then goes next to --out]")
     p.add_argument("--plots", default="", help="directory of the PNG plots [next to --out: OUT_STEM-plots/]")

@@ -46,6 +46,8 @@ export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-
 # job finds its own checkpoints; a --set checkpoint.dir among the script's
 # options comes later and wins.
 # shellcheck disable=SC2034  # used by the script that sources this one
+# The directory goes into a JSON string: quotes and backslashes would change it.
+case $RUN_DIR in *'"'* | *'\'*) echo "ztrain job: RUN_DIR '$RUN_DIR' has a quote or a backslash; choose another" >&2; exit 2 ;; esac
 ZT_ARGS=(--log-dir "$RUN_DIR" --set "checkpoint.dir=\"$RUN_DIR/checkpoints\"" --resume auto)
 mkdir -p "$RUN_DIR"
 echo "ztrain job $SLURM_JOB_ID: start $((${SLURM_RESTART_COUNT:-0} + 1)) on $(hostname) at $(date -u '+%F %T') UTC, run dir $RUN_DIR"
@@ -65,9 +67,12 @@ zt_run() {
   "$@" &
   ZT_PID=$!
   local pid=$ZT_PID
-  # wait returns early each time a trap runs: wait again for the exit code.
-  while kill -0 "$pid" 2>/dev/null; do
+  # wait returns early each time a trap runs: wait again, until the launcher
+  # is gone, for its exit code (bash keeps it when the launcher ended before
+  # the first wait).
+  while :; do
     wait "$pid" && rc=0 || rc=$?
+    kill -0 "$pid" 2>/dev/null || break
   done
   trap - USR1 TERM
   if [ "$ZT_REQUEUE" = 1 ]; then

@@ -48,6 +48,29 @@ run_np 1 c.json --estimate-memory --set checkpoint.keep_last=3
 [ "$RC" = 0 ] && grep -q "checkpoint.keep_last: acts on the checkpoints" "$WORK/out" \
   && echo "ok: estimate-memory prints the config's warnings" || fail "estimate-memory warnings"
 
+# jobs/local.sh: its arguments checked before mpirun, and a bad config ends
+# at once (mpirun's long kill timeout, kept for saves, would hold it 2 minutes).
+LOCAL=("$SRC/jobs/local.sh")
+export BUILD_DIR; BUILD_DIR=$(dirname "$(dirname "$ZTRAIN")")
+set +e
+out=$("${LOCAL[@]}" two c.json 2>&1); lrc=$?
+set -e
+[ "$lrc" = 2 ] && echo "$out" | grep -q "NP must be a number of ranks >= 1, found 'two'" && echo "ok: local.sh NP checked" \
+  || fail "local.sh two: exit $lrc: $out"
+set +e
+out=$("${LOCAL[@]}" 2 missing.json 2>&1); lrc=$?
+set -e
+[ "$lrc" = 2 ] && echo "$out" | grep -q "config 'missing.json' not found" && echo "ok: local.sh config checked" \
+  || fail "local.sh missing.json: exit $lrc: $out"
+echo '{"bogus": 1}' > bogus.json
+t0=$SECONDS
+set +e
+out=$("${LOCAL[@]}" 2 bogus.json 2>&1); lrc=$?
+set -e
+[ "$lrc" = 2 ] && echo "$out" | grep -q "bogus: unknown key" && [ $((SECONDS - t0)) -lt 30 ] \
+  && echo "ok: local.sh ends a bad config at once ($((SECONDS - t0)) s), exit 2" || fail "local.sh bogus.json: exit $lrc after $((SECONDS - t0)) s: $out"
+unset BUILD_DIR
+
 run_np 1 c.json --estimate-memory --world 4
 if [ "$RC" = 0 ] && grep -q "nvme/nvme" "$WORK/out" && grep -q "activation checkpointing off" "$WORK/out"; then
   echo "ok: estimate-memory table"

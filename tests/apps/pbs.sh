@@ -158,4 +158,31 @@ if [ "$rc" = 0 ] && [ -n "$next" ] && [ "$(cat "$Q/$next/depend")" = "$id" ] && 
 else
   fail "walltime timer: exit $rc, continuation '$next'; $(tail -5 "$R3/job.out" 2>/dev/null)"
 fi
+
+# 4. A launcher that fails at once is the job's failure, whatever the
+# walltime query does in between; a walltime of D:HH:MM:SS is read (PBS Pro
+# writes days that way); ZT_SAVE_LEAD and submit.sh's config are checked.
+printf '#!/bin/sh\nexit 3\n' > fail_ztrain
+chmod +x fail_ztrain
+R4=$WORK/run4
+id=$(cd "$REPO" && RUN_DIR=$R4 jobs/pbs/submit.sh -l walltime=1:00:00:00 \
+  -v "ZTRAIN=$WORK/fail_ztrain,OMPI_MCA_odls_base_sigkill_timeout=1" -- "$WORK/c.json")
+start_job "$id"
+job_rc
+if [ "$rc" != 0 ] && grep -q "walltime 86400 s; saving 600 s before it" "$R4/job.out"; then
+  echo "ok: a failing launcher fails the job (exit $rc); a walltime with days is read"
+else
+  fail "failing launcher: exit $rc; $(tail -5 "$R4/job.out" 2>/dev/null)"
+fi
+id=$(cd "$REPO" && RUN_DIR=$WORK/run5 jobs/pbs/submit.sh -v "ZTRAIN=$ZTRAIN,ZT_SAVE_LEAD=10m" -- "$WORK/c.json")
+start_job "$id"
+job_rc
+[ "$rc" = 2 ] && grep -q "ZT_SAVE_LEAD='10m': expected a number of seconds" "$WORK/run5/job.out" \
+  && echo "ok: ZT_SAVE_LEAD is checked" || fail "ZT_SAVE_LEAD=10m: exit $rc; $(tail -3 "$WORK/run5/job.out" 2>/dev/null)"
+set +e; out=$(cd "$REPO" && jobs/pbs/submit.sh -- "$WORK/none.json" 2>&1); src=$?; set -e
+[ "$src" = 2 ] && echo "$out" | grep -q "config '$WORK/none.json' not found" && echo "ok: submit.sh checks the config" \
+  || fail "submit.sh without a config: exit $src: $out"
+a=$(cd "$REPO" && jobs/pbs/submit.sh -- "$WORK/c.json"); b=$(cd "$REPO" && jobs/pbs/submit.sh -- "$WORK/c.json")
+[ "$(cat "$Q/$a/vars" | tr '\0' '\n' | grep ZT_RUN_DIR)" != "$(cat "$Q/$b/vars" | tr '\0' '\n' | grep ZT_RUN_DIR)" ] \
+  && echo "ok: two runs submitted in the same second get their own directories" || fail "submit.sh run directories"
 finish
