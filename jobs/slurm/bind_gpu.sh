@@ -15,5 +15,10 @@ else
   gpus=()
   for ((i = 0; i < n; i++)); do gpus+=("$i"); done
 fi
+if [ "${#gpus[@]}" = 0 ]; then
+  echo "bind_gpu.sh: no GPU for local rank $local_rank (CUDA_VISIBLE_DEVICES '${CUDA_VISIBLE_DEVICES:-}'," \
+    "SLURM_GPUS_ON_NODE '${SLURM_GPUS_ON_NODE:-}'): ask for --gpus-per-node" >&2
+  exit 2
+fi
 export CUDA_VISIBLE_DEVICES=${gpus[local_rank % ${#gpus[@]}]}
 exec "$@"
