@@ -22,6 +22,18 @@ const json* given_at(const json& root, std::initializer_list<const char*> path) 
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
+// A key and whether the config gives it a value other than its default.
+struct Setting {
+  const char* path;
+  bool differs;
+};
+
+// One warning `what` for each setting that differs from its default.
+void warn_differing(const ParseContext& ctx, std::initializer_list<Setting> settings, const std::string& what) {
+  for (const Setting& s : settings)
+    if (s.differs) ctx.warn(s.path, what);
+}
+
 }  // namespace
 
 // [Note: inert keys] A key can be valid on its own and still do nothing in
@@ -157,46 +169,29 @@ void warn_inert_keys(const ParseContext& ctx, const Config& cfg) {
                  show(json(cfg.scheduler.warmup_max_lr)) + ") at every step, as in DeepSpeed");
 
   // The pipeline's layout keys with one stage.
-  if (cfg.pipeline.parallel_size == 1) {
-    struct Pipe {
-      const char* key;
-      bool differs;
-    };
-    const Pipe pipe[] = {
-        {"pipe_schedule_name", cfg.pipeline.pipe_schedule_name != d.pipeline.pipe_schedule_name},
-        {"num_chunks", cfg.pipeline.num_chunks != d.pipeline.num_chunks},
-        {"partition", cfg.pipeline.partition != d.pipeline.partition},
-        {"rank_order", cfg.pipeline.rank_order != d.pipeline.rank_order},
-    };
-    for (const Pipe& p : pipe)
-      if (p.differs)
-        ctx.warn(std::string("pipeline.") + p.key,
-                 "lays out a pipeline of several stages; pipeline.parallel_size is 1; ignored");
-  }
+  if (cfg.pipeline.parallel_size == 1)
+    warn_differing(ctx,
+                   {{"pipeline.pipe_schedule_name", cfg.pipeline.pipe_schedule_name != d.pipeline.pipe_schedule_name},
+                    {"pipeline.num_chunks", cfg.pipeline.num_chunks != d.pipeline.num_chunks},
+                    {"pipeline.partition", cfg.pipeline.partition != d.pipeline.partition},
+                    {"pipeline.rank_order", cfg.pipeline.rank_order != d.pipeline.rank_order}},
+                   "lays out a pipeline of several stages; pipeline.parallel_size is 1; ignored");
 
   // Checkpoint keys without a directory to save in.
-  if (cfg.checkpoint.dir.empty()) {
-    struct Ckpt {
-      const char* path;
-      bool differs;
-    };
-    const Ckpt ckpt[] = {
-        {"checkpoint.keep_last", cfg.checkpoint.keep_last != d.checkpoint.keep_last},
-        {"checkpoint.async", cfg.checkpoint.async != d.checkpoint.async},
-        {"checkpoint.save_at_end", cfg.checkpoint.save_at_end != d.checkpoint.save_at_end},
-        {"checkpoint.tag_validation", cfg.checkpoint.tag_validation != d.checkpoint.tag_validation},
-    };
-    for (const Ckpt& c : ckpt)
-      if (c.differs) ctx.warn(c.path, "acts on the checkpoints saved under checkpoint.dir, which is not set; ignored");
-  }
+  if (cfg.checkpoint.dir.empty())
+    warn_differing(ctx,
+                   {{"checkpoint.keep_last", cfg.checkpoint.keep_last != d.checkpoint.keep_last},
+                    {"checkpoint.async", cfg.checkpoint.async != d.checkpoint.async},
+                    {"checkpoint.save_at_end", cfg.checkpoint.save_at_end != d.checkpoint.save_at_end},
+                    {"checkpoint.tag_validation", cfg.checkpoint.tag_validation != d.checkpoint.tag_validation}},
+                   "acts on the checkpoints saved under checkpoint.dir, which is not set; ignored");
 
   // Monitors that are off.
-  if (!cfg.csv_monitor.enabled && !given_at(raw, {"csv_monitor", "enabled"})) {
-    if (cfg.csv_monitor.output_path != d.csv_monitor.output_path)
-      ctx.warn("csv_monitor.output_path", "csv_monitor.enabled is not given, so no CSV is written; ignored");
-    if (cfg.csv_monitor.job_name != d.csv_monitor.job_name)
-      ctx.warn("csv_monitor.job_name", "csv_monitor.enabled is not given, so no CSV is written; ignored");
-  }
+  if (!cfg.csv_monitor.enabled && !given_at(raw, {"csv_monitor", "enabled"}))
+    warn_differing(ctx,
+                   {{"csv_monitor.output_path", cfg.csv_monitor.output_path != d.csv_monitor.output_path},
+                    {"csv_monitor.job_name", cfg.csv_monitor.job_name != d.csv_monitor.job_name}},
+                   "csv_monitor.enabled is not given, so no CSV is written; ignored");
   if (!cfg.prometheus.enabled && !given_at(raw, {"prometheus", "enabled"})) {
     if (cfg.prometheus.port != d.prometheus.port)
       ctx.warn("prometheus.port", "prometheus.enabled is not given, so nothing is served; ignored");
