@@ -149,9 +149,9 @@ bool cuda_available() {
 #endif
 }
 
-// --estimate-memory and --dry-run: the GPU's kernels' workspace for
-// --device cuda, and for auto where a GPU is visible.
-bool estimate_for_gpu(const std::string& device) { return device == "cuda" || (device == "auto" && cuda_available()); }
+// Whether the run takes the GPU: --device cuda, or auto where a GPU is
+// visible (also what --estimate-memory and --dry-run estimate for).
+bool runs_on_gpu(const std::string& device) { return device == "cuda" || (device == "auto" && cuda_available()); }
 
 // The GPU backend: the GPU of this rank's node-local index and its kernels.
 // profile: the kernels wrapped in ProfiledKernels ([Note: kernel profile]).
@@ -307,6 +307,23 @@ Args parse_args(int argc, char** argv, bool& exit_now) {
   return a;
 }
 
+// What the run refuses before its first step, for --dry-run and the run
+// alike: the CUDA-only switches without a GPU, and --resume without a
+// checkpoint directory or with a step directory that is not there.
+void check_run_options(const Args& a, const Config& cfg) {
+  if (!runs_on_gpu(a.device)) {
+    if (a.profile) ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
+    if (count_host_calls_requested())
+      ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS counts CUDA calls: run it with --device cuda");
+    if (gpu_timeline_requested())
+      ZT_USER_ERROR("ZTRAIN_GPU_TIMELINE records a GPU's operations: run it with --device cuda");
+  }
+  if (a.resume.empty()) return;
+  if (cfg.checkpoint.dir.empty()) ZT_USER_ERROR("--resume needs checkpoint.dir in the config");
+  if (a.resume != "auto" && !std::filesystem::is_directory(a.resume))
+    ZT_USER_ERROR("--resume ", a.resume, ": no such checkpoint directory");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -328,7 +345,7 @@ int main(int argc, char** argv) {
           if (mpi.world_rank() == 0) {
             for (const std::string& w : cfg.warnings) log_warn(w);
             std::cout << format_estimate_table(cfg, args.world > 0 ? args.world : mpi.world_size(),
-                                               estimate_for_gpu(args.device))
+                                               runs_on_gpu(args.device))
                       << std::flush;
           }
           exit_now = true;
@@ -339,6 +356,7 @@ int main(int argc, char** argv) {
           ZT_USER_ERROR(args.config, ": pipeline.parallel_size (", pp, ") must divide the number of ranks (",
                         mpi.world_size(), ")");
         resolve_batch(cfg, mpi.world_size() / pp);
+        check_run_options(args, cfg);
       }))
     return *code;
   if (exit_now) return 0;
@@ -354,16 +372,9 @@ int main(int argc, char** argv) {
   if (args.dry_run) {
     if (auto code = agree([&] {
           validate_data_files(cfg);
-          // What the run would refuse before its first step, refused here too.
-          if (!args.resume.empty() && cfg.checkpoint.dir.empty())
-            ZT_USER_ERROR("--resume needs checkpoint.dir in the config");
-          if (!args.resume.empty() && args.resume != "auto" && !std::filesystem::is_directory(args.resume))
-            ZT_USER_ERROR("--resume ", args.resume, ": no such checkpoint directory");
-          if (args.profile && !estimate_for_gpu(args.device))
-            ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
           if (mpi.world_rank() == 0) {
             std::cout << resolved_json(cfg).dump(2) << "\n";
-            std::cout << format_memory_estimate(estimate_memory(cfg, topo->dp_size(), estimate_for_gpu(args.device)))
+            std::cout << format_memory_estimate(estimate_memory(cfg, topo->dp_size(), runs_on_gpu(args.device)))
                       << std::flush;
           }
         }))
@@ -387,16 +398,10 @@ int main(int argc, char** argv) {
   CommBundle comms(*topo);
   std::unique_ptr<Trainer> trainer;
   if (auto code = agree([&] {
-        const bool cuda = args.device == "cuda" || (args.device == "auto" && cuda_available());
         (void)cuda_graph_requested();  // its value checked before the first step
-        if (cuda) {
+        if (runs_on_gpu(args.device)) {  // the switches needing CUDA were checked with the options
           make_cuda_backend(*topo, device, kernels, args.profile, peak_flops);
         } else {
-          if (args.profile) ZT_USER_ERROR("--profile times CUDA kernels: run it with --device cuda");
-          if (count_host_calls_requested())
-            ZT_USER_ERROR("ZTRAIN_COUNT_HOST_CALLS counts CUDA calls: run it with --device cuda");
-          if (gpu_timeline_requested())
-            ZT_USER_ERROR("ZTRAIN_GPU_TIMELINE records a GPU's operations: run it with --device cuda");
           device = std::make_unique<CpuDevice>();
           kernels = std::make_unique<CpuKernels>();
         }
