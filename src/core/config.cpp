@@ -274,6 +274,20 @@ void apply_override(json& root, const std::string& assignment) {
     (*node)[parts.back()] = std::move(value);
 }
 
+std::vector<std::string> split_path_list(const std::string& list) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string item = list.substr(at, comma - at);
+    const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+    if (first != std::string::npos) out.push_back(item.substr(first, last - first + 1));
+    at = comma + 1;
+  }
+  return out;
+}
+
 void check_available_features(const Config& cfg) {
   // [Note: features not available yet] The config layer knows every key the
   // design has; this table lists the settings the rest of this build cannot run

@@ -68,8 +68,12 @@ struct ModelConfig {
   std::string init_from;
 };
 
+// The file names of a comma list such as data.train ("a.bin, b.bin"): spaces
+// and tabs around each trimmed, empty items skipped, no globbing.
+std::vector<std::string> split_path_list(const std::string& list);
+
 struct DataConfig {
-  std::string train;     // token file; must exist (its format is the io layer's check)
+  std::string train;     // token files (a comma list); each must exist (their format is the io layer's check)
   std::string val;       // "" = none
   bool embedded = true;  // no "data" section: use the built-in synthetic corpus
   // The tokenizer that made the token files (a tokenizer.json or a

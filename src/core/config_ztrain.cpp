@@ -215,23 +215,12 @@ void parse_data(const SectionReader& top, Config& cfg) {
   if (!r.has("train"))
     r.fail("train", "required when the config has a \"data\" section (leave the section out to train on the "
                     "built-in corpus)");
-  // Each of comma-separated shards must be readable, split as the reader
-  // splits them (TokenDataset::open_list: spaces around a name trimmed,
-  // empty items skipped).
+  // Each shard of the comma list must be readable, split as the reader
+  // splits it (split_path_list, TokenDataset::open_list).
   const auto check_shards = [&r](const char* key, const std::string& list) {
-    int files = 0;
-    size_t at = 0;
-    do {
-      const size_t comma = list.find(',', at);
-      std::string item = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-      const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
-      if (first != std::string::npos) {
-        check_readable_file(r, key, item.substr(first, last - first + 1));
-        ++files;
-      }
-      at = comma == std::string::npos ? comma : comma + 1;
-    } while (at != std::string::npos);
-    if (files == 0) r.fail(key, "expected a file name or a comma list of them, found \"" + list + "\"");
+    const std::vector<std::string> files = split_path_list(list);
+    if (files.empty()) r.fail(key, "expected a file name or a comma list of them, found \"" + list + "\"");
+    for (const std::string& f : files) check_readable_file(r, key, f);
   };
   d.train = r.string("train", "");
   check_shards("train", d.train);

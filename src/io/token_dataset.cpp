@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "io/loss_mask.hpp"
 
@@ -63,17 +64,7 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
 }
 
 TokenDataset TokenDataset::open_list(const std::string& comma_separated_paths) {
-  std::vector<std::string> paths;
-  size_t pos = 0;
-  while (pos <= comma_separated_paths.size()) {
-    size_t comma = comma_separated_paths.find(',', pos);
-    if (comma == std::string::npos) comma = comma_separated_paths.size();
-    std::string item = comma_separated_paths.substr(pos, comma - pos);
-    const auto first = item.find_first_not_of(" \t");
-    const auto last = item.find_last_not_of(" \t");
-    if (first != std::string::npos) paths.push_back(item.substr(first, last - first + 1));
-    pos = comma + 1;
-  }
+  const std::vector<std::string> paths = split_path_list(comma_separated_paths);
   if (paths.empty()) ZT_USER_ERROR("token dataset: no files in '", comma_separated_paths, "'");
   return open(paths);
 }
@@ -118,6 +109,12 @@ void TokenDataset::copy_mask(int64_t start, int64_t len, uint8_t* out) const {
 }
 
 int64_t TokenDataset::max_token() const { return max_token_; }
+
+std::vector<std::string> TokenDataset::paths() const {
+  std::vector<std::string> out;
+  for (const auto& s : shards_) out.push_back(s.path());
+  return out;
+}
 
 std::string TokenDataset::describe() const {
   if (shards_.empty()) return memory_name_;

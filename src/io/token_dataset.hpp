@@ -35,6 +35,8 @@ class TokenDataset {
   int64_t max_token() const;               // -1 when empty
   // File names joined by ',' (or the in-memory name), for logs.
   std::string describe() const;
+  // The shards' file names in order (none for an in-memory dataset).
+  std::vector<std::string> paths() const;
 
   // out[0..len) = tokens[start..start+len) as int32. Requires
   // 0 <= start, 0 <= len, start + len <= size() (internal error otherwise).

@@ -1,8 +1,6 @@
 #include "train/data_feed.hpp"
 
-#include <algorithm>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -75,16 +73,8 @@ void DataFeed::warn_about_sizes(const Config& cfg) const {
              fit > 0 ? "set train.eval_steps to at most " + std::to_string(fit)
                      : std::string("give more validation data or a smaller batch"));
   }
-  // The shards as the datasets opened them (comma lists, spaces trimmed).
-  auto paths = [](const TokenDataset& d) {
-    std::vector<std::string> out;
-    std::stringstream ss(d.describe());
-    for (std::string p; std::getline(ss, p, ',');) out.push_back(p);
-    return out;
-  };
-  if (cfg.data.embedded) return;
-  for (const std::string& v : paths(*val_))
-    for (const std::string& t : paths(*train_)) {
+  for (const std::string& v : val_->paths())
+    for (const std::string& t : train_->paths()) {
       std::error_code ec;
       if (std::filesystem::equivalent(t, v, ec)) {
         log_warn("data.val's shard ", v, " is data.train's ", t, ": the validation loss is measured on training data");

@@ -623,6 +623,15 @@ TEST(ConfigParse, InertValidationAndTimeoutKeysAreNamed) {
   }
 }
 
+// The comma lists of data.train and data.val, as the config checks them and
+// the io layer opens them.
+TEST(ConfigParse, PathListsAreSplitAtCommasWithSpacesTrimmed) {
+  EXPECT_EQ(split_path_list(" a.bin ,\tb c.bin,, "), (std::vector<std::string>{"a.bin", "b c.bin"}));
+  EXPECT_EQ(split_path_list("a.bin"), (std::vector<std::string>{"a.bin"}));
+  EXPECT_TRUE(split_path_list(" , ").empty());
+  EXPECT_TRUE(split_path_list("").empty());
+}
+
 TEST(ConfigParse, DataFilesThatExist) {
   TempFile train("data_train.bin"), val("data_val.bin");
   const Config cfg = parse(R"({"data": {"train": ")" + train.path() + R"(", "val": ")" + val.path() + R"("}})");
