@@ -6,18 +6,17 @@
 //   zbench_aio --dir /tmp --backend threads --queue-depth 32 --threads 4
 #include <unistd.h>
 
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <limits>
+#include <iostream>
 #include <memory>
 #include <random>
-#include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -37,66 +36,42 @@ struct Args {
   bool verify = false;
 };
 
-void usage() {
-  std::printf(
-      "zbench_aio [--dir DIR] [--size-gib G] [--backend both|auto|io_uring|threads]\n"
-      "           [--block-size BYTES] [--queue-depth N] [--threads N] [--single-submit] [--no-overlap]\n"
-      "           [--chunk-mib M] [--in-flight K] [--repeat R] [--verify]\n"
-      "Writes then reads G GiB (default 1) in DIR (default /tmp) with each back end, in chunks of\n"
-      "M MiB (default 64), K chunks in flight (default 4), R times (default 3); prints GB/s (1e9 B/s).\n");
-}
-
-// The whole of `text` as a number of type T, or an error naming `flag`.
-template <typename T>
-T number_of(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  T v{};
-  try {
-    if constexpr (std::is_floating_point_v<T>) {
-      v = static_cast<T>(std::stod(text, &used));
-    } else {
-      const long long x = std::stoll(text, &used);
-      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) throw std::out_of_range(text);
-      v = static_cast<T>(x);
-    }
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || (std::is_floating_point_v<T> && !std::isfinite(static_cast<double>(v))))
-    ZT_USER_ERROR(flag, ": expected ", std::is_floating_point_v<T> ? "a number" : "an integer", " in range, found '",
-                  text, "'");
-  return v;
-}
-
+// The command line, through Boost.Program_options as the other tools read
+// theirs: a value that is not a number of the option's type, or trailing
+// text after it, is an error naming the option.
 Args parse(int argc, char** argv) {
+  namespace po = boost::program_options;
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) ZT_USER_ERROR(k, " needs a value");
-      return argv[++i];
-    };
-    if (k == "--dir") a.dir = value();
-    else if (k == "--size-gib") a.size_gib = number_of<double>(k, value());
-    else if (k == "--backend") a.backend = value();
-    else if (k == "--block-size") a.aio.block_size = number_of<int64_t>(k, value());
-    else if (k == "--queue-depth") a.aio.queue_depth = number_of<int>(k, value());
-    else if (k == "--threads") a.aio.thread_count = number_of<int>(k, value());
-    else if (k == "--single-submit") a.aio.single_submit = true;
-    else if (k == "--no-overlap") a.aio.overlap_events = false;
-    else if (k == "--chunk-mib") a.chunk_mib = number_of<int64_t>(k, value());
-    else if (k == "--in-flight") a.in_flight = number_of<int>(k, value());
-    else if (k == "--repeat") a.repeat = number_of<int>(k, value());
-    else if (k == "--verify") a.verify = true;
-    else if (k == "--help" || k == "-h") {
-      usage();
-      std::exit(0);
-    } else {
-      usage();
-      ZT_USER_ERROR("unknown argument ", k);
-    }
+  bool no_overlap = false;
+  po::options_description opts(
+      "zbench_aio [options]: writes then reads --size-gib GiB in --dir with each back end, in chunks of --chunk-mib "
+      "MiB, --in-flight chunks in flight, --repeat times; prints GB/s (1e9 B/s)");
+  opts.add_options()("help,h", "this help")
+      ("dir", po::value(&a.dir)->default_value(a.dir), "directory of the swap file")
+      ("size-gib", po::value(&a.size_gib)->default_value(a.size_gib), "GiB written and read")
+      ("backend", po::value(&a.backend)->default_value(a.backend), "both, auto, io_uring or threads")
+      ("block-size", po::value(&a.aio.block_size)->default_value(a.aio.block_size), "aio.block_size")
+      ("queue-depth", po::value(&a.aio.queue_depth)->default_value(a.aio.queue_depth), "aio.queue_depth")
+      ("threads", po::value(&a.aio.thread_count)->default_value(a.aio.thread_count), "aio.thread_count")
+      ("single-submit", po::bool_switch(&a.aio.single_submit), "aio.single_submit true")
+      ("no-overlap", po::bool_switch(&no_overlap), "aio.overlap_events false")
+      ("chunk-mib", po::value(&a.chunk_mib)->default_value(a.chunk_mib), "MiB per submit")
+      ("in-flight", po::value(&a.in_flight)->default_value(a.in_flight), "chunks in flight")
+      ("repeat", po::value(&a.repeat)->default_value(a.repeat), "passes (the best is printed)")
+      ("verify", po::bool_switch(&a.verify), "read back and compare what was written");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    ZT_USER_ERROR(e.what(), " (zbench_aio --help)");
   }
-  if (a.chunk_mib < 1 || a.in_flight < 1 || a.repeat < 1 || a.size_gib <= 0)
+  if (vm.count("help")) {
+    std::cout << opts;
+    std::exit(0);
+  }
+  a.aio.overlap_events = !no_overlap;
+  if (a.chunk_mib < 1 || a.in_flight < 1 || a.repeat < 1 || !(a.size_gib > 0) || !std::isfinite(a.size_gib))
     ZT_USER_ERROR("--chunk-mib, --in-flight, --repeat and --size-gib must be positive");
   if (a.aio.block_size < 1 || a.aio.queue_depth < 1 || a.aio.thread_count < 1)
     ZT_USER_ERROR("--block-size, --queue-depth and --threads must be positive");
