@@ -184,16 +184,16 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
   s.finalizer = std::make_unique<GradientFinalizer>(*s.zero, kernels, dev, comms, units, s.plan.mirror, o, s.fault);
   // Each micro-batch's saved-activation arena starts with one chunk of the
   // estimator's figure for one micro-batch on this rank's stage, and the
-  // shared scratch arena with the stage's workspace figure (arena_chunk_bytes:
-  // each plus 5%), so one chunk usually holds it all and the peak bytes
-  // reported are what the step really keeps; an arena grows by such chunks
-  // if the estimate was short.
+  // shared scratch arena with the stage's workspace column (which is that
+  // chunk already); arena_chunk_bytes adds 5%, so one chunk usually holds it
+  // all and the peak bytes reported are what the step really keeps; an arena
+  // grows by such chunks if the estimate was short.
   const MemoryEstimateRow row = estimate_memory(cfg, topo.dp_size(), dev.kind() == DeviceKind::cuda)
                                     .stages.at(static_cast<size_t>(topo.pp_rank()));
-  const auto chunk = [](int64_t need) { return static_cast<size_t>(arena_chunk_bytes(need)); };
-  s.walk = std::make_unique<StepWalk>(o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero,
-                                      *s.finalizer, *s.schedule, *s.data,
-                                      ArenaChunks{chunk(row.micro_batch_activations), chunk(row.workspace_need)});
+  s.walk = std::make_unique<StepWalk>(
+      o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero, *s.finalizer, *s.schedule, *s.data,
+      ArenaChunks{static_cast<size_t>(arena_chunk_bytes(row.micro_batch_activations)),
+                  static_cast<size_t>(row.workspace)});
   s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params(), &dev, s.model->flops_per_token());
   if (!cfg.checkpoint.dir.empty()) {
     s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, units, s.plan.mirror);
