@@ -2,7 +2,8 @@
 # Submits a ztrain run to PBS with arguments of any kind (commas, spaces,
 # quotes: qsub -v would split them at commas). From the repository root:
 #   jobs/pbs/submit.sh [QSUB_OPTIONS...] -- CONFIG.json [ztrain options...]
-# The run directory (RUN_DIR, default a new runs/pbs-<UTC date and time>-XXXXXX) gets
+# The run directory (RUN_DIR; default a new runs/pbs-<UTC date and time>-<six
+# random characters>, made by mktemp) gets
 # `args` (the ztrain arguments) and `qsub_args` (the qsub options), both
 # NUL-separated; the job reads them, and its continuations are submitted with
 # the same qsub options. The script is jobs/pbs/ztrain.pbs (PBS Pro, OpenPBS)
@@ -20,6 +21,7 @@ if [ -n "${RUN_DIR:-}" ]; then
   mkdir -p "$run_dir"
 else  # a directory of its own, even for jobs submitted in the same second
   mkdir -p runs
+  # mktemp replaces the template's six X with random characters.
   run_dir=$(mktemp -d "runs/pbs-$(date -u +%Y%m%d-%H%M%S)-XXXXXX")
 fi
 run_dir=$(cd "$run_dir" && pwd)
