@@ -50,24 +50,25 @@ struct Options {
   int check = 1;
 };
 
-// "64", "64K", "1M", "1G" (powers of 1024, as nccl-tests read them).
-size_t parse_bytes(const std::string& s) {
+// "64", "64K", "1M", "1G" (powers of 1024, as nccl-tests read them), the
+// value of option `flag`.
+size_t parse_bytes(const char* flag, const std::string& s) {
   size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(s, &pos);
   } catch (const std::exception&) {
-    ZT_USER_ERROR("size '", s, "': expected a number with an optional K, M or G suffix");
+    ZT_USER_ERROR(flag, ": size '", s, "': expected a number with an optional K, M or G suffix");
   }
   const std::string suffix = s.substr(pos);
   double mult = 1;
   if (suffix == "K" || suffix == "k") mult = 1024.0;
   else if (suffix == "M" || suffix == "m") mult = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g") mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty()) ZT_USER_ERROR("size '", s, "': unknown suffix '", suffix, "'");
-  if (!(v > 0) || !std::isfinite(v)) ZT_USER_ERROR("size '", s, "' must be a positive number");
+  else if (!suffix.empty()) ZT_USER_ERROR(flag, ": size '", s, "': unknown suffix '", suffix, "'");
+  if (!(v > 0) || !std::isfinite(v)) ZT_USER_ERROR(flag, ": size '", s, "' must be a positive number");
   const double bytes = v * mult;
-  if (bytes < 1 || bytes > 1e15) ZT_USER_ERROR("size '", s, "': expected 1 byte to 1 PB");
+  if (bytes < 1 || bytes > 1e15) ZT_USER_ERROR(flag, ": size '", s, "': expected 1 byte to 1 PB");
   return static_cast<size_t>(bytes);
 }
 
@@ -180,17 +181,7 @@ class Bench {
 };
 
 int run(const Options& o) {
-  size_t min_bytes = 0, max_bytes = 0;
-  try {
-    min_bytes = parse_bytes(o.min_bytes);
-  } catch (const UserError& e) {
-    ZT_USER_ERROR("--min-bytes: ", e.what());
-  }
-  try {
-    max_bytes = parse_bytes(o.max_bytes);
-  } catch (const UserError& e) {
-    ZT_USER_ERROR("--max-bytes: ", e.what());
-  }
+  const size_t min_bytes = parse_bytes("--min-bytes", o.min_bytes), max_bytes = parse_bytes("--max-bytes", o.max_bytes);
   if (min_bytes > max_bytes) ZT_USER_ERROR("--min-bytes exceeds --max-bytes");
   if (o.factor < 2) ZT_USER_ERROR("--factor must be at least 2");
   if (o.check != 0 && o.check != 1) ZT_USER_ERROR("--check: expected 0 or 1, found ", o.check);
