@@ -107,6 +107,26 @@ pinned_saves() {
   fi
 }
 
+# expect_bad_options NAME BAD...: each BAD (split at spaces) given after the
+# command in the array BAD_CMD exits 2 with a message naming BAD's option.
+expect_bad_options() {
+  local name=$1 bad msg rc
+  shift
+  for bad in "$@"; do
+    set +e
+    # shellcheck disable=SC2086
+    msg=$("${BAD_CMD[@]}" $bad 2>&1)
+    rc=$?
+    set -e
+    if [ "$rc" = 2 ] && echo "$msg" | grep -q -- "${bad%% *}"; then
+      echo "ok: $name $bad: exit 2, named"
+    else
+      echo "$msg" > "$WORK/out"
+      fail "$name $bad: exit $rc, expected 2 naming ${bad%% *}"
+    fi
+  done
+}
+
 finish() {
   if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS check(s) failed"

@@ -30,13 +30,8 @@ for a in r["aos"]:
 assert (r["tile"], r["pages"], r["touch"], r["threads"]) == (262144, "small", "one", 2), r
 print("zbench_host figures consistent")
 '
-for bad in "--aos 1000" "--aos abc" "--pages giant" "--touch two" "--tile -1" "--grad fp16" "--threads -1" "--copy ," "--isa bogus"; do
-  set +e
-  msg=$("$ZBENCH_HOST" --numel 4096 --rounds 1 $bad 2>&1)
-  rc=$?
-  set -e
-  opt=${bad%% *}
-  [ $rc = 2 ] || { echo "zbench_host $bad: exit $rc, expected 2"; exit 1; }
-  echo "$msg" | grep -q -- "$opt" || { echo "zbench_host $bad: the message does not name $opt: $msg"; exit 1; }
-done
-echo "zbench_host bad options: exit 2, named"
+. "$(dirname "$0")/lib.sh"
+BAD_CMD=("$ZBENCH_HOST" --numel 4096 --rounds 1)
+expect_bad_options zbench_host "--aos 1000" "--aos abc" "--pages giant" "--touch two" "--tile -1" "--grad fp16" \
+  "--threads -1" "--copy ," "--isa bogus"
+finish
