@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The memory estimator against measured peaks on one GPU (docs/memory.md):
 # for each case, `ztrain --dry-run` gives the estimate (each column and the
-# device total) and a 3-step run the end record's peaks (each tag and the
-# total). Prints one line per case with the estimate / measured ratio of
-# the total and of each column, and writes OUT_DIR/memory.tsv.
+# device total, the pinned and pageable host memory) and a 3-step run the
+# end record's peaks (each tag, the total and the host's). Prints one line
+# per case with the estimate / measured ratio of the device total and of
+# the host's, each column beside it, and writes OUT_DIR/memory.tsv.
 #
 #   jobs/bench/memory.sh ZTRAIN OUT_DIR [CASE...]
 #
@@ -23,7 +24,7 @@ cases=${*:-z2 z2-cpu z3 z3-cpu-cpu z3-group z3-350m z3-cpu-cpu-350m}
 device=${ZTRAIN_DEVICE:-cuda}
 mkdir -p "$out"
 tsv="$out/memory.tsv"
-printf 'case\testimate_gib\tmeasured_gib\tratio\tcolumns (estimate/measured GiB)\n' > "$tsv"
+printf 'case\testimate_gib\tmeasured_gib\tratio\thost estimate/measured GiB (ratio)\tdevice columns (estimate/measured GiB)\n' > "$tsv"
 
 config() {  # config FILE LAYERS DIM HEADS MICRO ACCUM
   cat > "$1" <<JSON
@@ -65,22 +66,28 @@ import json, sys
 dry, metrics, name = sys.argv[1:4]
 labels = {"params": "parameters (working", "grads": "gradients (fp32)", "optim": "optimizer (master",
           "activations": "activations", "comm": "communication buckets", "workspace": "workspace",
-          "total": "device total"}
+          "total": "device total", "pinned": "pinned host memory", "pageable": "pageable host memory"}
 est = {}
 for line in open(dry, errors="replace"):
     for tag, label in labels.items():
         if line.startswith("  " + label) and tag not in est:
             est[tag] = float(line.split()[-2]) / 1024
 try:
-    end = [json.loads(l) for l in open(metrics) if '"event":"end"' in l.replace(" ", "")][0]["peak_bytes"]
-    got = {k: v / 2**30 for k, v in end.items()}
-except (OSError, IndexError):
+    end = [json.loads(l) for l in open(metrics) if '"event":"end"' in l.replace(" ", "")][0]
+    got = {k: v / 2**30 for k, v in end["peak_bytes"].items()}
+    got.update({k: v / 2**30 for k, v in end.get("peak_host_bytes", {}).items()})
+except (OSError, IndexError, KeyError):
     got = {}
 if "total" not in est or "total" not in got:
-    print(f"{name}\t\t\t\tno estimate or no end record")
+    print(f"{name}\t\t\t\t\tno estimate or no end record")
     sys.exit(0)
-cols = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f}" for t in labels if t != "total" and (est.get(t) or got.get(t)))
-print(f"{name}\t{est['total']:.2f}\t{got['total']:.2f}\t{est['total'] / got['total']:.3f}\t{cols}")
+def ratio(t):
+    return f"{est.get(t, 0) / got[t]:.3f}" if got.get(t) else ("-" if not est.get(t) else "no peak")
+device = [t for t in labels if t not in ("total", "pinned", "pageable") and (est.get(t) or got.get(t))]
+cols = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f}" for t in device)
+host = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f} ({ratio(t)})" for t in ("pinned", "pageable")
+                 if est.get(t) or got.get(t)) or "none"
+print(f"{name}\t{est['total']:.2f}\t{got['total']:.2f}\t{ratio('total')}\t{host}\t{cols}")
 PY
   tail -1 "$tsv"
 done
