@@ -32,7 +32,7 @@ config() {  # config FILE LAYERS DIM HEADS MICRO ACCUM
  "gradient_clipping": 1.0, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0001, "betas": [0.9, 0.999], "weight_decay": 0.01}},
  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none", "pin_memory": true},
-                       "offload_param": {"device": "none", "pin_memory": true}},
+                       "offload_param": {"device": "none", "pin_memory": true, "buffer_size": 300000000}},
  "model": {"n_layer": $2, "d_model": $3, "n_head": $4, "seq_len": 1024, "vocab_size": 50304},
  "train": {"steps": 3, "eval_interval": 0}}
 JSON
@@ -86,9 +86,9 @@ def ratio(t):
 device = [t for t in labels if t not in ("total", "pinned", "pageable") and (est.get(t) or got.get(t))]
 cols = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f}" for t in device)
 host = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f} ({ratio(t)})" for t in ("pinned", "pageable")
-                 if est.get(t) or got.get(t)) or "none"
+                 if est.get(t, 0) >= 0.01 or got.get(t, 0) >= 0.01) or "none"
 print(f"{name}\t{est['total']:.2f}\t{got['total']:.2f}\t{ratio('total')}\t{host}\t{cols}")
 PY
   tail -1 "$tsv"
 done
-column -t -s $'\t' "$tsv"
+cat "$tsv"
