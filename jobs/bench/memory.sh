@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The memory estimator against measured peaks on one GPU (docs/memory.md):
 # for each case, `ztrain --dry-run` gives the estimate (each column and the
-# device total, the pinned and pageable host memory) and a 3-step run the
-# end record's peaks (each tag, the total and the host's). Prints one line
-# per case with the estimate / measured ratio of the device total and of
-# the host's, each column beside it, and writes OUT_DIR/memory.tsv.
+# device total, the pinned and pageable host memory, the NVMe files) and a
+# 3-step run the end record's peaks (each tag, the total, the host's and
+# the swap files'). Prints one line per case with the estimate / measured
+# ratio of the device total, of the host's and of the NVMe bytes, each
+# device column beside them, and writes OUT_DIR/memory.tsv.
 #
 #   jobs/bench/memory.sh ZTRAIN OUT_DIR [CASE...]
 #
@@ -14,17 +15,19 @@
 # memory) at the 1.3B preset's shape (24 layers, d 2048, micro-batch 8);
 # z3-350m and z3-cpu-cpu-350m at 350M's (24 layers, d 1024, micro-batch 16),
 # small enough that DeepSpeed's default reuse distance keeps every unit
-# gathered after its backward. Default: all. RUN_TIMEOUT=S bounds each run
-# (default 300 s); --device cuda unless ZTRAIN_DEVICE says otherwise.
+# gathered after its backward; z3-pageable-350m (both offloads without
+# pin_memory) and z3-nvme-350m (both on NVMe files under MEMORY_NVME_DIR,
+# default OUT_DIR/nvme) there too. Default: all. RUN_TIMEOUT=S bounds each
+# run (default 300 s); --device cuda unless ZTRAIN_DEVICE says otherwise.
 set -uo pipefail
 ztrain=${1:?usage: memory.sh ZTRAIN OUT_DIR [CASE...]}
 out=${2:?usage: memory.sh ZTRAIN OUT_DIR [CASE...]}
 shift 2
-cases=${*:-z2 z2-cpu z3 z3-cpu-cpu z3-group z3-350m z3-cpu-cpu-350m}
+cases=${*:-z2 z2-cpu z3 z3-cpu-cpu z3-group z3-350m z3-cpu-cpu-350m z3-pageable-350m z3-nvme-350m}
 device=${ZTRAIN_DEVICE:-cuda}
 mkdir -p "$out"
 tsv="$out/memory.tsv"
-printf 'case\testimate_gib\tmeasured_gib\tratio\thost estimate/measured GiB (ratio)\tdevice columns (estimate/measured GiB)\n' > "$tsv"
+printf 'case\testimate_gib\tmeasured_gib\tratio\thost and NVMe estimate/measured GiB (ratio)\tdevice columns (estimate/measured GiB)\n' > "$tsv"
 
 config() {  # config FILE LAYERS DIM HEADS MICRO ACCUM
   cat > "$1" <<JSON
@@ -41,6 +44,8 @@ config "$out/b13.json" 24 2048 16 8 1
 config "$out/b13a8.json" 24 2048 16 8 8
 config "$out/m350.json" 24 1024 16 16 1
 
+nvme=${MEMORY_NVME_DIR:-$out/nvme}  # the swap files of the NVMe case
+mkdir -p "$nvme"
 CPU='zero_optimization.offload_optimizer.device="cpu"'
 PARAM='zero_optimization.offload_param.device="cpu"'
 for c in $cases; do
@@ -54,6 +59,12 @@ for c in $cases; do
                                activation_checkpointing.cpu_checkpointing=true) ;;
     z3-350m) cfg=m350; sets=(zero_optimization.stage=3) ;;
     z3-cpu-cpu-350m) cfg=m350; sets=(zero_optimization.stage=3 "$CPU" "$PARAM") ;;
+    z3-pageable-350m) cfg=m350; sets=(zero_optimization.stage=3 "$CPU" "$PARAM" zero_optimization.offload_optimizer.pin_memory=false
+                                      zero_optimization.offload_param.pin_memory=false) ;;
+    z3-nvme-350m) cfg=m350; sets=(zero_optimization.stage=3 'zero_optimization.offload_optimizer.device="nvme"'
+                                  'zero_optimization.offload_param.device="nvme"'
+                                  "zero_optimization.offload_optimizer.nvme_path=\"$nvme\""
+                                  "zero_optimization.offload_param.nvme_path=\"$nvme\"") ;;
     *) echo "memory.sh: unknown case '$c'" >&2; exit 2 ;;
   esac
   args=()
@@ -66,7 +77,8 @@ import json, sys
 dry, metrics, name = sys.argv[1:4]
 labels = {"params": "parameters (working", "grads": "gradients (fp32)", "optim": "optimizer (master",
           "activations": "activations", "comm": "communication buckets", "workspace": "workspace",
-          "total": "device total", "pinned": "pinned host memory", "pageable": "pageable host memory"}
+          "total": "device total", "pinned": "pinned host memory", "pageable": "pageable host memory",
+          "nvme": "NVMe (offload)"}
 est = {}
 for line in open(dry, errors="replace"):
     for tag, label in labels.items():
@@ -76,6 +88,7 @@ try:
     end = [json.loads(l) for l in open(metrics) if '"event":"end"' in l.replace(" ", "")][0]
     got = {k: v / 2**30 for k, v in end["peak_bytes"].items()}
     got.update({k: v / 2**30 for k, v in end.get("peak_host_bytes", {}).items()})
+    got["nvme"] = end.get("nvme_bytes", 0) / 2**30
 except (OSError, IndexError, KeyError):
     got = {}
 if "total" not in est or "total" not in got:
@@ -83,9 +96,10 @@ if "total" not in est or "total" not in got:
     sys.exit(0)
 def ratio(t):
     return f"{est.get(t, 0) / got[t]:.3f}" if got.get(t) else ("-" if not est.get(t) else "no peak")
-device = [t for t in labels if t not in ("total", "pinned", "pageable") and (est.get(t) or got.get(t))]
+host_tags = ("pinned", "pageable", "nvme")
+device = [t for t in labels if t != "total" and t not in host_tags and (est.get(t) or got.get(t))]
 cols = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f}" for t in device)
-host = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f} ({ratio(t)})" for t in ("pinned", "pageable")
+host = ", ".join(f"{t} {est.get(t, 0):.2f}/{got.get(t, 0):.2f} ({ratio(t)})" for t in host_tags
                  if est.get(t, 0) >= 0.01 or got.get(t, 0) >= 0.01) or "none"
 print(f"{name}\t{est['total']:.2f}\t{got['total']:.2f}\t{ratio('total')}\t{host}\t{cols}")
 PY
