@@ -509,9 +509,12 @@ __device__ __forceinline__ Pack<G, kv> pack_grad(const Pack<L, kv>& x, int first
 // the row read twice 708 us (3.3 TB/s for 2.35 GB), kept in shared memory
 // 650 us (2.5 TB/s for 1.6 GB); one block of 1024 threads a multiprocessor
 // copying its next row into shared memory (cp.async) while computing the
-// current one took 946 us. Both passes are arithmetic as much as memory (an
-// exponential and about a dozen other instructions a class), so the rows in
-// flight, not the bytes, set the time.
+// current one took 946 us. On an H100 (this kernel 593 us), persistent
+// blocks bringing rows in by bulk copies (cp.async.bulk, four pieces a
+// row on their own mbarriers) took 709-718 us with two row buffers a
+// block and 622-627 us with one (docs/perf.md). Both passes are arithmetic
+// as much as memory (an exponential and about a dozen other instructions
+// a class), so the rows in flight, not the bytes, set the time.
 constexpr int kRowUnroll = 4;  // packs a thread loads before it uses them
 
 template <typename L, typename G, bool kSmem>
