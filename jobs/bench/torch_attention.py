@@ -12,20 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from torch_timing import time_ms
+
 SHAPES = [(16, 1024, 12, 64), (8, 1024, 32, 64), (8, 1024, 16, 128), (4, 2048, 16, 128)]
 BACKENDS = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
-
-
-def time_ms(fn, warmup=3, iters=20):
-    for _ in range(warmup):
-        fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / iters
 
 
 def main():

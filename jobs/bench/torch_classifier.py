@@ -4,9 +4,8 @@ ztrain's fused classifier is measured against (docs/perf.md): the three
 products (logits = x w^T, dx = G w, dw = G^T x) through cuBLAS, at V and at
 V rounded up to a multiple of 64 (as GPT-2 trainers pad its vocabulary:
 with an odd V as the contiguous extent cuBLAS runs several times slower),
-and the whole
-classifier forward and backward (cross-entropy of x w^T in fp32, mean over
-the rows) eager and under torch.compile. bf16 inputs, timed with CUDA events,
+and the whole classifier forward and backward (cross-entropy of x w^T in
+fp32, mean over the rows) eager and under torch.compile. bf16 inputs, timed with CUDA events,
 the median of --iters calls after warm-up. Prints one line a figure and, with
 --json, writes them to a file.
 
@@ -18,22 +17,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-
-def time_ms(fn, iters, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import time_ms
 
 
 def main():
@@ -61,9 +45,9 @@ def main():
     gp = torch.zeros(a.n, vp, device=dev, dtype=torch.bfloat16)
     gp[:, : a.v] = g
     for suffix, (wi, gi) in (("", (w, g)), ("_padded", (wp, gp))):
-        res["logits" + suffix + "_ms"] = time_ms(lambda: x @ wi.t(), a.iters)
-        res["dx" + suffix + "_ms"] = time_ms(lambda: gi @ wi, a.iters)
-        res["dw" + suffix + "_ms"] = time_ms(lambda: gi.t() @ x, a.iters)
+        res["logits" + suffix + "_ms"] = time_ms(lambda: x @ wi.t(), iters=a.iters, median=True)
+        res["dx" + suffix + "_ms"] = time_ms(lambda: gi @ wi, iters=a.iters, median=True)
+        res["dw" + suffix + "_ms"] = time_ms(lambda: gi.t() @ x, iters=a.iters, median=True)
         res["products" + suffix + "_ms"] = sum(res[k + suffix + "_ms"] for k in ("logits", "dx", "dw"))
     res["v_padded"] = vp
     del wp, gp
@@ -79,9 +63,9 @@ def main():
         wg.grad = None
         fn(xg, wg, t).backward()
 
-    res["eager_ms"] = time_ms(lambda: step(classifier), a.iters)
+    res["eager_ms"] = time_ms(lambda: step(classifier), iters=a.iters, median=True)
     compiled = torch.compile(classifier)
-    res["compile_ms"] = time_ms(lambda: step(compiled), a.iters, warmup=5)
+    res["compile_ms"] = time_ms(lambda: step(compiled), warmup=5, iters=a.iters, median=True)
 
     print(f"device {res['device']}, torch {res['torch']}, N={a.n} C={a.c} V={a.v} bf16")
     for suffix, v in (("", a.v), ("_padded", vp)):
