@@ -513,9 +513,10 @@ __device__ __forceinline__ Pack<G, kv> pack_grad(const Pack<L, kv>& x, int first
 // blocks bringing rows in by bulk copies (cp.async.bulk, four pieces a
 // row on their own mbarriers) took 709-718 us with two row buffers a
 // block and 622-627 us with one (docs/perf.md). Both passes are arithmetic
-// as much as memory (an exponential and about a dozen other instructions
-// a class), so the rows in flight, not the bytes, set the time. Nor does the
-// kernel hide beside the products: on 16-48 multiprocessors of a side
+// as much as memory (two exponentials and about 21 instructions a class in
+// all), so on the H200 the rows in flight, not the bytes, set the time; on
+// the H100, with less bandwidth, the kernel moves 81.5% of its DRAM peak.
+// Nor does it hide beside the products: on 16-48 multiprocessors of a side
 // stream next to the neighbouring chunks' products on the rest, the
 // classifier took 7.8-14.2 ms against 6.4 in sequence (H100, docs/perf.md).
 constexpr int kRowUnroll = 4;  // packs a thread loads before it uses them
