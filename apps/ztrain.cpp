@@ -157,18 +157,23 @@ bool runs_on_gpu(const std::string& device) { return device == "cuda" || (device
 // profile: the kernels wrapped in ProfiledKernels ([Note: kernel profile]).
 // peak_flops: the device's measured bf16 peak (0 when it could not be
 // measured), for the MFU of the step line.
+// classifier_chunk_mib: train.classifier_chunk_mib (0: the kernels' defaults).
 void make_cuda_backend(Topology& topo, std::unique_ptr<Device>& device, std::unique_ptr<Kernels>& kernels,
-                       bool profile, double& peak_flops) {
+                       bool profile, double classifier_chunk_mib, double& peak_flops) {
 #if ZT_HAVE_CUDA && ZT_HAVE_NCCL
   const int ordinal = select_cuda_device(topo.local_rank());
   auto cuda = std::make_unique<CudaDevice>(ordinal);
-  kernels = std::make_unique<CudaKernels>(*cuda);
+  CudaKernelsOptions opts;
+  if (classifier_chunk_mib > 0)
+    opts.classifier_chunk_bytes = opts.classifier_one_pass_chunk_bytes =
+        static_cast<size_t>(classifier_chunk_bytes(classifier_chunk_mib));
+  kernels = std::make_unique<CudaKernels>(*cuda, opts);
   peak_flops = measure_bf16_peak_flops(*cuda, *kernels, cuda->stream());
   if (count_host_calls_requested()) host_calls::install(make_cupti_probe());  // [Note: host round trips]
   if (profile) kernels = std::make_unique<ProfiledKernels>(std::move(kernels), cuda->stream());
   device = std::move(cuda);
 #else
-  (void)topo, (void)device, (void)kernels, (void)profile, (void)peak_flops;
+  (void)topo, (void)device, (void)kernels, (void)profile, (void)classifier_chunk_mib, (void)peak_flops;
   ZT_USER_ERROR("--device cuda: this build of ztrain has no CUDA backend (configure with -DZT_CUDA=ON)");
 #endif
 }
@@ -400,10 +405,13 @@ int main(int argc, char** argv) {
   if (auto code = agree([&] {
         (void)cuda_graph_requested();  // its value checked before the first step
         if (runs_on_gpu(args.device)) {  // the switches needing CUDA were checked with the options
-          make_cuda_backend(*topo, device, kernels, args.profile, peak_flops);
+          make_cuda_backend(*topo, device, kernels, args.profile, cfg.train.classifier_chunk_mib, peak_flops);
         } else {
           device = std::make_unique<CpuDevice>();
-          kernels = std::make_unique<CpuKernels>();
+          kernels = cfg.train.classifier_chunk_mib > 0
+                        ? std::make_unique<CpuKernels>(
+                              static_cast<size_t>(classifier_chunk_bytes(cfg.train.classifier_chunk_mib)))
+                        : std::make_unique<CpuKernels>();
         }
         if (memory_peaks_requested()) device->record_peak_detail();
         apply_memory_cap(cfg, *topo, *device);

@@ -154,7 +154,10 @@ json resolved_json(const Config& cfg) {
                 {"device_memory_cap_gib",
                  cfg.train.device_memory_cap_gib > 0 ? json(cfg.train.device_memory_cap_gib) : json()},
                 {"nonfinite_tolerance", cfg.train.nonfinite_tolerance},
-                {"breadth_first_group", cfg.train.breadth_first_group}};
+                {"breadth_first_group", cfg.train.breadth_first_group},
+                // null: the backend's default
+                {"classifier_chunk_mib",
+                 cfg.train.classifier_chunk_mib > 0 ? json(cfg.train.classifier_chunk_mib) : json()}};
   j["offload"] = {{"delayed_update", cfg.offload.delayed_update},
                   {"delayed_update_warmup", cfg.offload.delayed_update_warmup},
                   {"aio_backend", cfg.offload.aio_backend},

@@ -158,7 +158,7 @@ std::vector<SectionSchema> build_schemas() {
   s.push_back({"data", "data", {"train", "val", "embedded", "tokenizer", "packing"}, {}});
   s.push_back({"train", "train",
                {"steps", "seed", "eval_interval", "eval_steps", "device_memory_cap_gib", "nonfinite_tolerance",
-                "breadth_first_group"},
+                "breadth_first_group", "classifier_chunk_mib"},
                {}});
   s.push_back({"offload", "offload", {"delayed_update", "delayed_update_warmup", "aio_backend", "grad_accumulation",
                                        "param_from_master", "grad_dtype"}, {}});

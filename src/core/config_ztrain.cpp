@@ -246,6 +246,8 @@ void parse_train(const SectionReader& top, Config& cfg) {
   t.device_memory_cap_gib = r.number("device_memory_cap_gib", d.device_memory_cap_gib, above(0));
   t.nonfinite_tolerance = static_cast<int>(r.integer("nonfinite_tolerance", d.nonfinite_tolerance, 0, kIntMax));
   t.breadth_first_group = static_cast<int>(r.integer("breadth_first_group", d.breadth_first_group, 1, kIntMax));
+  // Absent (or null) is the backend's default; a given bound must be positive.
+  t.classifier_chunk_mib = r.number("classifier_chunk_mib", d.classifier_chunk_mib, above(0));
 }
 
 // Only the values here; the rules that involve zero_optimization's offload

@@ -2,9 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
+#include "core/error.hpp"
 #include "io/token_dataset.hpp"
 #include "modules/kernels.hpp"
 #include "pipeline/partition.hpp"
@@ -12,6 +14,12 @@
 #include "runtime/aio/aio.hpp"
 
 namespace zt {
+
+int64_t classifier_chunk_bytes(double mib) {
+  ZT_CHECK(mib > 0, "classifier_chunk_bytes: ", mib, " MiB");
+  return std::max<int64_t>(1, static_cast<int64_t>(std::min(mib * 1048576.0, 9.0e18)));
+}
+
 namespace {
 
 // Each pipeline stage as the trainer runs it: the units of its chunks and the
@@ -118,6 +126,9 @@ EstimateInput estimate_input(const Config& cfg, int world, bool gpu) {
   in.grad_accumulation_on_device = c.offload.grad_accumulation == "device";
   in.param_from_master = c.offload.param_from_master;
   in.host_grad_bytes = c.offload.grad_dtype == "bf16" ? 2 : 4;
+  if (const double mib = c.train.classifier_chunk_mib; mib > 0)  // the same bound for every path
+    in.classifier_chunk_bytes = in.cuda_one_pass_chunk_bytes = in.cuda_separate_chunk_bytes =
+        classifier_chunk_bytes(mib);
   if (gpu) {
     // The CUDA classifier's path, as CudaKernels::classifier_fwd_bwd reads it.
     const Kernels::ClassifierPath path = Kernels::classifier_path_from_env();

@@ -25,6 +25,10 @@ namespace zt {
 // (ZTRAIN_CLASSIFIER's path, EstimateInput::Classifier), else CpuKernels'.
 EstimateInput estimate_input(const Config& cfg, int world, bool gpu = false);
 
+// train.classifier_chunk_mib (> 0) in bytes, at least one: the bound the
+// kernels (CpuKernels, CudaKernelsOptions) and the estimator are given.
+int64_t classifier_chunk_bytes(double mib);
+
 struct MemoryEstimate {
   EstimateInput input;
   MemoryEstimateRow row;                  // the config's own stage and offload, on the stage needing most

@@ -99,7 +99,7 @@ struct EstimateInput {
   enum class Classifier { cpu_chunks, cuda_one_pass, cuda_separate };
   Classifier classifier = Classifier::cpu_chunks;
   int64_t classifier_chunk_bytes = int64_t{8} << 20;           // CpuKernels' default
-  int64_t cuda_one_pass_chunk_bytes = int64_t{1} << 30;        // CudaKernelOptions' default
+  int64_t cuda_one_pass_chunk_bytes = int64_t{2} << 30;        // CudaKernelOptions' default
   int64_t cuda_separate_chunk_bytes = int64_t{256} << 20;      // CudaKernelOptions' default
   bool cuda_logits_f32 = false;                                // ZTRAIN_CLASSIFIER=one-pass-f32
   void validate() const;

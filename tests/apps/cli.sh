@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The command line: --help, --version, --dry-run, --steps/--log-dir/--set
 # overrides, metrics.jsonl contents, bf16 storage and activation checkpointing,
-# the device memory cap.
+# the device memory cap, the classifier's chunk bound.
 set -e
 . "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -166,6 +166,30 @@ fi
 run_np 1 c.json --steps 2 --log-dir capped --set train.device_memory_cap_gib=1
 [ "$RC" = 0 ] && grep -q "device memory capped at 1 GiB per rank" "$WORK/out" && [ -f capped/metrics.jsonl ] \
   && echo "ok: a cap with room trains" || fail "memory cap of 1 GiB"
+
+# train.classifier_chunk_mib bounds the classifier's logits: the workspace
+# measured follows the estimator's (within 10%) at the default (all 256 rows
+# of 4,096 f32 logits, 4 MiB) and at 1 MiB (64 rows), and the losses of
+# chunks of 4 rows match those of the default to summation order.
+cat > cls.json <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1,
+ "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "seq_len": 64, "vocab_size": 4096},
+ "train": {"steps": 3, "eval_interval": 0}}
+JSON
+MEM_NP=1 memory_vs_estimate cls-default cls.json "workspace:workspace"
+MEM_NP=1 memory_vs_estimate cls-1mib cls.json "workspace:workspace" train.classifier_chunk_mib=1
+a=$(peak mem-cls-default workspace) b=$(peak mem-cls-1mib workspace)
+[ -n "$a" ] && [ -n "$b" ] && [ $((a - b)) -gt $((5 * 1048576 / 2)) ] \
+  && echo "ok: 1 MiB chunks hold $b B of workspace against $a B" || fail "classifier chunk: workspace '$b' against '$a'"
+run_np 1 cls.json --log-dir cls-rows4 --set train.classifier_chunk_mib=0.0625
+if [ "$RC" = 0 ] && paste <(losses mem-cls-default/metrics.jsonl) <(losses cls-rows4/metrics.jsonl) |
+     awk 'NF == 2 { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) bad++ } END { exit !(n == 3 && bad == 0) }'; then
+  echo "ok: chunks of 4 rows train as the default does"
+else
+  fail "classifier chunks of 4 rows: exit $RC, losses differ"
+fi
+expect_error classifier-chunk-zero 2 "train.classifier_chunk_mib: expected a number > 0, found 0" \
+  cls.json --set train.classifier_chunk_mib=0
 
 # An unwritable log directory is a clear error before training starts.
 run_np 2 c.json --steps 2 --log-dir /dev/null/x

@@ -140,6 +140,8 @@ TEST(ConfigErrors, OutOfRangeNamesBounds) {
   // A cap of 0 would refuse every allocation; no cap is the key left out.
   EXPECT_EQ(parse_error(R"({"train": {"device_memory_cap_gib": 0}})"),
             "config.json: train.device_memory_cap_gib: expected a number > 0, found 0");
+  EXPECT_EQ(parse_error(R"({"train": {"classifier_chunk_mib": 0}})"),
+            "config.json: train.classifier_chunk_mib: expected a number > 0, found 0");
   EXPECT_EQ(parse_error(R"({"train": {"device_memory_cap_gib": -24}})"),
             "config.json: train.device_memory_cap_gib: expected a number > 0, found -24");
   EXPECT_EQ(parse_error(R"({"train": {"device_memory_cap_gib": "24GiB"}})"),

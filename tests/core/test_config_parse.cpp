@@ -17,7 +17,7 @@ auto fields(const ModelConfig& m) {
 auto fields(const DataConfig& d) { return std::tie(d.train, d.val, d.embedded, d.packing); }
 auto fields(const TrainConfig& t) {
   return std::tie(t.steps, t.seed, t.eval_interval, t.eval_steps, t.device_memory_cap_gib, t.nonfinite_tolerance,
-                  t.breadth_first_group);
+                  t.breadth_first_group, t.classifier_chunk_mib);
 }
 auto fields(const OffloadOptions& o) {
   return std::tie(o.delayed_update, o.delayed_update_warmup, o.aio_backend, o.grad_accumulation, o.param_from_master);
@@ -521,6 +521,14 @@ TEST(ConfigParse, DeviceMemoryCap) {
             0.0);
 }
 
+TEST(ConfigParse, ClassifierChunk) {
+  EXPECT_EQ(parse("{}").train.classifier_chunk_mib, 0.0);  // the backend's default
+  EXPECT_EQ(parse(R"({"train": {"classifier_chunk_mib": 512}})").train.classifier_chunk_mib, 512.0);
+  EXPECT_EQ(parse(R"({"train": {"classifier_chunk_mib": 0.5}})").train.classifier_chunk_mib, 0.5);
+  EXPECT_EQ(parse("{}", {"train.classifier_chunk_mib=2048"}).train.classifier_chunk_mib, 2048.0);
+  EXPECT_EQ(parse(R"({"train": {"classifier_chunk_mib": null}})").train.classifier_chunk_mib, 0.0);
+}
+
 // Accepted by the config's own rules; until offload and the delayed update
 // land, their rows of the features table ([Note: features not available
 // yet]) may still refuse the config, and nothing else may.
@@ -683,7 +691,7 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
                         "offload": {"aio_backend": "io_uring", "delayed_update": true}})",
                     2);
   expect_round_trip(R"({"prometheus": {"enabled": true, "port": 9100, "textfile_dir": "/tmp/prom"}})", 1);
-  expect_round_trip(R"({"train": {"device_memory_cap_gib": 23.5},
+  expect_round_trip(R"({"train": {"device_memory_cap_gib": 23.5, "classifier_chunk_mib": 64},
                         "offload": {"delayed_update_warmup": 0}})",
                     1);
   expect_round_trip(R"({"train": {"breadth_first_group": 2}, "gradient_accumulation_steps": 4,
@@ -704,6 +712,7 @@ TEST(ConfigParse, ResolvedJsonRoundTrip) {
   EXPECT_TRUE(j["scheduler"].is_null());
   EXPECT_TRUE(j["train"].contains("device_memory_cap_gib"));
   EXPECT_TRUE(j["train"]["device_memory_cap_gib"].is_null());  // no cap
+  EXPECT_TRUE(j["train"]["classifier_chunk_mib"].is_null());    // the backend's default
   EXPECT_EQ(j["offload"], (nlohmann::json{{"delayed_update", false}, {"delayed_update_warmup", 10},
                                           {"aio_backend", "auto"}, {"grad_accumulation", "host"},
                                           {"param_from_master", false}}));

@@ -344,8 +344,8 @@ TEST(Estimator, CheckpointingReducesActivations) {
 
 // The classifier's workspace by the kernels that run it: CpuKernels' 8 MiB of
 // f32 rows, the CUDA one pass's chunks of rows of Vp = V rounded up to 8
-// classes in the parameter dtype (at most 1 GiB, equal chunks of a multiple
-// of 8 rows) with the weight padded to Vp rows and dw's f32 tail, and the
+// classes in the parameter dtype (at most 2 GiB, or the bound
+// train.classifier_chunk_mib gives; equal chunks of a multiple of 8 rows) with the weight padded to Vp rows and dw's f32 tail, and the
 // separate calls' 256 MiB slices (modules/cuda/classifier.cu).
 TEST(Estimator, ClassifierWorkspaceOfTheKernelsThatRunIt) {
   EstimateInput in = input_for(gpt(kGpt2), 1, 0);
@@ -353,16 +353,21 @@ TEST(Estimator, ClassifierWorkspaceOfTheKernelsThatRunIt) {
   EXPECT_EQ(classifier_workspace(in, V, C, 8192), (8388608 / (V * 4)) * V * 4);  // 41 rows
   in.classifier = EstimateInput::Classifier::cuda_one_pass;
   const int64_t padded_w = Vp * C * 2 + 8 * C * 4;
-  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 8192 * Vp * 2 + padded_w);  // one chunk: 785 MiB of logits
-  EXPECT_EQ(classifier_workspace(in, V, C, 16384), 8192 * Vp * 2 + padded_w);  // two of 8192 rows
-  EXPECT_EQ(classifier_workspace(in, V, C, 100), 100 * Vp * 2 + padded_w);  // 100 rows, not rounded up
-  in.cuda_logits_f32 = true;  // 5336 rows a chunk at most: two of 4096
-  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 4096 * Vp * 4 + padded_w);
+  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 8192 * Vp * 2 + padded_w);    // one chunk: 785 MiB of logits
+  EXPECT_EQ(classifier_workspace(in, V, C, 16384), 16384 * Vp * 2 + padded_w);  // one chunk: 1.53 GiB
+  EXPECT_EQ(classifier_workspace(in, V, C, 32768), 16384 * Vp * 2 + padded_w);  // two of 16384 rows
+  EXPECT_EQ(classifier_workspace(in, V, C, 100), 100 * Vp * 2 + padded_w);      // 100 rows, not rounded up
+  in.cuda_logits_f32 = true;  // 10682 rows a chunk at most: two of 8192
+  EXPECT_EQ(classifier_workspace(in, V, C, 16384), 8192 * Vp * 4 + padded_w);
   in.cuda_logits_f32 = false;
-  EXPECT_EQ(classifier_workspace(in, 128256, 2048, 8192), 4096 * int64_t{128256} * 2);  // Llama 3: V % 8 == 0
+  // Llama 3 (V % 8 == 0): 8372 rows a chunk at most.
+  EXPECT_EQ(classifier_workspace(in, 128256, 2048, 8192), 8192 * int64_t{128256} * 2);
+  EXPECT_EQ(classifier_workspace(in, 128256, 2048, 16384), 8192 * int64_t{128256} * 2);
   in.param_dtype = DType::f32;  // f32 logits, the weight's copy in f32
-  EXPECT_EQ(classifier_workspace(in, V, C, 8192), 4096 * Vp * 4 + Vp * C * 4 + 8 * C * 4);
+  EXPECT_EQ(classifier_workspace(in, V, C, 16384), 8192 * Vp * 4 + Vp * C * 4 + 8 * C * 4);
   in.param_dtype = DType::bf16;
+  in.cuda_one_pass_chunk_bytes = int64_t{1} << 30;  // train.classifier_chunk_mib: 1024
+  EXPECT_EQ(classifier_workspace(in, V, C, 16384), 8192 * Vp * 2 + padded_w);  // two of 8192 rows
   in.classifier = EstimateInput::Classifier::cuda_separate;
   EXPECT_EQ(classifier_workspace(in, V, C, 8192), int64_t{256} << 20);
   // The estimate's workspace is the head's with the GPU's classifier.

@@ -121,5 +121,25 @@ TEST(EstimatorStages, ScheduleSetsTheMicroBatchesInFlight) {
   EXPECT_NE(estimate_stages(inter)[0].activations, one_f_one_b[0].activations);
 }
 
+// train.classifier_chunk_mib reaches the estimator as the bound of every
+// classifier path; absent, each keeps its kernels' default.
+TEST(EstimatorInput, ClassifierChunkBound) {
+  Config cfg = config_for(Layout{2, 1, 1, "uniform", "1f1b", 1});
+  for (bool gpu : {false, true}) {
+    const EstimateInput d = estimate_input(cfg, 1, gpu);
+    EXPECT_EQ(d.classifier_chunk_bytes, int64_t{8} << 20);
+    EXPECT_EQ(d.cuda_one_pass_chunk_bytes, int64_t{2} << 30);
+    EXPECT_EQ(d.cuda_separate_chunk_bytes, int64_t{256} << 20);
+  }
+  cfg.train.classifier_chunk_mib = 0.5;
+  for (bool gpu : {false, true}) {
+    const EstimateInput in = estimate_input(cfg, 1, gpu);
+    EXPECT_EQ(in.classifier_chunk_bytes, 524288);
+    EXPECT_EQ(in.cuda_one_pass_chunk_bytes, 524288);
+    EXPECT_EQ(in.cuda_separate_chunk_bytes, 524288);
+  }
+  EXPECT_EQ(classifier_chunk_bytes(1e-9), 1);  // at least a byte
+}
+
 }  // namespace
 }  // namespace zt::test
