@@ -44,7 +44,8 @@ struct CudaKernelsOptions {
   // Training's one-pass classifier ([Note: classifier in one pass]): the
   // bound on one chunk of rows' logits (dw is read and written once per
   // chunk, so larger is faster: GPT-2 124M's 16,384 rows in one chunk
-  // instead of two of 8,192 took 1.5% less time, docs/perf.md).
+  // instead of two of 8,192 took 1.6-2.4% less time on an H200 and an
+  // H100, docs/perf.md).
   // ZTRAIN_CLASSIFIER chooses the path (cuda_kernels_fused.cu).
   size_t classifier_one_pass_chunk_bytes = size_t{2} << 30;
 };
