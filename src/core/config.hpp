@@ -106,8 +106,9 @@ struct TrainConfig {
   int breadth_first_group = 1;
   // Bound on the logits (and dlogits) the fused classifier holds at once, in
   // MiB (2^20 bytes): rows go through it in chunks of at most this many
-  // bytes of logits. 0 = the backend's default (the key absent): 8 MiB on
-  // the CPU, 2 GiB for the CUDA one pass, 256 MiB for the CUDA two passes.
+  // bytes of logits (but at least one row on the CPU, 8 in the CUDA one
+  // pass). 0 = the backend's default (the key absent): 8 MiB on the CPU,
+  // 2 GiB for the CUDA one pass, 256 MiB for the CUDA two passes.
   double classifier_chunk_mib = 0.0;
 };
 
