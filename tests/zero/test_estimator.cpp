@@ -345,8 +345,9 @@ TEST(Estimator, CheckpointingReducesActivations) {
 // The classifier's workspace by the kernels that run it: CpuKernels' 8 MiB of
 // f32 rows, the CUDA one pass's chunks of rows of Vp = V rounded up to 8
 // classes in the parameter dtype (at most 2 GiB, or the bound
-// train.classifier_chunk_mib gives; equal chunks of a multiple of 8 rows) with the weight padded to Vp rows and dw's f32 tail, and the
-// separate calls' 256 MiB slices (modules/cuda/classifier.cu).
+// train.classifier_chunk_mib gives; equal chunks of a multiple of 8 rows)
+// with the weight padded to Vp rows and dw's f32 tail, and the separate
+// calls' 256 MiB slices (modules/cuda/classifier.cu).
 TEST(Estimator, ClassifierWorkspaceOfTheKernelsThatRunIt) {
   EstimateInput in = input_for(gpt(kGpt2), 1, 0);
   const int64_t V = 50257, Vp = 50264, C = 768;
