@@ -108,6 +108,7 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
            "pipeline: a walk needs a parameter provider, hooks and (training) a gradient sink");
   const double start = now_s();
   Walk w(program, args);
+  const int start_mark = open_span(w);
   const std::vector<P2pGroup> groups = p2p_groups(program, args.train);
   size_t next_group = 0;
   for (size_t i = 0; i < program.size(); ++i) {
@@ -142,6 +143,7 @@ void PipelineExecutor::run(const std::vector<PipeInstr>& program, const WalkArgs
       }
       case PipeOp::reduce_grads:
         w.t.total_s = now_s() - start;  // the walk's own time ends here
+        close_span(StepPhase::walk, start_mark);
         args.hooks->reduce_grads();
         break;
       case PipeOp::optimizer_step:
@@ -204,6 +206,7 @@ void PipelineExecutor::forward(Walk& w, int chunk, const std::vector<int>& mbs) 
   }
   const int per_call = n == 1 ? r.last - r.first : 1;  // units per runner call
   const double t0 = now_s();
+  const int m0 = open_span(w);
   w.args.params->set_run_length(static_cast<int>(n));
   for (int u = r.first; u < r.last; u += per_call)
     for (size_t k = 0; k < n; ++k) {
@@ -214,6 +217,7 @@ void PipelineExecutor::forward(Walk& w, int chunk, const std::vector<int>& mbs) 
   w.args.params->set_run_length(1);
   for (size_t k = 0; k < n; ++k) fs[k]->out[static_cast<size_t>(chunk)] = x[k];
   w.t.forward_s += now_s() - t0;
+  close_span(StepPhase::forward, m0);
 }
 
 // Backward of `chunk` for `mbs`, as forward: one runner call for one
@@ -247,6 +251,7 @@ void PipelineExecutor::backward(Walk& w, int chunk, const std::vector<int>& mbs)
   if (max_elems > 0)
     for (auto& p : ping) p = {scratch_.alloc(gdt, Shape{max_elems}), scratch_.alloc(gdt, Shape{max_elems})};
   const double t0 = now_s();
+  const int m0 = open_span(w);
   w.args.params->set_run_length(static_cast<int>(n));
   w.args.grads->set_run_length(static_cast<int>(n));
   int parity = 0;
@@ -266,12 +271,18 @@ void PipelineExecutor::backward(Walk& w, int chunk, const std::vector<int>& mbs)
   w.args.grads->set_run_length(1);
   w.args.params->set_run_length(1);
   w.t.backward_s += now_s() - t0;
+  close_span(StepPhase::backward, m0);
   scratch_.release_to(base);
   for (size_t k = 0; k < n; ++k) {
     InFlight& f = *fs[k];
     if (g != 0) f.grad_sends.emplace_back(std::move(din_out[k]), CommRequest());
     if (!f.grad_in.empty()) give_back(std::move(f.grad_in));
   }
+}
+
+int PipelineExecutor::open_span(const Walk& w) { return clock_ != nullptr && w.args.train ? clock_->mark() : -1; }
+void PipelineExecutor::close_span(StepPhase phase, int from) {
+  if (from >= 0) clock_->span(phase, from, clock_->mark());
 }
 
 Buffer PipelineExecutor::take_comm_buffer(DType dtype, const Shape& shape) {

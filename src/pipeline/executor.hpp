@@ -25,6 +25,7 @@
 #include "modules/runner.hpp"
 #include "pipeline/partition.hpp"
 #include "pipeline/schedule.hpp"
+#include "runtime/phase_clock.hpp"
 
 namespace zt {
 
@@ -105,6 +106,11 @@ class PipelineExecutor {
   // Walks `program` (this stage's list; validate_program first).
   void run(const std::vector<PipeInstr>& program, const WalkArgs& args, PipelineTiming* timing = nullptr);
 
+  // Training walks put their forwards, backwards and the walk up to
+  // ReduceGrads on `clock` as spans ([Note: phase clock]); null: none. The
+  // caller restarts it and reads it.
+  void set_phase_clock(PhaseClock* clock) { clock_ = clock; }
+
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == P_ - 1; }
 
@@ -135,9 +141,14 @@ class PipelineExecutor {
   Buffer take_comm_buffer(DType dtype, const Shape& shape);
   void give_back(Buffer b);
 
+  // The mark that opens a timed span: -1 without a clock or outside training.
+  int open_span(const Walk& w);
+  void close_span(StepPhase phase, int from);
+
   std::vector<UnitRange> chunks_;
   int P_, V_, stage_;
   UnitRunner& runner_;
+  PhaseClock* clock_ = nullptr;
   Device& dev_;
   Communicator& pp_;
   int64_t B_, T_;

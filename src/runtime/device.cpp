@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/phase_clock.hpp"
 #include "runtime/transfer.hpp"
 
 namespace zt {
@@ -348,6 +349,7 @@ class ImmediateTransfers final : public TransferQueue {
 
 }  // namespace
 
+std::unique_ptr<PhaseClock> Device::make_phase_clock() { return std::make_unique<HostPhaseClock>(); }
 std::unique_ptr<TransferQueue> Device::make_transfer_queue() { return std::make_unique<ImmediateTransfers>(*this); }
 
 std::unique_ptr<Device> Device::make_pinned_host_memory() { return std::make_unique<HostMemory>(true); }

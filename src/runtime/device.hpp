@@ -34,6 +34,7 @@ struct MemoryStats {
 class UploadStaging;
 class TransferQueue;
 class StepGraph;
+class PhaseClock;
 
 class Device {
  public:
@@ -85,6 +86,10 @@ class Device {
   // The training step's device work captured and launched as graphs
   // ([Note: step graph]); null where the device has none (the CPU).
   virtual std::unique_ptr<StepGraph> make_step_graph() { return nullptr; }
+  // Marks in this device's order of work, for the step's phase times
+  // ([Note: phase clock], runtime/phase_clock.hpp); the base reads the
+  // host's clock, right where work is done when its call returns.
+  virtual std::unique_ptr<PhaseClock> make_phase_clock();
   // Host memory for offloaded state: page-locked when `pinned` (copies from
   // and to it run asynchronously on a GPU), pageable otherwise. Its buffers
   // are host memory (DeviceKind::cpu) with their own accounting (stats()).

@@ -52,6 +52,7 @@ GradientVerdict StepWalk::train(TrainState& state, bool stop_requested, StepTimi
   stop_requested_ = stop_requested;
   evaluating_ = false;
   timing_ = StepTiming{};
+  if (clock_) clock_->restart();
   // The same count on every rank (computed from the sampler, not reduced).
   // A batch without one counted target contributes no gradient.
   last_targets_ = data_.train_targets(state.step);
@@ -114,6 +115,7 @@ void StepWalk::reduce_grads() {
   walk_calls_ = host_calls::end();
   host_calls::begin();
   const double t0 = now_s();
+  const int m0 = clock_ ? clock_->mark() : -1;
   if (finalizer_.verdict_on_device()) {
     // [Note: verdict on the device]: the loss's finiteness too.
     verdict_ = finalizer_.finalize_on_device(state_->step + 1, stop_requested_, loss_sum_.tensor());
@@ -128,12 +130,14 @@ void StepWalk::reduce_grads() {
     recording_ = false;
     graph_->end_and_launch();
   }
+  if (clock_) clock_->span(StepPhase::reduce, m0, clock_->mark());
   timing_.reduce_s = now_s() - t0;
 }
 
 void StepWalk::optimizer_step() {
   reduce_calls_ = host_calls::end();
   const double t0 = now_s();
+  const int m0 = clock_ ? clock_->mark() : -1;
   // A pending verdict ([Note: verdict on the device]) may still skip the
   // update on the device; `applied` counts it once resolved.
   if (!verdict_.skipped) {
@@ -150,7 +154,24 @@ void StepWalk::optimizer_step() {
   }
   finalizer_.resolve(verdict_);
   if (!verdict_.skipped) ++state_->applied;
+  if (clock_) clock_->span(StepPhase::optimizer, m0, clock_->mark());
   timing_.optimizer_s = now_s() - t0;
+}
+
+void StepWalk::set_phase_clock(std::unique_ptr<PhaseClock> clock) {
+  clock_ = std::move(clock);
+  executor_->set_phase_clock(clock_.get());
+}
+
+void StepWalk::read_phase_times(StepTiming& t) {
+  if (!clock_) return;
+  const std::array<double, kNumStepPhases> s = clock_->totals();
+  auto at = [&s](StepPhase p) { return s[static_cast<size_t>(p)]; };
+  t.walk.forward_s = at(StepPhase::forward);
+  t.walk.backward_s = at(StepPhase::backward);
+  t.walk.total_s = at(StepPhase::walk);
+  t.reduce_s = at(StepPhase::reduce);
+  t.optimizer_s = at(StepPhase::optimizer);
 }
 
 // [Note: loss on the device] Each micro-batch's per-token losses are added

@@ -55,6 +55,14 @@ class StepWalk final : private StepHooks, private ParamProvider {
   // ([Note: step graph] in runtime/device.hpp). The caller has checked that
   // the layout's step queues nothing a graph cannot hold.
   void set_step_graph(std::unique_ptr<StepGraph> graph) { graph_ = std::move(graph); }
+  // With wall_clock_breakdown: the phases of each train() as spans on
+  // `clock`, in the device's order of work ([Note: phase clock]).
+  void set_phase_clock(std::unique_ptr<PhaseClock> clock);
+  // The last train()'s forward, backward, walk, reduction and optimizer
+  // times from the clock into `t` (nothing without one). Waits for the
+  // device to finish that step's update; call it only for steps that are
+  // reported, and before the next train().
+  void read_phase_times(StepTiming& t);
   const StepGraph* step_graph() const { return graph_.get(); }
   // Mean validation loss over `batches` global batches of the val split.
   // Collective.
@@ -96,6 +104,7 @@ class StepWalk final : private StepHooks, private ParamProvider {
   StepTiming timing_;
   host_calls::Counts walk_calls_, reduce_calls_;
   std::unique_ptr<StepGraph> graph_;  // set_step_graph
+  std::unique_ptr<PhaseClock> clock_;  // set_phase_clock
   bool recording_ = false;  // the graph of this train() is being recorded
   int unit_pieces_ = 0;     // units acquired while recording this train()
   int64_t trained_ = 0;  // train() calls so far

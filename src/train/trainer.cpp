@@ -194,6 +194,8 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
       o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero, *s.finalizer, *s.schedule, *s.data,
       ArenaChunks{static_cast<size_t>(arena_chunk_bytes(row.micro_batch_activations)),
                   static_cast<size_t>(row.workspace)});
+  // [Note: phase clock]: the breakdown's phases in the device's time.
+  if (cfg.wall_clock_breakdown) s.walk->set_phase_clock(dev.make_phase_clock());
   s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params(), &dev, s.model->flops_per_token());
   if (!cfg.checkpoint.dir.empty()) {
     s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, units, s.plan.mirror);
@@ -205,6 +207,7 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::step() const { return impl_->state.step; }
 void Trainer::set_peak_flops(double peak) { impl_->reporter->set_peak_flops(peak); }
+void Trainer::set_phase_clock(std::unique_ptr<PhaseClock> clock) { impl_->walk->set_phase_clock(std::move(clock)); }
 void Trainer::set_step_hook(std::function<void(int64_t)> hook) { impl_->step_hook = std::move(hook); }
 
 std::string Trainer::enable_step_graph(std::unique_ptr<StepGraph> graph) {
@@ -367,7 +370,10 @@ StepStats Trainer::train_step(bool read_loss) {
     log_info("host calls in step ", st.step, ": walk: ", s.walk->walk_calls().str(),
              "; reduction: ", s.walk->reduce_calls().str());
   s.stopped = v.stop;
-  if (read_loss) st.loss = s.walk->read_loss();
+  if (read_loss) {
+    st.loss = s.walk->read_loss();
+    s.walk->read_phase_times(st.timing);
+  }
   return st;
 }
 
@@ -417,6 +423,7 @@ void Trainer::run() {
     set_op_phase(RunPhase::report);
     if (!after.print) continue;
     st.loss = s.walk->read_loss();
+    s.walk->read_phase_times(st.timing);
     s.reporter->report(st, val, now_s() - start, st.step - first_step);
   }
   if (s.ckpt) {

@@ -2,6 +2,7 @@
 // the RAII handles and device selection. Tests that need a GPU skip without one.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "runtime/cuda/cuda_device.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
 #include "runtime/cuda/gpu_timeline_cupti.hpp"
+#include "runtime/phase_clock.hpp"
 #include "runtime/transfer.hpp"
 
 // tests/comm_cuda/spin_kernel.cu: keeps a stream busy for `cycles` clocks.
@@ -282,6 +284,52 @@ TEST(CudaRuntime, StepGraphUpdatesItsOperationsAndHoldsUploadSlotsUntilTheGraphR
   }
   // The spin, the copy and the slot's event record, then the memset.
   EXPECT_NE(graph->summary().find("8 steps, each in 2 graphs of 4 operations in all, 2 instantiations, 14 updates"),
+            std::string::npos)
+      << graph->summary();
+}
+
+// [Note: phase clock] on the GPU: a span is the device's time between two
+// marks, not the host's (which only queues the spin), on the stream and
+// inside the step's graph alike; the graph of each later step records the
+// same events, so it is updated, not instantiated again.
+TEST(CudaRuntime, PhaseClockTimesTheDeviceWorkBetweenItsMarks) {
+  ZT_REQUIRE_GPU();
+  CudaDevice dev(0);
+  std::unique_ptr<PhaseClock> clock = dev.make_phase_clock();
+  std::unique_ptr<StepGraph> graph = dev.make_step_graph();
+  // A spin of 1e8 cycles alone, as the reference (about 50 ms at 2 GHz).
+  dev.synchronize();
+  clock->restart();
+  const int a = clock->mark();
+  spin_on_stream(dev.stream(), 100000000LL);
+  clock->span(StepPhase::forward, a, clock->mark());
+  const double spin = clock->totals()[0];
+  ASSERT_GT(spin, 0.01);
+  for (int step = 0; step < 4; ++step) {
+    const bool graphed = step > 0;
+    clock->restart();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (graphed) graph->begin();
+    const int w = clock->mark();
+    const int f = clock->mark();
+    spin_on_stream(dev.stream(), 100000000LL);
+    clock->span(StepPhase::forward, f, clock->mark());
+    const int b = clock->mark();
+    spin_on_stream(dev.stream(), 200000000LL);
+    clock->span(StepPhase::backward, b, clock->mark());
+    clock->span(StepPhase::walk, w, clock->mark());
+    if (graphed) graph->end_and_launch();
+    const double queued = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::array<double, kNumStepPhases> s = clock->totals();
+    const auto at = [&s](StepPhase p) { return s[static_cast<size_t>(p)]; };
+    EXPECT_LT(queued, 0.5 * spin) << "step " << step << ": the host waited for the spins";
+    EXPECT_NEAR(at(StepPhase::forward), spin, 0.1 * spin) << "step " << step;
+    EXPECT_NEAR(at(StepPhase::backward), 2 * spin, 0.2 * spin) << "step " << step;
+    EXPECT_GE(at(StepPhase::walk), at(StepPhase::forward) + at(StepPhase::backward)) << "step " << step;
+    EXPECT_LT(at(StepPhase::walk), 1.05 * (at(StepPhase::forward) + at(StepPhase::backward)) + 1e-3);
+    EXPECT_EQ(at(StepPhase::reduce), 0);
+  }
+  EXPECT_NE(graph->summary().find("1 instantiations, 2 updates"),
             std::string::npos)
       << graph->summary();
 }

@@ -3,6 +3,8 @@
 // allocation owned by exactly one object, whatever is moved where.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -10,12 +12,14 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/error.hpp"
 #include "runtime/device.hpp"
+#include "runtime/phase_clock.hpp"
 
 namespace zt {
 namespace {
@@ -279,6 +283,34 @@ TEST(Device, MemoryCapAlsoBoundsWhatADeviceTakesBeyondWhatItHolds) {
   d.deallocate(b, 10, MemTag::grads);
   EXPECT_NO_THROW(d.deallocate(d.allocate(10, MemTag::activations), 10, MemTag::activations));
   d.deallocate(p, 10, MemTag::params);
+}
+
+// [Note: phase clock] on the CPU: the host's time between marks, each
+// phase's spans added, forgotten at restart().
+TEST(CpuDevice, PhaseClockAddsTheHostsTimeOfEachPhasesSpans) {
+  CpuDevice dev;
+  std::unique_ptr<PhaseClock> clock = dev.make_phase_clock();
+  for (int round = 0; round < 2; ++round) {
+    clock->restart();
+    EXPECT_EQ(clock->totals(), (std::array<double, kNumStepPhases>{}));
+    const int a = clock->mark();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int b = clock->mark();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const int c = clock->mark();
+    clock->span(StepPhase::forward, a, b);
+    clock->span(StepPhase::forward, b, c);
+    clock->span(StepPhase::optimizer, b, c);
+    clock->span(StepPhase::walk, a, c);
+    EXPECT_EQ(clock->marks(), 3);
+    const std::array<double, kNumStepPhases> s = clock->totals();
+    EXPECT_GE(s[static_cast<size_t>(StepPhase::forward)], 0.030);
+    EXPECT_LT(s[static_cast<size_t>(StepPhase::forward)], 0.5);
+    EXPECT_GE(s[static_cast<size_t>(StepPhase::optimizer)], 0.010);
+    EXPECT_LT(s[static_cast<size_t>(StepPhase::optimizer)], s[static_cast<size_t>(StepPhase::forward)]);
+    EXPECT_DOUBLE_EQ(s[static_cast<size_t>(StepPhase::walk)], s[static_cast<size_t>(StepPhase::forward)]);
+    EXPECT_EQ(s[static_cast<size_t>(StepPhase::backward)], 0);
+  }
 }
 
 TEST(CpuDevice, CopiesAndZeroing) {

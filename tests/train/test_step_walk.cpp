@@ -3,12 +3,15 @@
 // nothing in training; one stage and a two-stage pipeline walk the same
 // global batch to the same losses; an fp16 step skipped for overflow does
 // not count as an update; the step graph's recording is begun, cut and
-// launched where [Note: step graph] says, and only where the layout allows.
+// launched where [Note: step graph] says, and only where the layout allows;
+// wall_clock_breakdown's phases are the spans [Note: phase clock] says.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "runtime/phase_clock.hpp"
 #include "train/trainer.hpp"
 #include "train_test_util.hpp"
 
@@ -156,6 +159,75 @@ TEST(StepWalk, StepGraphIsRecordedInDoublingPiecesWhereTheLayoutAllows) {
   Trainer cpu_dev(cfg, r.comms, r.dev, r.kernels);
   if (test::world_size() == 1) {
     EXPECT_EQ(cpu_dev.enable_step_graph(), "a device without graphs");
+  }
+}
+
+// A clock whose mark i is at i seconds: each phase's total is the number of
+// marks its spans cover, which says where the walk put them.
+class CountingClock final : public PhaseClock {
+ public:
+  explicit CountingClock(int* waits) : waits_(waits) {}
+
+ protected:
+  void record(int) override {}
+  void wait_for(int index) override {
+    EXPECT_EQ(index, marks() - 1) << "totals() waits for the last mark";
+    ++*waits_;
+  }
+  double seconds(int from, int to) const override { return to - from; }
+
+ private:
+  int* waits_;
+};
+
+// [Note: phase clock]: with wall_clock_breakdown the step's phases are spans
+// between marks: each forward and backward its own (two marks), the walk
+// from its start to ReduceGrads, then the reduction and the optimizer step;
+// a step whose loss is read reads them (one wait), one that is not, not,
+// and an evaluation between puts no mark.
+TEST(StepWalk, PhaseTimesAreSpansOfTheDeviceClock) {
+  const Config cfg = test::small_config(test::log_dir(), {"wall_clock_breakdown=true"});
+  const double M = static_cast<double>(cfg.batch.grad_accum);
+  test::CpuRank r;
+  Trainer t(cfg, r.comms, r.dev, r.kernels);
+  int waits = 0;
+  t.set_phase_clock(std::make_unique<CountingClock>(&waits));
+  t.start();
+  for (int i = 0; i < 3; ++i) {
+    const StepStats st = t.train_step(i != 1);
+    if (i == 1) {
+      EXPECT_EQ(waits, 1) << "an unread step's phases are not read";
+      t.evaluate();
+      continue;
+    }
+    // Marks: the walk's start; M x (forward's two, backward's two); the walk's
+    // end; the reduction's two; the optimizer's two.
+    EXPECT_EQ(st.timing.walk.forward_s, M) << "step " << st.step;
+    EXPECT_EQ(st.timing.walk.backward_s, M);
+    EXPECT_EQ(st.timing.walk.total_s, 4 * M + 1);
+    EXPECT_EQ(st.timing.reduce_s, 1);
+    EXPECT_EQ(st.timing.optimizer_s, 1);
+  }
+  EXPECT_EQ(waits, 2);
+}
+
+// The CPU's own clock ([Note: phase clock]): the host's time between marks.
+TEST(StepWalk, CpuPhaseTimesAreTheHostsTimeOfEachPhase) {
+  const Config cfg = test::small_config(test::log_dir(), {"wall_clock_breakdown=true"});
+  test::CpuRank r;
+  Trainer t(cfg, r.comms, r.dev, r.kernels);
+  t.start();
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepStats st = t.train_step(true);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const StepTiming& p = st.timing;
+    EXPECT_GT(p.walk.forward_s, 0);
+    EXPECT_GT(p.walk.backward_s, 0);
+    EXPECT_GT(p.reduce_s, 0);
+    EXPECT_GT(p.optimizer_s, 0);
+    EXPECT_GE(p.walk.total_s, p.walk.forward_s + p.walk.backward_s);
+    EXPECT_LE(p.walk.total_s + p.reduce_s + p.optimizer_s, wall);
   }
 }
 

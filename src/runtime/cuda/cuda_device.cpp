@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "core/error.hpp"
+#include "runtime/phase_clock.hpp"
 #include "runtime/transfer.hpp"
 
 namespace zt {
@@ -330,6 +331,38 @@ class CudaStepGraph final : public StepGraph {
 }  // namespace
 
 std::unique_ptr<StepGraph> CudaDevice::make_step_graph() { return std::make_unique<CudaStepGraph>(*this); }
+
+namespace {
+
+// [Note: phase clock] on the GPU: a mark is a timing event recorded on the
+// compute stream (in the step's graph while it is recorded: CudaEvent's
+// record). The events are made once and reused, mark i by event i, so a step
+// recorded as a graph records the same events as the step before and its
+// graph is updated, not instantiated anew.
+class CudaPhaseClock final : public PhaseClock {
+ public:
+  explicit CudaPhaseClock(CudaDevice& dev) : dev_(dev) {}
+
+ protected:
+  void record(int index) override {
+    while (events_.size() <= static_cast<size_t>(index)) events_.push_back(CudaEvent::create(true));
+    events_[static_cast<size_t>(index)].record(dev_.stream());
+  }
+  void wait_for(int index) override {
+    events_[static_cast<size_t>(index)].synchronize("the step's last phase mark (wall_clock_breakdown)");
+  }
+  double seconds(int from, int to) const override {
+    return 1e-3 * CudaEvent::elapsed_ms(events_[static_cast<size_t>(from)], events_[static_cast<size_t>(to)]);
+  }
+
+ private:
+  CudaDevice& dev_;
+  std::vector<CudaEvent> events_;
+};
+
+}  // namespace
+
+std::unique_ptr<PhaseClock> CudaDevice::make_phase_clock() { return std::make_unique<CudaPhaseClock>(*this); }
 
 std::unique_ptr<UploadStaging> CudaDevice::make_upload_staging(size_t slot_bytes, int slots) {
   return std::make_unique<PinnedStaging>(*this, slot_bytes, slots);

@@ -73,6 +73,8 @@ class CudaDevice final : public Device {
   std::unique_ptr<TransferQueue> make_transfer_queue() override;
   // The compute stream recorded into CUDA graphs ([Note: step graph]).
   std::unique_ptr<StepGraph> make_step_graph() override;
+  // Timing events on the compute stream ([Note: phase clock]).
+  std::unique_ptr<PhaseClock> make_phase_clock() override;
 
   // Bytes taken from the GPU: held by callers plus cached for reuse.
   size_t reserved_bytes() const { return reserved_; }
