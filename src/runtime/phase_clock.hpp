@@ -1,9 +1,9 @@
 // PhaseClock: how long each phase of a step took on the device that ran it.
 //
-// [Note: phase clock] wall_clock_breakdown reports a step's forward,
-// backward, reduction and optimizer times. Timed with the host's clock,
-// those would be right on the CPU, whose kernels run as they are called,
-// and wrong on a GPU: its step queues its work without waiting for it
+// [Note: phase clock] wall_clock_breakdown and prometheus report a step's
+// forward, backward, reduction and optimizer times. Timed with the host's
+// clock, those would be right on the CPU, whose kernels run as they are
+// called, and wrong on a GPU: its step queues its work without waiting for it
 // ([Note: host round trips]), so the host's forward takes the time to queue
 // the forward, and the device's time lands in whichever later call waits.
 // So the phases are spans between marks put in the device's own order of

@@ -46,6 +46,11 @@ struct StepStats {
 // all-gather), parameters in their storage dtype.
 double comm_volume_psi(const CommCounters& c, DType param_dtype, int64_t num_params);
 
+// Whether printed steps report phase times: wall_clock_breakdown's line and
+// records, or prometheus's ztrain_phase_seconds. Those runs time the phases
+// with the device's clock ([Note: phase clock] in runtime/phase_clock.hpp).
+inline bool reports_phase_times(const Config& cfg) { return cfg.wall_clock_breakdown || cfg.prometheus.enabled; }
+
 class StepReporter {
  public:
   // `dev`: the device whose memory the Prometheus export reports (the

@@ -55,8 +55,8 @@ class StepWalk final : private StepHooks, private ParamProvider {
   // ([Note: step graph] in runtime/device.hpp). The caller has checked that
   // the layout's step queues nothing a graph cannot hold.
   void set_step_graph(std::unique_ptr<StepGraph> graph) { graph_ = std::move(graph); }
-  // With wall_clock_breakdown: the phases of each train() as spans on
-  // `clock`, in the device's order of work ([Note: phase clock]).
+  // Where phases are reported (reports_phase_times): each train()'s as
+  // spans on `clock`, in the device's order of work ([Note: phase clock]).
   void set_phase_clock(std::unique_ptr<PhaseClock> clock);
   // The last train()'s forward, backward, walk, reduction and optimizer
   // times from the clock into `t` (nothing without one). Waits for the

@@ -194,8 +194,8 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
       o, s.plan, topo.pp_rank(), *s.runner, dev, kernels, comms, *s.zero, *s.finalizer, *s.schedule, *s.data,
       ArenaChunks{static_cast<size_t>(arena_chunk_bytes(row.micro_batch_activations)),
                   static_cast<size_t>(row.workspace)});
-  // [Note: phase clock]: the breakdown's phases in the device's time.
-  if (cfg.wall_clock_breakdown) s.walk->set_phase_clock(dev.make_phase_clock());
+  // [Note: phase clock]: reported phases in the device's time.
+  if (reports_phase_times(cfg)) s.walk->set_phase_clock(dev.make_phase_clock());
   s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params(), &dev, s.model->flops_per_token());
   if (!cfg.checkpoint.dir.empty()) {
     s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, units, s.plan.mirror);

@@ -39,11 +39,11 @@ class Trainer {
   // metrics.
   void run();
   // One optimizer step over one global batch; the loss is read when
-  // `read_loss` (a collective host read), NaN otherwise, and then, with
-  // wall_clock_breakdown, the phase times from the device's clock ([Note:
-  // phase clock]; the host's own times otherwise).
+  // `read_loss` (a collective host read), NaN otherwise, and then, where
+  // phases are reported (reports_phase_times), the phase times from the
+  // device's clock ([Note: phase clock]; the host's own times otherwise).
   StepStats train_step(bool read_loss = true);
-  // Replaces the clock wall_clock_breakdown times the phases with (tests).
+  // Replaces the clock the reported phases are timed with (tests).
   void set_phase_clock(std::unique_ptr<PhaseClock> clock);
   // Mean validation loss over train.eval_steps global batches of the val
   // split (NaN when there is none).

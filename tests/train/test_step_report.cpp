@@ -32,6 +32,16 @@ TEST(StepReport, CommunicationVolumeInParameterCounts) {
   EXPECT_DOUBLE_EQ(comm_volume_psi(c, DType::bf16, psi), 3.0);
 }
 
+// [Note: phase clock]: every run that reports phase times (the breakdown's
+// line and records, or prometheus's ztrain_phase_seconds) times them with
+// the device's clock; others put no mark in the step.
+TEST(StepReport, PhaseTimesAreReportedWithTheBreakdownOrPrometheus) {
+  const std::string dir = test::log_dir();
+  EXPECT_FALSE(reports_phase_times(test::small_config(dir)));
+  EXPECT_TRUE(reports_phase_times(test::small_config(dir, {"wall_clock_breakdown=true"})));
+  EXPECT_TRUE(reports_phase_times(test::small_config(dir, {"prometheus.enabled=true"})));
+}
+
 TEST(StepReport, RecordsCarryTheStepAndTheBreakdown) {
   if (test::world_size() != 1) GTEST_SKIP() << "one process";
   const std::string dir = test::log_dir() + "-report";
