@@ -328,7 +328,11 @@ void PrometheusExporter::add(const StepStats& st) {
 void PrometheusExporter::update(const StepStats* st, double val, double tokens_per_s, double step_seconds,
                                 const CheckpointsSaved* ckpt) {
   Impl& s = *impl_;
-  const StepStats& per_rank = st ? *st : s.last_copy;
+  // A printed step's times as read (the device's phase and communication
+  // times: [Note: phase clock]), which add() saw before the read; the run's
+  // end exports this copy again.
+  if (st != nullptr) s.last_copy = *st;
+  const StepStats& per_rank = s.last_copy;
   std::vector<double> v = s.mine(per_rank);
   const int world = s.topo.world_size();
   std::vector<double> all(static_cast<size_t>(world) * kNumSlots);

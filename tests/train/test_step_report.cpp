@@ -90,6 +90,41 @@ TEST(StepReport, RecordsCarryTheStepAndTheBreakdown) {
   std::filesystem::remove_all(dir);
 }
 
+// Prometheus at the run's end exports the last printed step as it was read
+// (on a GPU the device's phase times, read after add() saw the host's), not
+// as add() saw it.
+TEST(StepReport, PrometheusKeepsTheLastPrintedStepAsReadAtTheEnd) {
+  if (test::world_size() != 1) GTEST_SKIP() << "one process";
+  const std::string dir = test::log_dir() + "-prom";
+  std::filesystem::remove_all(dir);
+  const Config cfg = test::small_config(dir, {"prometheus.enabled=true", "prometheus.port=0",
+                                              "prometheus.textfile_dir=\"" + dir + "/prom\""});
+  test::CpuRank r;
+  const RunOptions opts = run_options(cfg, 1, 1);
+  try {
+    StepReporter rep(cfg, opts, r.comms, 1000, &r.dev);
+    StepStats st;
+    st.step = 1;
+    st.step_seconds = 0.5;
+    st.tokens = 64;
+    st.timing.walk.forward_s = 0.001;  // as added: the host's time
+    rep.add(st);
+    st.loss = 2.5;
+    st.timing.walk.forward_s = 0.25;  // as read
+    rep.report(st, std::nan(""), 1.0, 1);
+    rep.report_end(r.dev, 1, 1.0);
+  } catch (const UserError& e) {
+    GTEST_SKIP() << "no Prometheus export in this build: " << e.what();
+  }
+  std::ifstream in(dir + "/prom/ztrain.prom");
+  double forward = -1;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("ztrain_phase_seconds{", 0) == 0 && line.find("phase=\"forward\"") != std::string::npos)
+      forward = std::stod(line.substr(line.rfind(' ') + 1));
+  EXPECT_EQ(forward, 0.25);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RunControl, WhatHappensAfterEachStep) {
   const Config cfg = test::small_config(test::log_dir(), {"steps_per_print=5", "train.steps=20",
                                                           "train.eval_interval=10", "checkpoint.interval=4",
