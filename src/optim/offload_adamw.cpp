@@ -25,7 +25,6 @@ namespace {
 
 using offload_detail::advance;
 using offload_detail::host_adamw;
-using offload_detail::now_s;
 using offload_detail::put_param;
 using offload_detail::tile_ranges;
 using offload_detail::to_working;

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "optim/adamw.hpp"
@@ -31,10 +31,6 @@ inline TransferTicket put_param(TransferQueue& copies, const OwnedShard& sh, siz
   if (!sh.param_on_host) return copies.to_device(dst, src, bytes, after_compute);
   host_memcpy(dst, src, bytes);
   return TransferTicket{};
-}
-
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // fp32 values in the working dtype, rounded to nearest even as the device's

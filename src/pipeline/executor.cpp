@@ -2,16 +2,11 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 
 #include "comm/flight_recorder.hpp"
+#include "core/clock.hpp"
 
 namespace zt {
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 // One micro-batch in flight on this stage: its arenas, inputs and the
 // messages whose buffers must outlive their transfer.

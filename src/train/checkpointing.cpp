@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "core/clock.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
 #include "train/fault_injection.hpp"
@@ -22,10 +22,6 @@
 
 namespace zt {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Per-rank strings of fixed size over the world (SHA-256 hex is 64 bytes).
 std::vector<std::string> gather_strings(Communicator& world, const std::string& mine, size_t width) {

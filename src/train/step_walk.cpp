@@ -1,16 +1,11 @@
 #include "train/step_walk.hpp"
 
-#include <chrono>
 #include <cmath>
 
 #include "comm/flight_recorder.hpp"
+#include "core/clock.hpp"
 
 namespace zt {
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 StepWalk::StepWalk(const RunOptions& opts, const StagePlan& plan, int stage, UnitRunner& runner, Device& dev,
                    Kernels& kernels, CommBundle& comms, ZeroEngine& zero,

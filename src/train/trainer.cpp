@@ -1,10 +1,10 @@
 #include "train/trainer.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "comm/flight_recorder.hpp"
+#include "core/clock.hpp"
 #include "core/log.hpp"
 #include "modules/model.hpp"
 #include "modules/runner.hpp"
@@ -30,10 +30,6 @@
 
 namespace zt {
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // What the start line says of offload: "" without any, else where the
 // optimizer and the parameters live and in which dtype the gradients land.
 std::string offload_description(const Config& cfg) {

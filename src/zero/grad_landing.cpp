@@ -1,17 +1,12 @@
 #include "zero/grad_landing.hpp"
 
-#include <chrono>
 #include <utility>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "modules/cpu_kernels.hpp"
 
 namespace zt {
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 GradLanding::GradLanding(TransferQueue& copies, Device& pinned, int max_in_flight)
     : copies_(copies), pinned_(pinned), max_in_flight_(max_in_flight) {

@@ -1,11 +1,11 @@
 // The parameter shards of ZeRO-Infinity's offload_param "nvme" in a swap
 // file ([Note: parameter offload to NVMe] in param_swap.hpp).
+#include "core/clock.hpp"
 #include "zero/param_swap.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -17,10 +17,6 @@ namespace zt {
 namespace {
 
 constexpr const char* kKey = "zero_optimization.offload_param";
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The live swaps of this process, for ParamSwap::remove_files_now().
 std::mutex g_live_mu;
