@@ -231,6 +231,7 @@ def median(xs):
 def summarize(path):
     s = dict(steps=0, ended=False, losses=[], peak={}, final_loss=None)
     tok, red, stp, bub = [], [], [], []
+    csec, cwait, chid = [], [], []
     comm = {}
     bsched = None
     with open(path) as f:
@@ -261,13 +262,22 @@ def summarize(path):
             cb = r.get("comm_bytes")
             if isinstance(cb, dict):
                 comm = cb
+            # The collectives' measured time and the part waited for (ztrain's
+            # [Note: communication time]); the hidden fraction only where dp > 1.
+            cs, cw = r.get("comm_seconds"), r.get("comm_waited_s")
+            if isinstance(cs, dict) and isinstance(cw, dict):
+                csec.append(sum(float(v) for v in cs.values()))
+                cwait.append(sum(float(v) for v in cw.values()))
+            if r.get("comm_hidden_fraction") is not None:
+                chid.append(float(r["comm_hidden_fraction"]))
             if r.get("bubble_measured") is not None:
                 bub.append(float(r["bubble_measured"]))
             if r.get("bubble_schedule") is not None:
                 bsched = float(r["bubble_schedule"])
     s.update(tokens_per_s=median(tok), reduce_s=median(red), step_s=median(stp),
              comm_all_reduce=comm.get("all_reduce"), comm_reduce_scatter=comm.get("reduce_scatter"),
-             comm_all_gather=comm.get("all_gather"), bubble_measured=median(bub), bubble_schedule=bsched)
+             comm_all_gather=comm.get("all_gather"), bubble_measured=median(bub), bubble_schedule=bsched,
+             comm_measured_s=median(csec), comm_waited_s=median(cwait), hidden_measured=median(chid))
     return s
 
 
@@ -425,7 +435,8 @@ def main(argv):
     header = (["mode", "model", "run", "status", "ranks", "P", "V", "schedule", "dp", "zero_stage", "micro", "accum",
                "global_batch", "steps", "final_loss", "ref_run", "max_rel_loss_diff", "tokens_per_s",
                "tokens_per_s_per_rank", "efficiency", "step_s", "reduce_s", "comm_all_reduce_bytes",
-               "comm_reduce_scatter_bytes", "comm_all_gather_bytes", "comm_est_s", "hidden_fraction",
+               "comm_reduce_scatter_bytes", "comm_all_gather_bytes", "comm_s", "comm_waited_s", "hidden_fraction",
+               "comm_busbw_s", "hidden_busbw",
                "bubble_measured", "bubble_schedule", "peak_total_bytes"]
               + [f"peak_{t}_bytes" for t in TAGS] + ["est_device_bytes", "measured_over_estimate", "log", "command"])
     tsv_lines = ["\t".join(header)]
@@ -464,31 +475,42 @@ def main(argv):
         per = tok / n if tok is not None else None
         # Communication time at the bus bandwidth: all_reduce moves 2(dp-1)/dp of its
         # bytes per rank, reduce_scatter and all_gather (dp-1)/dp (zbench's busbw).
-        comm_s = hidden = None
+        bus_s = bus_hidden = None
         if a.busbw and ar is not None:
             t = (2 * ar + (rs or 0) + (ag or 0)) * (dp - 1) / dp / (a.busbw * 1e9)
             if t > 0:
-                comm_s = t
+                bus_s = t
                 if red is not None:
-                    hidden = min(1.0, max(0.0, 1 - red / t))
+                    bus_hidden = min(1.0, max(0.0, 1 - red / t))
+        # Measured: the collectives' time and the time waited for them, per step.
+        comm_s, waited_s, hidden = s["comm_measured_s"], s["comm_waited_s"], s["hidden_measured"]
+        if dp == 1:
+            comm_s = waited_s = hidden = None
         ratio = peak / est if (peak is not None and est) else None
         bytag = ", ".join(f"{t} {s['peak'][t] / 1048576:.2f}" for t in TAGS if s["peak"].get(t))
         bub = "–"
         if row["P"] != 1:
             bm_, bs_ = s["bubble_measured"], s["bubble_schedule"]
             bub = f"{fmt('%.1f%%', None if bm_ is None else bm_ * 100)} / {fmt('%.1f%%', None if bs_ is None else bs_ * 100)}"
-        hcell = "–" if not a.busbw else ("no comm" if dp == 1 else fmt("%.2f", hidden))
+        hcell = "no comm" if dp == 1 else fmt("%.2f", hidden)
+        if dp > 1 and bus_hidden is not None:
+            hcell += f" (busbw: {bus_hidden:.2f})"
+        ctcell = "–" if dp == 1 else f"{fmt('%.2f', None if comm_s is None else comm_s * 1e3)} " \
+                                     f"({fmt('%.2f', None if waited_s is None else waited_s * 1e3)})"
         commcell = "n/a" if (ar, rs, ag) == (None, None, None) else f"{((ar or 0) + (rs or 0) + (ag or 0)) / 1e6:.3f}"
-        row.update(tokens_per_s=tok, efficiency=eff, peak=peak, est=est, reduce_s=red, comm_s=comm_s, hidden=hidden)
+        row.update(tokens_per_s=tok, efficiency=eff, peak=peak, est=est, reduce_s=red, comm_s=comm_s, waited_s=waited_s,
+                   hidden=hidden, bus_s=bus_s, bus_hidden=bus_hidden)
         md.setdefault((m, model), []).append(
             f"| `{key}` | {n} | {row['P']}:{row['V']} | {dp} | {row['stage']} | {row['micro']}×{row['accum']} "
             f"| {row['global_batch']} | {fmt('%.0f', tok)} | {fmt('%.0f', per)} | {fmt('%.2f', eff)} "
             f"| {fmt('%.4f', s['final_loss'])} | {refcell} | {fmt('%.2f', None if peak is None else peak / 1048576)} "
             f"| {fmt('%.2f', None if est is None else est / 1048576)} | {fmt('%.2f', ratio)} | {bytag} "
-            f"| {fmt('%.2f', None if red is None else red * 1e3)} | {commcell} | {hcell} | {bub} |")
+            f"| {fmt('%.2f', None if red is None else red * 1e3)} | {commcell} | {ctcell} | {hcell} | {bub} |")
         vals = (lead + ["ok"] + geo + [s["final_loss"], ref, None if diff is None else f"{diff:.3e}", tok,
                 None if per is None else f"{per:.2f}", None if eff is None else f"{eff:.4f}", s["step_s"], red,
-                ar, rs, ag, None if comm_s is None else f"{comm_s:.6g}", None if hidden is None else f"{hidden:.4f}",
+                ar, rs, ag, None if comm_s is None else f"{comm_s:.6g}", None if waited_s is None else f"{waited_s:.6g}",
+                None if hidden is None else f"{hidden:.4f}", None if bus_s is None else f"{bus_s:.6g}",
+                None if bus_hidden is None else f"{bus_hidden:.4f}",
                 s["bubble_measured"], s["bubble_schedule"], peak] + [s["peak"].get(t) for t in TAGS]
                 + [est, None if ratio is None else f"{ratio:.4f}", r["log"], r["cmd"]])
         tsv_lines.append("\t".join(tsvv(v) for v in vals))
@@ -545,13 +567,18 @@ def main(argv):
           "- reduce ms: median of `time_breakdown_s.reduce`, the time blocked between the last backward and the "
           "optimizer (outstanding gradient reductions and the norm). comm MB: bytes per rank and step over "
           "all_reduce + reduce_scatter + all_gather (`comm_bytes`)."]
+    L.append("- comm ms (waited): medians of the sums over all_reduce, reduce_scatter and all_gather of "
+             "`comm_seconds` (each collective's time: on the CPU from the call to the completion the rank saw, on a "
+             "GPU the time it ran on the communication stream) and `comm_waited_s` (the part of it the rank waited "
+             "for: the host blocked, or the GPU's compute stream stalled), every wait in the step counted, the "
+             "gathers inside forward and backward too.")
+    L.append("- hidden: 1 − waited / time over those collectives, the median of `comm_hidden_fraction`; "
+             "\"no comm\" with one data-parallel rank.")
     if a.busbw:
-        L.append(f"- hidden: 1 − exposed / total, clamped to [0, 1], with total = (2·all_reduce + reduce_scatter + "
-                 f"all_gather bytes) · (dp−1)/dp / busbw (busbw = {a.busbw_gbs} GB/s, as `--busbw-gbs`) and "
-                 "exposed = the reduce time. Stage-3 parameter gathers waited for inside forward and backward are "
-                 "not in the exposed time, so for stage 3 this is an upper bound.")
-    else:
-        L.append("- hidden: not computed (no `--busbw-gbs`).")
+        L.append(f"- hidden (busbw): the estimate 1 − exposed / total, clamped to [0, 1], with total = (2·all_reduce "
+                 f"+ reduce_scatter + all_gather bytes) · (dp−1)/dp / busbw (busbw = {a.busbw_gbs} GB/s, as "
+                 "`--busbw-gbs`) and exposed = the reduce time, which leaves out the stage-3 gathers waited for "
+                 "inside forward and backward (for stage 3 an upper bound).")
     L.append("- bubble (pipeline only): median of `bubble_measured` (idle over compute, averaged over stages) / "
              "the schedule's (P−1)/(V·M), as `report_pipeline_timing` writes them.")
     if plots:
@@ -571,9 +598,9 @@ def main(argv):
                          "divide the batch per rank)")
             L += ["", "| run | ranks | P:V | dp | ZeRO | micro×accum | global batch | tokens/s | tokens/s/rank | "
                   "efficiency | final loss | max rel. Δloss | peak MiB/rank | est. MiB | measured/est. | peak by tag "
-                  "(MiB) | reduce ms/step | comm MB/step | hidden | bubble meas. / sched. |",
+                  "(MiB) | reduce ms/step | comm MB/step | comm ms/step (waited) | hidden | bubble meas. / sched. |",
                   "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | "
-                  "---: | --- | ---: | ---: | ---: | --- |"]
+                  "---: | --- | ---: | ---: | ---: | ---: | --- |"]
             L += md.get((m, model), [])
             for (sm, smodel, text) in skipped:
                 if (sm, smodel) == (m, model):
@@ -690,27 +717,30 @@ def write_plots(a, rows, models, plot_dir, out):
             ax.set_title(f"{model}: {m} scaling, memory")
             ax.grid(alpha=0.3)
         save(fig, f"{model}-memory.png", f"{model}: memory per rank, measured and estimated")
-        # Communication: the exposed reduce time, the bus-bandwidth time, the hidden fraction.
+        # Communication: the collectives' measured time and the part waited
+        # for, the exposed reduce phase, the hidden fraction (measured; the
+        # bus-bandwidth estimate dotted where --busbw-gbs was given).
         fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6))
+
+        def curve(ax, pts, field, scale, **kw):
+            xs = [r["n"] for r in pts if r[field] is not None]
+            if xs:
+                ax.plot(xs, [r[field] * scale for r in pts if r[field] is not None], **kw)
+
         for i, (m, ls) in enumerate(zip(a.modes, ("-", "--"))):
             for j, (k, pts) in enumerate(series(m, model).items()):
                 c = f"C{j % 10}"
-                xs = [r["n"] for r in pts if r["reduce_s"] is not None]
-                axes[0].plot(xs, [r["reduce_s"] * 1e3 for r in pts if r["reduce_s"] is not None], marker="o", ls=ls,
-                             color=c, label=f"{label(k)} {m}: exposed (reduce)")
-                xc = [r["n"] for r in pts if r["comm_s"] is not None]
-                if xc:
-                    axes[0].plot(xc, [r["comm_s"] * 1e3 for r in pts if r["comm_s"] is not None], marker="x",
-                                 ls=":", color=c, label=f"{label(k)} {m}: bytes / busbw")
-                xh = [r["n"] for r in pts if r["hidden"] is not None]
-                if xh:
-                    axes[1].plot(xh, [r["hidden"] for r in pts if r["hidden"] is not None], marker="o", ls=ls,
-                                 color=c, label=f"{label(k)} {m}")
+                name = f"{label(k)} {m}"
+                curve(axes[0], pts, "comm_s", 1e3, marker="o", ls=ls, color=c, label=f"{name}: collectives")
+                curve(axes[0], pts, "waited_s", 1e3, marker="v", ls=ls, color=c, alpha=0.6, label=f"{name}: waited")
+                curve(axes[0], pts, "reduce_s", 1e3, marker="s", ls=":", color=c, label=f"{name}: reduce phase")
+                curve(axes[1], pts, "hidden", 1, marker="o", ls=ls, color=c, label=name)
+                curve(axes[1], pts, "bus_hidden", 1, marker="x", ls=":", color=c, label=f"{name} (busbw estimate)")
         axes[0].set_ylabel("ms per step")
         axes[0].set_title(f"{model}: communication time")
         axes[1].set_ylabel("hidden fraction")
         axes[1].set_ylim(-0.05, 1.05)
-        axes[1].set_title(f"{model}: hidden communication" + ("" if a.busbw else " (no --busbw-gbs)"))
+        axes[1].set_title(f"{model}: hidden communication")
         for ax in axes:
             ax.set_xscale("log", base=2)
             ax.set_xticks(ranks)

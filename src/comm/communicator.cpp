@@ -1,5 +1,8 @@
 #include "comm/communicator.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace zt {
 
 const char* comm_op_name(CommOp op) {
@@ -14,6 +17,16 @@ const char* comm_op_name(CommOp op) {
     case CommOp::device_wait: return "device_wait";
   }
   return "?";
+}
+
+CollectiveTime collective_time(const CommCounters& c) {
+  CollectiveTime t;
+  for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather, CommOp::broadcast}) {
+    t.seconds += c.seconds[static_cast<int>(op)];
+    t.waited += c.waited[static_cast<int>(op)];
+  }
+  t.hidden_fraction = t.seconds > 0 ? std::clamp(1.0 - t.waited / t.seconds, 0.0, 1.0) : std::nan("");
+  return t;
 }
 
 double all_reduce_scalar(Communicator& c, double v, ReduceOp op) {

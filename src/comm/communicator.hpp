@@ -38,10 +38,39 @@ inline void wait(CommRequest& r) {
   }
 }
 
+// [Note: communication time] Besides bytes and calls, a communicator adds
+// up, per kind, how long its calls took (`seconds`) and how much of that the
+// caller spent waiting for them (`waited`); the rest was hidden behind the
+// caller's own work. Each backend measures both where the waiting happens:
+// - MPI (host memory) and the host-staged backend: the host's clock, from
+//   the call to the completion the caller saw (a test() that returned true,
+//   or the end of wait()); `waited` is the host's time blocked in wait(), in
+//   the staged backend also the blocking copy to the host.
+// - NCCL, with set_timing(true): the device's clock. `seconds` is the time
+//   the call ran on the communicator's stream (from a timing event before
+//   it to one after it); `waited` the time the compute stream stood still
+//   in a handle's wait() (timing events on the compute stream before and
+//   after the stream wait). Those events are read by add_device_times()
+//   once the host has waited for the step; reset_counters() drops the ones
+//   of a step that was not read. Calls inside group_start()/group_end()
+//   (the pipeline's exchanges) and one rank's local copies ([Note: one-rank
+//   group]) are not timed.
 struct CommCounters {
   uint64_t bytes[kNumCommOps] = {};
   uint64_t calls[kNumCommOps] = {};
+  double seconds[kNumCommOps] = {};
+  double waited[kNumCommOps] = {};
 };
+
+// The collectives (all_reduce, reduce_scatter, all_gather, broadcast) of `c`:
+// their time, the time waited for them, and 1 - waited / time clamped to
+// [0, 1] (NaN when they took no time: no collective, or one rank's).
+struct CollectiveTime {
+  double seconds = 0;
+  double waited = 0;
+  double hidden_fraction = 0;
+};
+CollectiveTime collective_time(const CommCounters& c);
 
 class Communicator {
  public:
@@ -77,7 +106,23 @@ class Communicator {
   virtual bool graph_safe() const { return false; }
 
   const CommCounters& counters() const { return counters_; }
-  void reset_counters() { counters_ = CommCounters{}; }
+  // Zeroes the counters (and, on the device, drops the unread timing events
+  // of earlier calls: [Note: communication time]).
+  virtual void reset_counters() { counters_ = CommCounters{}; }
+  // Device-timed communicators (NCCL with set_timing(true)): the host waits
+  // for the timing events of the calls since reset_counters() and adds their
+  // times to `into`, then drops them. Host communicators time their calls as
+  // they complete and add nothing here.
+  virtual void add_device_times(CommCounters& /*into*/) {}
+  // Whether the device's timing events are recorded (NCCL; the host's clock
+  // is read in any case). Off by default.
+  virtual void set_timing(bool /*on*/) {}
+  // A call of kind `op` completed `seconds` after it was made, of which the
+  // caller waited `waited` ([Note: communication time]); for handles.
+  void add_time(CommOp op, double seconds, double waited) {
+    counters_.seconds[static_cast<int>(op)] += seconds;
+    counters_.waited[static_cast<int>(op)] += waited;
+  }
 
  protected:
   void count(CommOp op, uint64_t bytes) {

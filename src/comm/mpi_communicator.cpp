@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/clock.hpp"
+
 namespace zt {
 namespace {
 
@@ -25,29 +27,47 @@ int wait_testing(MPI_Request* r, FlightRecorder& rec, uint64_t id) {
   }
 }
 
+// Adds its time to `owner`'s counters when it completes ([Note:
+// communication time]): from `issued` (the host's clock at the call) to the
+// completion seen by test() or wait(), and wait()'s own time as waited.
 class MpiRequest final : public CommHandle {
  public:
-  MpiRequest(MPI_Request r, FlightRecorder& rec, uint64_t id) : req_(r), rec_(rec), id_(id) {}
+  MpiRequest(MPI_Request r, FlightRecorder& rec, uint64_t id, Communicator& owner, CommOp op, double issued)
+      : req_(r), rec_(rec), id_(id), owner_(owner), op_(op), issued_(issued) {}
   ~MpiRequest() override {
     // A request dropped without wait is completed here: MPI requires it and
     // freeing the buffer underneath an active request would corrupt memory.
-    if (req_ != MPI_REQUEST_NULL) wait_testing(&req_, rec_, id_);
+    if (req_ != MPI_REQUEST_NULL) {
+      const double t = now_s();
+      if (wait_testing(&req_, rec_, id_) == MPI_SUCCESS) completed(now_s() - t);
+    }
   }
   void wait() override {
-    if (req_ != MPI_REQUEST_NULL) ZT_MPI_CHECK(wait_testing(&req_, rec_, id_));
+    if (req_ == MPI_REQUEST_NULL) return;
+    const double t = now_s();
+    ZT_MPI_CHECK(wait_testing(&req_, rec_, id_));
+    completed(now_s() - t);
   }
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
     int done = 0;
     ZT_MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
-    if (done) rec_.complete(id_);
+    if (done) {
+      rec_.complete(id_);
+      completed(0);
+    }
     return done != 0;
   }
 
  private:
+  void completed(double waited) { owner_.add_time(op_, now_s() - issued_, waited); }
+
   MPI_Request req_;
   FlightRecorder& rec_;
   uint64_t id_;
+  Communicator& owner_;
+  CommOp op_;
+  double issued_;
 };
 
 // The members' ranks in MPI_COMM_WORLD, in group order.
@@ -126,8 +146,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group_name)
   recorder_ = std::make_unique<FlightRecorder>(name_, "mpi", world_ranks_of(comm_, size_), rank_);
 }
 
-CommRequest MpiCommunicator::post(uint64_t id, MPI_Request r) {
-  return std::make_unique<MpiRequest>(r, *recorder_, id);
+CommRequest MpiCommunicator::post(CommOp op, double issued, uint64_t id, MPI_Request r) {
+  return std::make_unique<MpiRequest>(r, *recorder_, id, *this, op, issued);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -137,16 +157,18 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 CommRequest MpiCommunicator::all_reduce(Tensor buf, ReduceOp op) {
+  const double issued = now_s();
   require_host(buf);
   count(CommOp::all_reduce, buf.bytes());
   MPI_Request r;
   const uint64_t id = recorder_->record(CommOp::all_reduce, -1, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data, checked_count(buf.numel()), mpi_type(buf.dtype),
                               mpi_op(op), comm_, &r));
-  return post(id, r);
+  return post(CommOp::all_reduce, issued, id, r);
 }
 
 CommRequest MpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
+  const double issued = now_s();
   require_host(in);
   require_host(out);
   ZT_CHECK(in.dtype == out.dtype && in.numel() == out.numel() * size_, "reduce_scatter: in has ", in.numel(),
@@ -156,10 +178,11 @@ CommRequest MpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) 
   const uint64_t id = recorder_->record(CommOp::reduce_scatter, -1, in.numel(), in.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, checked_count(out.numel()), mpi_type(out.dtype),
                                          mpi_op(op), comm_, &r));
-  return post(id, r);
+  return post(CommOp::reduce_scatter, issued, id, r);
 }
 
 CommRequest MpiCommunicator::all_gather(Tensor in, Tensor out) {
+  const double issued = now_s();
   require_host(in);
   require_host(out);
   ZT_CHECK(in.dtype == out.dtype && out.numel() == in.numel() * size_, "all_gather: in has ", in.numel(),
@@ -169,34 +192,37 @@ CommRequest MpiCommunicator::all_gather(Tensor in, Tensor out) {
   const uint64_t id = recorder_->record(CommOp::all_gather, -1, out.numel(), out.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Iallgather(in.data, checked_count(static_cast<int64_t>(in.bytes())), MPI_BYTE, out.data,
                               checked_count(static_cast<int64_t>(in.bytes())), MPI_BYTE, comm_, &r));
-  return post(id, r);
+  return post(CommOp::all_gather, issued, id, r);
 }
 
 CommRequest MpiCommunicator::broadcast(Tensor buf, int root) {
+  const double issued = now_s();
   require_host(buf);
   count(CommOp::broadcast, buf.bytes());
   MPI_Request r;
   const uint64_t id = recorder_->record(CommOp::broadcast, root, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Ibcast(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, root, comm_, &r));
-  return post(id, r);
+  return post(CommOp::broadcast, issued, id, r);
 }
 
 CommRequest MpiCommunicator::send(Tensor buf, int peer, int tag) {
+  const double issued = now_s();
   require_host(buf);
   count(CommOp::send, buf.bytes());
   MPI_Request r;
   const uint64_t id = recorder_->record(CommOp::send, peer, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Isend(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, peer, tag, comm_, &r));
-  return post(id, r);
+  return post(CommOp::send, issued, id, r);
 }
 
 CommRequest MpiCommunicator::recv(Tensor buf, int peer, int tag) {
+  const double issued = now_s();
   require_host(buf);
   count(CommOp::recv, buf.bytes());
   MPI_Request r;
   const uint64_t id = recorder_->record(CommOp::recv, peer, buf.numel(), buf.dtype, OpState::started);
   ZT_MPI_CHECK(MPI_Irecv(buf.data, checked_count(static_cast<int64_t>(buf.bytes())), MPI_BYTE, peer, tag, comm_, &r));
-  return post(id, r);
+  return post(CommOp::recv, issued, id, r);
 }
 
 void MpiCommunicator::barrier() {

@@ -62,7 +62,9 @@ class MpiCommunicator final : public Communicator {
   FlightRecorder& recorder() { return *recorder_; }
 
  private:
-  CommRequest post(uint64_t id, MPI_Request r);
+  // The handle of request `r` (recorder entry `id`), a call of kind `op` made
+  // at `issued` (now_s()).
+  CommRequest post(CommOp op, double issued, uint64_t id, MPI_Request r);
 
   MPI_Comm comm_;
   std::string name_;

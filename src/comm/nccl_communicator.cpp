@@ -10,9 +10,12 @@ namespace zt {
 // The events of one call (or of one group of calls): `begun` is recorded on
 // the comm stream before the operation, `event` after it. The watchdog polls
 // them from its own thread (cudaEventQuery never blocks), hence the atomics.
+// With `timing`, the two events also time the call ([Note: communication
+// time] in communicator.hpp).
 struct NcclCompletion final : CompletionProbe {
-  CudaEvent begun = CudaEvent::create();
-  CudaEvent event = CudaEvent::create();
+  explicit NcclCompletion(bool timing = false) : begun(CudaEvent::create(timing)), event(CudaEvent::create(timing)) {}
+  CudaEvent begun;
+  CudaEvent event;
   std::atomic<bool> begun_recorded{false};
   std::atomic<bool> recorded{false};
   bool started() override { return begun_recorded.load() && cudaEventQuery(begun.get()) == cudaSuccess; }
@@ -27,13 +30,13 @@ void poll_pause() { std::this_thread::sleep_for(std::chrono::microseconds(20)); 
 
 class NcclHandle final : public DeviceCommHandle {
  public:
-  NcclHandle(std::shared_ptr<NcclCompletion> done, cudaStream_t compute, NcclCommunicator* owner)
-      : done_(std::move(done)), compute_(compute), owner_(owner) {}
+  NcclHandle(std::shared_ptr<NcclCompletion> done, cudaStream_t compute, NcclCommunicator* owner, CommOp op)
+      : done_(std::move(done)), compute_(compute), owner_(owner), op_(op) {}
 
   // GPU-side: the compute stream waits; the host does not.
   void wait() override {
     require_issued();
-    ZT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->event.get(), 0));
+    owner_->compute_waits_for(done_->event.get(), op_);
   }
   bool test() override {
     if (!done_->recorded) return false;
@@ -57,6 +60,7 @@ class NcclHandle final : public DeviceCommHandle {
   std::shared_ptr<NcclCompletion> done_;
   cudaStream_t compute_;
   NcclCommunicator* owner_;
+  CommOp op_;
 };
 
 ncclDataType_t nccl_type(DType t) {
@@ -210,18 +214,68 @@ std::shared_ptr<NcclCompletion> NcclCommunicator::begin_call() {
   ZT_CUDA_CHECK(cudaEventRecord(input_ready_.get(), compute_));
   ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_.get(), 0));
   if (group_depth_ > 0) return group_done_;
-  auto done = std::make_shared<NcclCompletion>();
+  auto done = std::make_shared<NcclCompletion>(timing_);
   ZT_CUDA_CHECK(cudaEventRecord(done->begun.get(), stream_));
   done->begun_recorded.store(true);
   return done;
 }
 
-CommRequest NcclCommunicator::end_call(std::shared_ptr<NcclCompletion> done) {
+CommRequest NcclCommunicator::end_call(std::shared_ptr<NcclCompletion> done, CommOp op) {
   if (group_depth_ == 0) {
     ZT_CUDA_CHECK(cudaEventRecord(done->event.get(), stream_));
     done->recorded.store(true);
+    if (timing_) timed_.push_back(TimedCall{op, done});
   }
-  return std::make_unique<NcclHandle>(std::move(done), compute_, this);
+  return std::make_unique<NcclHandle>(std::move(done), compute_, this, op);
+}
+
+void NcclCommunicator::compute_waits_for(cudaEvent_t done, CommOp op) {
+  // A graph's events are not timing records of this step; graphs hold no
+  // NCCL calls of more than one rank anyway (begin_call).
+  if (!timing_ || step_capture_active()) {
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+    return;
+  }
+  if (wait_events_.size() < 2 * (wait_ops_.size() + 1)) {
+    wait_events_.push_back(CudaEvent::create(true));
+    wait_events_.push_back(CudaEvent::create(true));
+  }
+  const size_t i = 2 * wait_ops_.size();
+  ZT_CUDA_CHECK(cudaEventRecord(wait_events_[i].get(), compute_));
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+  ZT_CUDA_CHECK(cudaEventRecord(wait_events_[i + 1].get(), compute_));
+  wait_ops_.push_back(op);
+}
+
+void NcclCommunicator::set_timing(bool on) {
+  timing_ = on;
+  drop_timing();
+}
+
+void NcclCommunicator::reset_counters() {
+  Communicator::reset_counters();
+  drop_timing();
+}
+
+void NcclCommunicator::drop_timing() {
+  timed_.clear();
+  wait_ops_.clear();
+}
+
+namespace {
+double elapsed_s(const CudaEvent& from, const CudaEvent& to) {
+  watched_event_sync(to.get(), "a communication timing event");
+  float ms = 0;
+  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, from.get(), to.get()));
+  return ms * 1e-3;
+}
+}  // namespace
+
+void NcclCommunicator::add_device_times(CommCounters& into) {
+  for (const TimedCall& c : timed_) into.seconds[static_cast<int>(c.op)] += elapsed_s(c.done->begun, c.done->event);
+  for (size_t k = 0; k < wait_ops_.size(); ++k)
+    into.waited[static_cast<int>(wait_ops_[k])] += elapsed_s(wait_events_[2 * k], wait_events_[2 * k + 1]);
+  drop_timing();
 }
 
 void NcclCommunicator::group_start() {
@@ -259,7 +313,7 @@ CommRequest NcclCommunicator::all_reduce(Tensor buf, ReduceOp op) {
   recorder_->record(CommOp::all_reduce, -1, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype),
                               nccl_op(op), comm_, stream_));
-  return end_call(std::move(done));
+  return end_call(std::move(done), CommOp::all_reduce);
 }
 
 CommRequest NcclCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
@@ -272,7 +326,7 @@ CommRequest NcclCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op)
   recorder_->record(CommOp::reduce_scatter, -1, in.numel(), in.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype),
                                   nccl_op(op), comm_, stream_));
-  return end_call(std::move(done));
+  return end_call(std::move(done), CommOp::reduce_scatter);
 }
 
 CommRequest NcclCommunicator::all_gather(Tensor in, Tensor out) {
@@ -285,7 +339,7 @@ CommRequest NcclCommunicator::all_gather(Tensor in, Tensor out) {
   recorder_->record(CommOp::all_gather, -1, out.numel(), out.dtype, OpState::queued, done);
   // Bytes: gathering moves data without arithmetic, so any dtype (u16 too) works.
   ZT_NCCL_CHECK(ncclAllGather(in.data, out.data, in.bytes(), ncclUint8, comm_, stream_));
-  return end_call(std::move(done));
+  return end_call(std::move(done), CommOp::all_gather);
 }
 
 CommRequest NcclCommunicator::broadcast(Tensor buf, int root) {
@@ -296,7 +350,7 @@ CommRequest NcclCommunicator::broadcast(Tensor buf, int root) {
   auto done = begin_call();
   recorder_->record(CommOp::broadcast, root, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.bytes(), ncclUint8, root, comm_, stream_));
-  return end_call(std::move(done));
+  return end_call(std::move(done), CommOp::broadcast);
 }
 
 CommRequest NcclCommunicator::send(Tensor buf, int peer, int tag) {
@@ -306,7 +360,7 @@ CommRequest NcclCommunicator::send(Tensor buf, int peer, int tag) {
   auto done = begin_call();
   recorder_->record(CommOp::send, peer, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclSend(buf.data, buf.bytes(), ncclUint8, peer, comm_, stream_));
-  return end_call(std::move(done));
+  return end_call(std::move(done), CommOp::send);
 }
 
 CommRequest NcclCommunicator::recv(Tensor buf, int peer, int tag) {
@@ -316,7 +370,7 @@ CommRequest NcclCommunicator::recv(Tensor buf, int peer, int tag) {
   auto done = begin_call();
   recorder_->record(CommOp::recv, peer, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclRecv(buf.data, buf.bytes(), ncclUint8, peer, comm_, stream_));
-  return end_call(std::move(done));
+  return end_call(std::move(done), CommOp::recv);
 }
 
 void NcclCommunicator::barrier() {

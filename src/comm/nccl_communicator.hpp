@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/device_comm.hpp"
 #include "comm/flight_recorder.hpp"
@@ -77,13 +78,24 @@ class NcclCommunicator final : public DeviceCommunicator {
   // Seconds the destructor waits for queued work before it aborts (default 300).
   void set_teardown_timeout(double seconds) { teardown_timeout_s_ = seconds; }
 
+  // [Note: communication time] (communicator.hpp): with timing on, each call
+  // outside a group is timed on the communicator's stream, and each handle's
+  // wait() on the compute stream; add_device_times() reads them.
+  void set_timing(bool on) override;
+  void reset_counters() override;
+  void add_device_times(CommCounters& into) override;
+  // Makes the compute stream wait for `done` (a call of kind `op`), timing
+  // the wait when timing is on. For handles.
+  void compute_waits_for(cudaEvent_t done, CommOp op);
+
  private:
   // Orders the comm stream after the compute stream; returns the completion
   // the call's handle waits on (shared by every call of an open group).
   std::shared_ptr<NcclCompletion> begin_call();
   // [Note: one-rank group]: `in` copied to `out` on the compute stream.
   CommRequest local_copy(const Tensor& in, const Tensor& out);
-  CommRequest end_call(std::shared_ptr<NcclCompletion> done);
+  CommRequest end_call(std::shared_ptr<NcclCompletion> done, CommOp op);
+  void drop_timing();
   // Polls the comm stream until it is idle (true), or an asynchronous error
   // or the timeout comes first (false).
   bool drain(double timeout_s) noexcept;
@@ -100,6 +112,16 @@ class NcclCommunicator final : public DeviceCommunicator {
   std::shared_ptr<NcclCompletion> group_done_;
   double teardown_timeout_s_ = 300.0;
   std::unique_ptr<FlightRecorder> recorder_;
+  // [Note: communication time]: the timed calls and waits since the last
+  // reset_counters(); wait k's events are wait_events_[2k] and [2k + 1].
+  struct TimedCall {
+    CommOp op;
+    std::shared_ptr<NcclCompletion> done;
+  };
+  bool timing_ = false;
+  std::vector<TimedCall> timed_;
+  std::vector<CudaEvent> wait_events_;
+  std::vector<CommOp> wait_ops_;
 };
 
 }  // namespace zt

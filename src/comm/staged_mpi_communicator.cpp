@@ -1,5 +1,7 @@
 #include "comm/staged_mpi_communicator.hpp"
 
+#include "core/clock.hpp"
+
 namespace zt {
 namespace {
 
@@ -21,35 +23,42 @@ struct CopyBack {
   size_t n = 0;
 };
 
+// Times itself as an MPI request does ([Note: communication time]), from
+// `issued`: the MPI call, after the blocking copy to the host.
 class StagedHandle final : public DeviceCommHandle {
  public:
-  StagedHandle(StagedMpiCommunicator* owner, size_t slot, CommRequest mpi, CopyBack back, cudaStream_t stream)
-      : owner_(owner), slot_(slot), mpi_(std::move(mpi)), back_(back), stream_(stream) {}
+  StagedHandle(StagedMpiCommunicator* owner, size_t slot, CommRequest mpi, CopyBack back, cudaStream_t stream,
+               CommOp op, double issued)
+      : owner_(owner), slot_(slot), mpi_(std::move(mpi)), back_(back), stream_(stream), op_(op), issued_(issued) {}
   ~StagedHandle() override {
     // Like MpiRequest: a dropped handle completes here, or the slot would be
     // reused under a live MPI call. Destructors never throw.
     try {
-      finish();
+      finish(true);
     } catch (...) {
     }
   }
-  void wait() override { finish(); }
+  void wait() override { finish(true); }
   bool test() override {
     if (finished_) return true;
     if (!mpi_->test()) return false;
-    finish();
+    finish(false);
     return true;
   }
   void wait_host() override {
-    finish();
+    finish(true);
     watched_stream_sync(stream_, "a staged collective's copy back");
   }
 
  private:
-  void finish() {
+  // `waiting`: the caller blocks here until MPI is done.
+  void finish(bool waiting) {
     if (finished_) return;
     finished_ = true;
+    const double t = now_s();
     ::zt::wait(mpi_);
+    const double done = now_s();
+    owner_->add_time(op_, done - issued_, waiting ? done - t : 0.0);
     if (back_.wide != nullptr) convert(back_.wide, DType::f32, back_.host, back_.dtype, back_.n);
     if (back_.bytes > 0) {
       ZT_CUDA_CHECK(cudaMemcpyAsync(back_.dev, back_.host, back_.bytes, cudaMemcpyHostToDevice, stream_));
@@ -62,6 +71,8 @@ class StagedHandle final : public DeviceCommHandle {
   CommRequest mpi_;
   CopyBack back_;
   cudaStream_t stream_;
+  CommOp op_;
+  double issued_;
   bool finished_ = false;
 };
 
@@ -210,8 +221,10 @@ CommRequest StagedMpiCommunicator::all_reduce(Tensor buf, ReduceOp op) {
     back.dtype = buf.dtype;
     back.n = n;
   }
+  const double issued = now_s();
   CommRequest r = group_.all_reduce(staged, op);
-  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), back, compute_);
+  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), back, compute_, CommOp::all_reduce,
+                                        issued);
 }
 
 CommRequest StagedMpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op) {
@@ -234,8 +247,10 @@ CommRequest StagedMpiCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceO
     back.dtype = out.dtype;
     back.n = n_out;
   }
+  const double issued = now_s();
   CommRequest r = group_.reduce_scatter(staged_in, staged_out, op);
-  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), back, compute_);
+  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), back, compute_, CommOp::reduce_scatter,
+                                        issued);
 }
 
 CommRequest StagedMpiCommunicator::all_gather(Tensor in, Tensor out) {
@@ -245,10 +260,12 @@ CommRequest StagedMpiCommunicator::all_gather(Tensor in, Tensor out) {
   if (on_host(in, out)) return group_.all_gather(in, out);
   SlotLayout slot(*this, {in.bytes(), out.bytes()});
   copy_to_host_and_sync(slot.region(0), in, compute_);
+  const double issued = now_s();
   CommRequest r = group_.all_gather(Tensor(slot.region(0), in.dtype, Shape{in.numel()}),
                                     Tensor(slot.region(1), out.dtype, Shape{out.numel()}));
   return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), CopyBack{out.data, slot.region(1), out.bytes()},
-                                        compute_);
+                                        compute_, CommOp::all_gather,
+                                        issued);
 }
 
 CommRequest StagedMpiCommunicator::broadcast(Tensor buf, int root) {
@@ -257,10 +274,12 @@ CommRequest StagedMpiCommunicator::broadcast(Tensor buf, int root) {
   SlotLayout slot(*this, {buf.bytes()});
   const bool is_root = rank() == root;
   if (is_root) copy_to_host_and_sync(slot.region(0), buf, compute_);
+  const double issued = now_s();
   CommRequest r = group_.broadcast(Tensor(slot.region(0), buf.dtype, Shape{buf.numel()}), root);
   // The root's device buffer already holds the data.
   CopyBack back = is_root ? CopyBack{} : CopyBack{buf.data, slot.region(0), buf.bytes()};
-  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), back, compute_);
+  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), back, compute_, CommOp::broadcast,
+                                        issued);
 }
 
 CommRequest StagedMpiCommunicator::send(Tensor buf, int peer, int tag) {
@@ -268,17 +287,21 @@ CommRequest StagedMpiCommunicator::send(Tensor buf, int peer, int tag) {
   if (buf.device == DeviceKind::cpu) return group_.send(buf, peer, tag);
   SlotLayout slot(*this, {buf.bytes()});
   copy_to_host_and_sync(slot.region(0), buf, compute_);
+  const double issued = now_s();
   CommRequest r = group_.send(Tensor(slot.region(0), buf.dtype, Shape{buf.numel()}), peer, tag);
-  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), CopyBack{}, compute_);
+  return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), CopyBack{}, compute_, CommOp::send,
+                                        issued);
 }
 
 CommRequest StagedMpiCommunicator::recv(Tensor buf, int peer, int tag) {
   count(CommOp::recv, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.recv(buf, peer, tag);
   SlotLayout slot(*this, {buf.bytes()});
+  const double issued = now_s();
   CommRequest r = group_.recv(Tensor(slot.region(0), buf.dtype, Shape{buf.numel()}), peer, tag);
   return std::make_unique<StagedHandle>(this, slot.take(), std::move(r), CopyBack{buf.data, slot.region(0), buf.bytes()},
-                                        compute_);
+                                        compute_, CommOp::recv,
+                                        issued);
 }
 
 void StagedMpiCommunicator::barrier() {

@@ -85,7 +85,10 @@ enum Slot : int {
   kComm = kNvme + 1,                          // kNumExportedOps cumulative bytes
   kPhase = kComm + kNumExportedOps,           // kNumPhases seconds of the last step
   kHidden = kPhase + kNumPhases,              // offload: the delayed update's hidden fraction
-  kGpuUtil = kHidden + 1,
+  kCommSeconds = kHidden + 1,                 // kNumExportedOps: the last step's collectives' time
+  kCommWaited = kCommSeconds + kNumExportedOps,  // kNumExportedOps: the time waited for them
+  kCommHidden = kCommWaited + kNumExportedOps,   // 1 - waited / time over them
+  kGpuUtil = kCommHidden + 1,
   kGpuMemUsed,
   kGpuMemTotal,
   kGpuPower,
@@ -225,6 +228,16 @@ std::vector<double> PrometheusExporter::Impl::mine(const StepStats& st) const {
   const double phases[kNumPhases] = {t.walk.forward_s, t.walk.backward_s, t.reduce_s, t.optimizer_s,
                                      t.walk.p2p_wait_s};
   for (int i = 0; i < kNumPhases; ++i) v[kPhase + i] = phases[i];
+  // [Note: communication time] in comm/communicator.hpp; one rank has no
+  // communication to hide.
+  const CollectiveTime ct = collective_time(st.comm);
+  if (topo.dp_size() > 1 && !std::isnan(ct.hidden_fraction)) {
+    for (int i = 0; i < kNumExportedOps; ++i) {
+      v[kCommSeconds + i] = st.comm.seconds[static_cast<int>(kCommOps[i])];
+      v[kCommWaited + i] = st.comm.waited[static_cast<int>(kCommOps[i])];
+    }
+    v[kCommHidden] = ct.hidden_fraction;
+  }
   if (st.offload && st.offload->delayed) {
     const OffloadStepTimes& o = *st.offload;
     v[kHidden] = o.cpu_s > 0 ? std::max(0.0, 1.0 - o.delayed_wait_s / o.cpu_s) : 1.0;
@@ -271,6 +284,20 @@ void PrometheusExporter::Impl::publish(const std::vector<double>& all, int world
       if (v[kComm + i] > seen) c.Increment(v[kComm + i] - seen);
       seen = std::max(seen, v[kComm + i]);
     }
+    for (int i = 0; i < kNumExportedOps; ++i) {
+      const char* op = comm_op_name(kCommOps[i]);
+      set("ztrain_comm_seconds",
+          "This rank's data-parallel collectives in the last printed step: the time from each call to its "
+          "completion (on a GPU, the time it ran on the communication stream), by kind",
+          v[kCommSeconds + i], with({{"op", op}}));
+      set("ztrain_comm_wait_seconds",
+          "The part of ztrain_comm_seconds this rank waited for (on a GPU, the compute stream stood still)",
+          v[kCommWaited + i], with({{"op", op}}));
+    }
+    set("ztrain_comm_hidden_ratio",
+        "Fraction of this rank's data-parallel collectives' time in the last printed step hidden behind its work: "
+        "1 - waited / time",
+        v[kCommHidden], who);
     for (int i = 0; i < kNumPhases; ++i)
       set("ztrain_phase_seconds", "This rank's time in each phase of the last printed step", v[kPhase + i],
           with({{"phase", kPhases[i]}}));

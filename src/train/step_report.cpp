@@ -102,6 +102,17 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
       bytes[comm_op_name(op)] = bytes_of(st.comm, op);
     rec["comm_bytes"] = bytes;
     rec["comm_volume_psi"] = volume;
+    // [Note: communication time] in comm/communicator.hpp.
+    nlohmann::json secs = nlohmann::json::object(), waited = nlohmann::json::object();
+    for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather}) {
+      secs[comm_op_name(op)] = st.comm.seconds[static_cast<int>(op)];
+      waited[comm_op_name(op)] = st.comm.waited[static_cast<int>(op)];
+    }
+    rec["comm_seconds"] = secs;
+    rec["comm_waited_s"] = waited;
+    const CollectiveTime ct = collective_time(st.comm);
+    const bool timed = comms_.data().tensors->size() > 1 && !std::isnan(ct.hidden_fraction);
+    if (timed) rec["comm_hidden_fraction"] = ct.hidden_fraction;
     const StepTiming& t = st.timing;
     rec["time_breakdown_s"] = {{"forward", t.walk.forward_s},
                                {"backward", t.walk.backward_s},
@@ -115,7 +126,13 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
                   t.walk.forward_s * 1e3, t.walk.backward_s * 1e3, t.reduce_s * 1e3, t.optimizer_s * 1e3,
                   bytes_of(st.comm, CommOp::all_reduce) / 1e6, bytes_of(st.comm, CommOp::reduce_scatter) / 1e6,
                   bytes_of(st.comm, CommOp::all_gather) / 1e6, volume);
-    log_info(bd);
+    std::string line = bd;
+    if (timed) {
+      std::snprintf(bd, sizeof bd, " | collectives %.1f ms, waited %.1f ms, %.0f%% hidden", ct.seconds * 1e3,
+                    ct.waited * 1e3, 100 * ct.hidden_fraction);
+      line += bd;
+    }
+    log_info(line);
     if (st.offload) report_offload(*st.offload, rec);
     if (opts_.P > 1) report_pipeline(t.walk, rec);
   }

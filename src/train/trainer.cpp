@@ -191,7 +191,11 @@ Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& ker
       ArenaChunks{static_cast<size_t>(arena_chunk_bytes(row.micro_batch_activations)),
                   static_cast<size_t>(row.workspace)});
   // [Note: phase clock]: reported phases in the device's time.
-  if (reports_phase_times(cfg)) s.walk->set_phase_clock(dev.make_phase_clock());
+  // [Note: communication time] in comm/communicator.hpp: so is the data-parallel collectives' time.
+  if (reports_phase_times(cfg)) {
+    s.walk->set_phase_clock(dev.make_phase_clock());
+    comms.data().tensors->set_timing(true);
+  }
   s.reporter = std::make_unique<StepReporter>(cfg, o, comms, num_params(), &dev, s.model->flops_per_token());
   if (!cfg.checkpoint.dir.empty()) {
     s.ckpt = std::make_unique<Checkpointer>(cfg, topo, *s.zero, dev, units, s.plan.mirror);
@@ -368,9 +372,15 @@ StepStats Trainer::train_step(bool read_loss) {
   s.stopped = v.stop;
   if (read_loss) {
     st.loss = s.walk->read_loss();
-    s.walk->read_phase_times(st.timing);
+    read_step_times(st);
   }
   return st;
+}
+
+void Trainer::read_step_times(StepStats& st) {
+  Impl& s = *impl_;
+  s.walk->read_phase_times(st.timing);
+  s.comms.data().tensors->add_device_times(st.comm);
 }
 
 double Trainer::evaluate() {
@@ -419,7 +429,7 @@ void Trainer::run() {
     set_op_phase(RunPhase::report);
     if (!after.print) continue;
     st.loss = s.walk->read_loss();
-    s.walk->read_phase_times(st.timing);
+    read_step_times(st);
     s.reporter->report(st, val, now_s() - start, st.step - first_step);
   }
   if (s.ckpt) {

@@ -41,7 +41,9 @@ class Trainer {
   // One optimizer step over one global batch; the loss is read when
   // `read_loss` (a collective host read), NaN otherwise, and then, where
   // phases are reported (reports_phase_times), the phase times from the
-  // device's clock ([Note: phase clock]; the host's own times otherwise).
+  // device's clock ([Note: phase clock]; the host's own times otherwise)
+  // and the data-parallel collectives' device times ([Note: communication
+  // time] in comm/communicator.hpp).
   StepStats train_step(bool read_loss = true);
   // Replaces the clock the reported phases are timed with (tests).
   void set_phase_clock(std::unique_ptr<PhaseClock> clock);
@@ -71,6 +73,8 @@ class Trainer {
 
  private:
   void inject_hang(int64_t step);
+  // A read step's phase times and device-timed communication, into `st`.
+  void read_step_times(StepStats& st);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

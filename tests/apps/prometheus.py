@@ -249,6 +249,15 @@ def server_checks(prom):
           "each rank holds 2 bytes x parameters (fp16, ZeRO 0)", "%s vs %s" % (mem, params))
     comm = prom.values('ztrain_comm_bytes_total{op="all_reduce"}')
     check(len(comm) == 2 and all(v > 0 for v in comm.values()), "all-reduce bytes counted on both ranks", str(comm))
+    # [Note: communication time]: each rank's all-reduces took time, at most all of it waited for.
+    secs = prom.values('ztrain_comm_seconds{op="all_reduce"}')
+    waited = prom.values('ztrain_comm_wait_seconds{op="all_reduce"}')
+    check(len(secs) == 2 and all(v > 0 for v in secs.values()), "all-reduce time of both ranks > 0", str(secs))
+    check(len(waited) == 2 and all(0 <= waited[k] <= secs.get(k, -1) for k in waited),
+          "time waited for the all-reduces in [0, their time] on both ranks", "%s vs %s" % (waited, secs))
+    hidden = prom.values("ztrain_comm_hidden_ratio")
+    check(len(hidden) == 2 and all(0 <= v <= 1 for v in hidden.values()), "ztrain_comm_hidden_ratio of both ranks "
+          "in [0, 1]", str(hidden))
     phases = prom.values('ztrain_phase_seconds{rank="0"}')
     check({dict(k)["phase"] for k in phases} == {"forward", "backward", "reduce", "optimizer", "p2p_wait"} and
           all(v >= 0 for v in phases.values()), "rank 0's phase times", str(phases))

@@ -88,7 +88,35 @@ for mode in Weak Strong; do
   done
   [ "$(awk -F'\t' '$7 == "ref"' "$mode.tsv" | wc -l)" = 1 ] || fail "$mode: not exactly one reference row"
 done
-if grep -q "^- hidden: 1 − exposed / total" scaling.md; then echo "ok: hidden-communication formula stated"; else fail "no hidden-communication explanation"; fi
+if grep -q "^- hidden: 1 − waited / time" scaling.md && grep -q "^- hidden (busbw): the estimate 1 − exposed / total" scaling.md; then
+  echo "ok: hidden-communication formulas stated"
+else
+  fail "no hidden-communication explanation"
+fi
+# Every two-rank row carries the measured hidden fraction in [0, 1] and the
+# collectives' time with the part waited for; one rank has no communication.
+awk '
+  function trim(s) { gsub(/^[ `]+|[ `]+$/, "", s); return s }
+  /^### / { hdr = 0; next }
+  !/^\|/ { next }
+  !hdr { for (i = 2; i < NF; i++) col[trim($i)] = i; hdr = 1; next }
+  /^\| ---/ { next }
+  { print trim($col["ranks"]) "\t" trim($col["hidden"]) "\t" trim($col["comm ms/step (waited)"]) }
+' FS='|' scaling.md > hidden.tsv
+while IFS=$'\t' read -r n h ct; do
+  if [ "$n" = 1 ]; then
+    [ "$h" = "no comm" ] && echo "ok: one rank: no comm" || fail "one rank: hidden '$h'"
+    continue
+  fi
+  h1=${h%% *}; c1=${ct%% *}; w1=${ct#*(}; w1=${w1%)}
+  if isnum "$h1" && awk -v x="$h1" 'BEGIN { exit !(x >= 0 && x <= 1) }' && isnum "$c1" && isnum "$w1" \
+     && awk -v c="$c1" -v w="$w1" 'BEGIN { exit !(c > 0 && w >= 0 && w <= c) }' && [[ "$h" == *"(busbw: "* ]]; then
+    echo "ok: $n ranks: hidden $h, collectives $ct ms"
+  else
+    fail "$n ranks: hidden '$h', collectives '$ct'"
+  fi
+done < hidden.tsv
+[ "$(grep -c . hidden.tsv)" = 8 ] || fail "hidden.tsv: $(grep -c . hidden.tsv) rows, expected 8"
 n=$(awk -F'\t' 'NR > 1 && $4 == "ok"' raw/results.tsv | wc -l)
 if [ "$n" = 8 ]; then echo "ok: results.tsv has the 8 rows"; else fail "results.tsv: $n ok rows, expected 8"; fi
 n=$(grep -c '^- `tiny-n' scaling.md || true)

@@ -2,6 +2,9 @@
 // compute every expected value locally (as nccl-tests do).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+#include <thread>
 #include <vector>
 
 #include "comm/topology.hpp"
@@ -67,6 +70,84 @@ TEST(MpiCommunicator, BroadcastAndPointToPointRing) {
   EXPECT_EQ(in, prev);
   EXPECT_DOUBLE_EQ(all_reduce_scalar(c, 1.0), c.size());
   EXPECT_DOUBLE_EQ(all_reduce_scalar(c, c.rank(), ReduceOp::max), c.size() - 1);
+}
+
+namespace {
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+constexpr int kAllReduce = static_cast<int>(CommOp::all_reduce);
+}  // namespace
+
+// [Note: communication time]: rank 0 makes the call, works 30 ms, then
+// waits; the others join 150 ms after it. Its call took about 150 ms, of
+// which it waited about 120. Then rank 0 polls test() instead of waiting:
+// the call's time is counted and none of it as waited.
+TEST(MpiCommunicator, CountsTheTimeOfEachCallAndTheTimeWaitedForIt) {
+  Topology topo(1);
+  Communicator& c = topo.world();
+  float x = 1;
+  const Tensor t(&x, DType::f32, Shape{1});
+  const int late = c.size() > 1 ? 150 : 0;
+  c.barrier();
+  c.reset_counters();
+  if (c.rank() == 0) {
+    CommRequest r = c.all_reduce(t, ReduceOp::sum);
+    sleep_ms(30);
+    wait(r);
+  } else {
+    sleep_ms(late);
+    all_reduce_sync(c, t);
+  }
+  const CommCounters& n = c.counters();
+  EXPECT_LE(n.waited[kAllReduce], n.seconds[kAllReduce]);
+  if (c.rank() == 0) {
+    EXPECT_GE(n.seconds[kAllReduce], 0.029);
+    if (late > 0) {
+      EXPECT_GE(n.seconds[kAllReduce], 0.140);
+      EXPECT_GE(n.waited[kAllReduce], 0.100);
+      EXPECT_LE(n.waited[kAllReduce], n.seconds[kAllReduce] - 0.025);
+      const CollectiveTime ct = collective_time(n);
+      EXPECT_NEAR(ct.hidden_fraction, 1 - n.waited[kAllReduce] / n.seconds[kAllReduce], 1e-12);
+      EXPECT_LT(ct.hidden_fraction, 0.35);
+    }
+  }
+
+  c.barrier();
+  c.reset_counters();
+  if (c.rank() == 0) {
+    CommRequest r = c.all_reduce(t, ReduceOp::sum);
+    while (!r->test()) sleep_ms(5);
+    r.reset();
+  } else {
+    sleep_ms(late);
+    all_reduce_sync(c, t);
+  }
+  if (c.rank() == 0) {
+    EXPECT_EQ(c.counters().waited[kAllReduce], 0.0);
+    EXPECT_GE(c.counters().seconds[kAllReduce], late > 0 ? 0.140 : 0.0);
+    if (late > 0) {
+      EXPECT_EQ(collective_time(c.counters()).hidden_fraction, 1.0);
+    }
+  }
+  // reset_counters() zeroes the times too.
+  c.reset_counters();
+  EXPECT_EQ(c.counters().seconds[kAllReduce], 0.0);
+  EXPECT_TRUE(std::isnan(collective_time(c.counters()).hidden_fraction));
+}
+
+TEST(CommCounters, CollectiveTimeAddsTheCollectivesOnly) {
+  CommCounters n;
+  n.seconds[static_cast<int>(CommOp::reduce_scatter)] = 0.3;
+  n.waited[static_cast<int>(CommOp::reduce_scatter)] = 0.1;
+  n.seconds[static_cast<int>(CommOp::all_gather)] = 0.1;
+  n.waited[static_cast<int>(CommOp::all_gather)] = 0.1;
+  n.seconds[static_cast<int>(CommOp::send)] = 5;  // point-to-point: not a collective
+  n.waited[static_cast<int>(CommOp::recv)] = 5;
+  const CollectiveTime ct = collective_time(n);
+  EXPECT_DOUBLE_EQ(ct.seconds, 0.4);
+  EXPECT_DOUBLE_EQ(ct.waited, 0.2);
+  EXPECT_DOUBLE_EQ(ct.hidden_fraction, 0.5);
+  n.waited[static_cast<int>(CommOp::all_reduce)] = 1;  // more waited than taken (clocks apart): clamped
+  EXPECT_EQ(collective_time(n).hidden_fraction, 0.0);
 }
 
 TEST(Topology, GroupsMatchTheGrid) {

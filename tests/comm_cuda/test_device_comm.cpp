@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/device_comm.hpp"
@@ -292,6 +294,47 @@ TEST_P(DeviceComm, HostTensorsGoToMpiAndBytesAreCounted) {
   EXPECT_EQ(c.bytes[int(CommOp::reduce_scatter)], n * es);
   EXPECT_EQ(c.bytes[int(CommOp::all_gather)], n * es);
   EXPECT_EQ(c.calls[int(CommOp::barrier)], 1u);
+}
+
+// [Note: communication time]: the other ranks join an all-reduce about 100
+// ms after rank 0, which meanwhile works 30 ms (a kernel on its compute
+// stream and a sleep of the host) and then waits. Rank 0's call took about
+// 100 ms, of which it waited about 70: with NCCL the device's times (the
+// call on the communication stream, the compute stream's stall in wait()),
+// with the staged backend the host's. The times are read once.
+TEST_P(DeviceComm, CollectivesCarryTheirTimeAndTheTimeWaited) {
+  if (nranks() < 2) GTEST_SKIP() << "one rank's collectives are local copies";
+  if (dt() != DType::f32) GTEST_SKIP() << "runs in the f32 case";
+  const int64_t n = 1 << 16;
+  DeviceBuffer buf(n * dtype_size(dt()));
+  upload_seeded(buf, rank(), n);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  comm_->set_timing(true);
+  topo_->world().barrier();
+  comm_->reset_counters();
+  if (rank() != 0) spin_on_stream(stream_, 200'000'000);  // about 100 ms
+  CommRequest r = comm_->all_reduce(device_tensor(buf, n), ReduceOp::sum);
+  if (rank() == 0) {
+    spin_on_stream(stream_, 60'000'000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  wait(r);
+  const std::vector<float> got = download(buf, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], reduce_expected(ReduceOp::sum, nranks(), i)) << i;
+  CommCounters c = comm_->counters();
+  comm_->add_device_times(c);
+  const int k = static_cast<int>(CommOp::all_reduce);
+  EXPECT_LE(c.waited[k], c.seconds[k]);
+  if (rank() == 0) {
+    EXPECT_GE(c.seconds[k], 0.07) << comm_->backend();
+    EXPECT_GE(c.waited[k], 0.03) << comm_->backend();
+    EXPECT_LE(c.waited[k], c.seconds[k] - 0.015) << comm_->backend();
+  }
+  CommCounters again;
+  comm_->add_device_times(again);
+  EXPECT_EQ(again.seconds[k], 0.0);
+  EXPECT_EQ(again.waited[k], 0.0);
+  comm_->set_timing(false);
 }
 
 // [Note: one-rank group]: NCCL on one rank runs its collectives as copies on

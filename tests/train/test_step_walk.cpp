@@ -4,7 +4,9 @@
 // global batch to the same losses; an fp16 step skipped for overflow does
 // not count as an update; the step graph's recording is begun, cut and
 // launched where [Note: step graph] says, and only where the layout allows;
-// wall_clock_breakdown's phases are the spans [Note: phase clock] says.
+// wall_clock_breakdown's phases are the spans [Note: phase clock] says; the
+// data-parallel collectives carry their time and the time waited for them
+// ([Note: communication time]).
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -228,6 +230,38 @@ TEST(StepWalk, CpuPhaseTimesAreTheHostsTimeOfEachPhase) {
     EXPECT_GT(p.optimizer_s, 0);
     EXPECT_GE(p.walk.total_s, p.walk.forward_s + p.walk.backward_s);
     EXPECT_LE(p.walk.total_s + p.reduce_s + p.optimizer_s, wall);
+  }
+}
+
+// [Note: communication time] at stage 2 over two ranks: every collective
+// kind the step uses carries a time, of which at most all was waited for.
+// Without overlap_comm, each reduction is waited for as soon as it is made,
+// so little of it is hidden; with it, the backward's polls see reductions
+// complete and the waited part is smaller than the reductions' time.
+TEST(StepWalk, DataParallelCollectivesCarryTheirTimeAndTheTimeWaited) {
+  if (test::world_size() != 2) GTEST_SKIP() << "two ranks";
+  for (const bool overlap : {false, true}) {
+    const Config cfg = test::small_config(
+        test::log_dir(), {"wall_clock_breakdown=true", "zero_optimization.stage=2",
+                          std::string("zero_optimization.overlap_comm=") + (overlap ? "true" : "false")});
+    test::CpuRank r;
+    Trainer t(cfg, r.comms, r.dev, r.kernels);
+    t.start();
+    for (int i = 0; i < 2; ++i) {
+      const StepStats st = t.train_step(true);
+      for (CommOp op : {CommOp::reduce_scatter, CommOp::all_gather}) {
+        const int k = static_cast<int>(op);
+        ASSERT_GT(st.comm.calls[k], 0u) << comm_op_name(op);
+        EXPECT_GT(st.comm.seconds[k], 0) << comm_op_name(op);
+        EXPECT_LE(st.comm.waited[k], st.comm.seconds[k]) << comm_op_name(op);
+      }
+      const CollectiveTime ct = collective_time(st.comm);
+      ASSERT_FALSE(std::isnan(ct.hidden_fraction));
+      const int rs = static_cast<int>(CommOp::reduce_scatter);
+      if (!overlap) {
+        EXPECT_LT(1 - st.comm.waited[rs] / st.comm.seconds[rs], 0.5) << "step " << st.step;
+      }
+    }
   }
 }
 
