@@ -737,6 +737,9 @@ def write_plots(a, rows, models, plot_dir, out):
                 curve(axes[1], pts, "hidden", 1, marker="o", ls=ls, color=c, label=name)
                 curve(axes[1], pts, "bus_hidden", 1, marker="x", ls=":", color=c, label=f"{name} (busbw estimate)")
         axes[0].set_ylabel("ms per step")
+        # Lifetimes of prefetched gathers on the CPU reach seconds, waits a
+        # millisecond: both visible on one axis.
+        axes[0].set_yscale("symlog", linthresh=1.0)
         axes[0].set_title(f"{model}: communication time")
         axes[1].set_ylabel("hidden fraction")
         axes[1].set_ylim(-0.05, 1.05)
