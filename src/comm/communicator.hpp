@@ -44,15 +44,17 @@ inline void wait(CommRequest& r) {
 // caller's own work. Each backend measures both where the waiting happens:
 // - MPI (host memory) and the host-staged backend: the host's clock, from
 //   the call to the completion the caller saw (a test() that returned true,
-//   or the end of wait()); `waited` is the host's time blocked in wait(), in
-//   the staged backend also the blocking copy to the host.
+//   or the end of wait()); `waited` is the host's time blocked in wait().
+//   The staged backend counts from its MPI call, after the blocking copy to
+//   the host, which neither figure includes.
 // - NCCL, with set_timing(true): the device's clock. `seconds` is the time
 //   the call ran on the communicator's stream (from a timing event before
 //   it to one after it); `waited` the time the compute stream stood still
 //   in a handle's wait() (timing events on the compute stream before and
 //   after the stream wait). Those events are read by add_device_times()
-//   once the host has waited for the step; reset_counters() drops the ones
-//   of a step that was not read. Calls inside group_start()/group_end()
+//   once the host has waited for the step (those of the calls made before
+//   hold_device_times(), when it was called); reset_counters() drops the
+//   ones of a step that was not read. Calls inside group_start()/group_end()
 //   (the pipeline's exchanges) and one rank's local copies ([Note: one-rank
 //   group]) are not timed.
 struct CommCounters {
@@ -114,6 +116,10 @@ class Communicator {
   // times to `into`, then drops them. Host communicators time their calls as
   // they complete and add nothing here.
   virtual void add_device_times(CommCounters& /*into*/) {}
+  // Device-timed communicators: the calls made so far are the ones
+  // add_device_times() reads; later ones (a validation's, a checkpoint's)
+  // are left out until reset_counters(). The trainer holds at each step's end.
+  virtual void hold_device_times() {}
   // Whether the device's timing events are recorded (NCCL; the host's clock
   // is read in any case). Off by default.
   virtual void set_timing(bool /*on*/) {}

@@ -260,6 +260,13 @@ void NcclCommunicator::reset_counters() {
 void NcclCommunicator::drop_timing() {
   timed_.clear();
   wait_ops_.clear();
+  held_ = false;
+}
+
+void NcclCommunicator::hold_device_times() {
+  held_ = true;
+  held_calls_ = timed_.size();
+  held_waits_ = wait_ops_.size();
 }
 
 namespace {
@@ -272,8 +279,10 @@ double elapsed_s(const CudaEvent& from, const CudaEvent& to) {
 }  // namespace
 
 void NcclCommunicator::add_device_times(CommCounters& into) {
-  for (const TimedCall& c : timed_) into.seconds[static_cast<int>(c.op)] += elapsed_s(c.done->begun, c.done->event);
-  for (size_t k = 0; k < wait_ops_.size(); ++k)
+  const size_t calls = held_ ? held_calls_ : timed_.size(), waits = held_ ? held_waits_ : wait_ops_.size();
+  for (size_t k = 0; k < calls; ++k)
+    into.seconds[static_cast<int>(timed_[k].op)] += elapsed_s(timed_[k].done->begun, timed_[k].done->event);
+  for (size_t k = 0; k < waits; ++k)
     into.waited[static_cast<int>(wait_ops_[k])] += elapsed_s(wait_events_[2 * k], wait_events_[2 * k + 1]);
   drop_timing();
 }

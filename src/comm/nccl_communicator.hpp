@@ -84,6 +84,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   void set_timing(bool on) override;
   void reset_counters() override;
   void add_device_times(CommCounters& into) override;
+  void hold_device_times() override;
   // Makes the compute stream wait for `done` (a call of kind `op`), timing
   // the wait when timing is on. For handles.
   void compute_waits_for(cudaEvent_t done, CommOp op);
@@ -122,6 +123,9 @@ class NcclCommunicator final : public DeviceCommunicator {
   std::vector<TimedCall> timed_;
   std::vector<CudaEvent> wait_events_;
   std::vector<CommOp> wait_ops_;
+  // hold_device_times(): how many of each add_device_times() reads.
+  bool held_ = false;
+  size_t held_calls_ = 0, held_waits_ = 0;
 };
 
 }  // namespace zt

@@ -351,6 +351,7 @@ StepStats Trainer::train_step(bool read_loss) {
   st.nonfinite = v.nonfinite;
   st.loss_scale = v.loss_scale;
   st.comm = dp.counters();
+  dp.hold_device_times();  // a validation or a save before the read is not the step's
   if (const auto* off = dynamic_cast<const OffloadAdamW*>(s.placement.get())) {
     st.offload = off->last_times();
     st.nvme_bytes = off->nvme_bytes() + s.zero->param_nvme_bytes();
