@@ -317,7 +317,7 @@ CommRequest NcclCommunicator::local_copy(const Tensor& in, const Tensor& out) {
 CommRequest NcclCommunicator::all_reduce(Tensor buf, ReduceOp op) {
   count(CommOp::all_reduce, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.all_reduce(buf, op);
-  if (size_ == 1 && group_depth_ == 0) return local_copy(buf, buf);  // [Note: one-rank group]
+  if (local()) return local_copy(buf, buf);  // [Note: one-rank group]
   auto done = begin_call();
   recorder_->record(CommOp::all_reduce, -1, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype),
@@ -330,7 +330,7 @@ CommRequest NcclCommunicator::reduce_scatter(Tensor in, Tensor out, ReduceOp op)
            " elements, out ", out.numel(), ", group size ", size_);
   count(CommOp::reduce_scatter, in.bytes());
   if (on_host(in, out)) return group_.reduce_scatter(in, out, op);
-  if (size_ == 1 && group_depth_ == 0) return local_copy(in, out);
+  if (local()) return local_copy(in, out);
   auto done = begin_call();
   recorder_->record(CommOp::reduce_scatter, -1, in.numel(), in.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype),
@@ -343,7 +343,7 @@ CommRequest NcclCommunicator::all_gather(Tensor in, Tensor out) {
            " elements, out ", out.numel(), ", group size ", size_);
   count(CommOp::all_gather, out.bytes());
   if (on_host(in, out)) return group_.all_gather(in, out);
-  if (size_ == 1 && group_depth_ == 0) return local_copy(in, out);
+  if (local()) return local_copy(in, out);
   auto done = begin_call();
   recorder_->record(CommOp::all_gather, -1, out.numel(), out.dtype, OpState::queued, done);
   // Bytes: gathering moves data without arithmetic, so any dtype (u16 too) works.
@@ -355,7 +355,7 @@ CommRequest NcclCommunicator::broadcast(Tensor buf, int root) {
   ZT_CHECK(root >= 0 && root < size_, "broadcast root ", root, " outside group of ", size_);
   count(CommOp::broadcast, buf.bytes());
   if (buf.device == DeviceKind::cpu) return group_.broadcast(buf, root);
-  if (size_ == 1 && group_depth_ == 0) return local_copy(buf, buf);
+  if (local()) return local_copy(buf, buf);
   auto done = begin_call();
   recorder_->record(CommOp::broadcast, root, buf.numel(), buf.dtype, OpState::queued, done);
   ZT_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.bytes(), ncclUint8, root, comm_, stream_));

@@ -49,7 +49,11 @@ class NcclCommunicator final : public DeviceCommunicator {
   const char* backend() const override { return "nccl"; }
   // [Note: one-rank group] (nccl_communicator.cpp): one rank's collectives
   // are local copies on the compute stream.
-  bool graph_safe() const override { return size_ == 1; }
+  bool graph_safe() const override { return size_ == 1 && one_rank_copies_; }
+  // Tests: false sends a one-rank group's collectives to NCCL like any
+  // other group's (on its stream, timed, recorded), so one GPU exercises
+  // that path. True by default.
+  void set_one_rank_copies(bool on) { one_rank_copies_ = on; }
 
   CommRequest all_reduce(Tensor buf, ReduceOp op) override;
   CommRequest reduce_scatter(Tensor in, Tensor out, ReduceOp op) override;
@@ -95,6 +99,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   std::shared_ptr<NcclCompletion> begin_call();
   // [Note: one-rank group]: `in` copied to `out` on the compute stream.
   CommRequest local_copy(const Tensor& in, const Tensor& out);
+  bool local() const { return size_ == 1 && group_depth_ == 0 && one_rank_copies_; }
   CommRequest end_call(std::shared_ptr<NcclCompletion> done, CommOp op);
   void drop_timing();
   // Polls the comm stream until it is idle (true), or an asynchronous error
@@ -120,6 +125,7 @@ class NcclCommunicator final : public DeviceCommunicator {
     std::shared_ptr<NcclCompletion> done;
   };
   bool timing_ = false;
+  bool one_rank_copies_ = true;
   std::vector<TimedCall> timed_;
   std::vector<CudaEvent> wait_events_;
   std::vector<CommOp> wait_ops_;

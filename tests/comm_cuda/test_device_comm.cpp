@@ -455,6 +455,59 @@ TEST(StagedMpiCommunicator, StagingSlotsAreKeptAndAccountedUnderComm) {
   EXPECT_EQ(comm.staging_bytes(), held) << "a smaller call reuses the slot";
 }
 
+// [Note: communication time] through NCCL on one GPU per rank, one rank
+// included (its collectives sent to NCCL: set_one_rank_copies(false)). The
+// communication stream is kept busy about 100 ms before a reduce-scatter;
+// the compute stream works about 30 ms, then waits for it. The call's own
+// time is the reduce-scatter alone, the wait about 70 ms; a later call
+// after hold_device_times() is not read, and the times are read once.
+TEST(NcclCommunicator, CallsAndWaitsAreTimedOnTheDevice) {
+  Topology topo(1);
+  const int gpus = visible_gpus();
+  if (!on_every_rank(gpus > 0 && topo.local_size() <= gpus)) GTEST_SKIP() << "needs one GPU per rank";
+  select_cuda_device(topo.local_rank());
+  cudaStream_t compute = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  {
+    NcclCommunicator comm(topo.world_mpi(), compute);
+    comm.set_one_rank_copies(false);
+    EXPECT_FALSE(comm.graph_safe());
+    comm.set_timing(true);
+    const int64_t shard = int64_t{1} << 22, n = shard * comm.size();
+    DeviceBuffer in(n * 4), out(shard * 4);
+    CUDA_OK(cudaMemset(in.p, 0, n * 4));
+    CUDA_OK(cudaMemset(out.p, 0, shard * 4));
+    const Tensor tin(in.p, DType::f32, Shape{n}, DeviceKind::cuda);
+    const Tensor tout(out.p, DType::f32, Shape{shard}, DeviceKind::cuda);
+    topo.world().barrier();
+    comm.reset_counters();
+    spin_on_stream(comm.comm_stream(), 200'000'000);
+    CommRequest r = comm.reduce_scatter(tin, tout, ReduceOp::sum);
+    spin_on_stream(compute, 60'000'000);
+    wait(r);
+    CUDA_OK(cudaStreamSynchronize(compute));
+    CommCounters c;
+    comm.hold_device_times();
+    spin_on_stream(comm.comm_stream(), 200'000'000);
+    r = comm.all_reduce(tin, ReduceOp::sum);
+    wait(r);
+    CUDA_OK(cudaStreamSynchronize(compute));
+    comm.add_device_times(c);
+    const int rs = static_cast<int>(CommOp::reduce_scatter), ar = static_cast<int>(CommOp::all_reduce);
+    EXPECT_GT(c.seconds[rs], 0.0);
+    EXPECT_LT(c.seconds[rs], 0.02) << "the call alone, not the work queued before it";
+    EXPECT_GE(c.waited[rs], 0.04);
+    EXPECT_LE(c.waited[rs], 0.15);
+    EXPECT_EQ(c.seconds[ar], 0.0) << "a call after hold_device_times()";
+    EXPECT_EQ(c.waited[ar], 0.0);
+    CommCounters again;
+    comm.add_device_times(again);
+    EXPECT_EQ(again.waited[rs], 0.0);
+    comm.synchronize();
+  }
+  CUDA_OK(cudaStreamDestroy(compute));
+}
+
 TEST(NcclCommunicator, WaitingInsideAnOpenGroupIsAnError) {
   Topology topo(1);
   const int gpus = visible_gpus();
