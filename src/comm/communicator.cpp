@@ -19,13 +19,13 @@ const char* comm_op_name(CommOp op) {
   return "?";
 }
 
-CollectiveTime collective_time(const CommCounters& c) {
+CollectiveTime collective_time(const CommCounters& c, int group_size) {
   CollectiveTime t;
   for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather, CommOp::broadcast}) {
     t.seconds += c.seconds[static_cast<int>(op)];
     t.waited += c.waited[static_cast<int>(op)];
   }
-  t.hidden_fraction = t.seconds > 0 ? std::clamp(1.0 - t.waited / t.seconds, 0.0, 1.0) : std::nan("");
+  t.hidden_fraction = group_size > 1 && t.seconds > 0 ? std::clamp(1.0 - t.waited / t.seconds, 0.0, 1.0) : std::nan("");
   return t;
 }
 

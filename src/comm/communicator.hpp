@@ -64,15 +64,16 @@ struct CommCounters {
   double waited[kNumCommOps] = {};
 };
 
-// The collectives (all_reduce, reduce_scatter, all_gather, broadcast) of `c`:
-// their time, the time waited for them, and 1 - waited / time clamped to
-// [0, 1] (NaN when they took no time: no collective, or one rank's).
+// The collectives (all_reduce, reduce_scatter, all_gather, broadcast) of `c`,
+// counted by a communicator of `group_size` ranks: their time, the time
+// waited for them, and 1 - waited / time clamped to [0, 1] (NaN when there
+// is nothing to hide: one rank, or no time).
 struct CollectiveTime {
   double seconds = 0;
   double waited = 0;
   double hidden_fraction = 0;
 };
-CollectiveTime collective_time(const CommCounters& c);
+CollectiveTime collective_time(const CommCounters& c, int group_size);
 
 class Communicator {
  public:

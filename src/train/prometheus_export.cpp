@@ -228,10 +228,9 @@ std::vector<double> PrometheusExporter::Impl::mine(const StepStats& st) const {
   const double phases[kNumPhases] = {t.walk.forward_s, t.walk.backward_s, t.reduce_s, t.optimizer_s,
                                      t.walk.p2p_wait_s};
   for (int i = 0; i < kNumPhases; ++i) v[kPhase + i] = phases[i];
-  // [Note: communication time] in comm/communicator.hpp; one rank has no
-  // communication to hide.
-  const CollectiveTime ct = collective_time(st.comm);
-  if (topo.dp_size() > 1 && !std::isnan(ct.hidden_fraction)) {
+  // [Note: communication time] in comm/communicator.hpp.
+  const CollectiveTime ct = collective_time(st.comm, topo.dp_size());
+  if (!std::isnan(ct.hidden_fraction)) {
     for (int i = 0; i < kNumExportedOps; ++i) {
       v[kCommSeconds + i] = st.comm.seconds[static_cast<int>(kCommOps[i])];
       v[kCommWaited + i] = st.comm.waited[static_cast<int>(kCommOps[i])];

@@ -110,8 +110,8 @@ void StepReporter::report(const StepStats& st, double val, double elapsed, int64
     }
     rec["comm_seconds"] = secs;
     rec["comm_waited_s"] = waited;
-    const CollectiveTime ct = collective_time(st.comm);
-    const bool timed = comms_.data().tensors->size() > 1 && !std::isnan(ct.hidden_fraction);
+    const CollectiveTime ct = collective_time(st.comm, comms_.data().tensors->size());
+    const bool timed = !std::isnan(ct.hidden_fraction);
     if (timed) rec["comm_hidden_fraction"] = ct.hidden_fraction;
     const StepTiming& t = st.timing;
     rec["time_breakdown_s"] = {{"forward", t.walk.forward_s},

@@ -255,7 +255,7 @@ TEST(StepWalk, DataParallelCollectivesCarryTheirTimeAndTheTimeWaited) {
         EXPECT_GT(st.comm.seconds[k], 0) << comm_op_name(op);
         EXPECT_LE(st.comm.waited[k], st.comm.seconds[k]) << comm_op_name(op);
       }
-      const CollectiveTime ct = collective_time(st.comm);
+      const CollectiveTime ct = collective_time(st.comm, 2);
       ASSERT_FALSE(std::isnan(ct.hidden_fraction));
       const int rs = static_cast<int>(CommOp::reduce_scatter);
       if (!overlap) {
