@@ -225,6 +225,22 @@ TEST(CudaAttnTiming, Classifier) {
       std::printf("[ timing   ] classifier products bf16 N=%d C=%d V=%d over V (ld %lld): logits %.3f, dx %.3f, "
                   "dw %.3f ms, %.3f ms (%.1f TFLOP/s)\n",
                   N, C, V, static_cast<long long>(Vp), a2, b2, c2, a2 + b2 + c2, 3 * f / (a2 + b2 + c2) * 1e-9);
+      // The floor of any one pass that keeps the dlogits in memory for
+      // cuBLAS's gradient products: its loss-and-dlogits pass reads the
+      // 16-bit logits once and writes the dlogits once, which a plain
+      // device-to-device copy of the logits' bytes also does. The products
+      // plus that copy are what such a pass costs at best.
+      {
+        TestTensor dst(dev, st, Shape{int64_t{N}, Vp});
+        const size_t bytes = logits.t.bytes();
+        const float cp = time_ms(s, [&] {
+          ZT_CHECK(cudaMemcpyAsync(dst.t.data, logits.t.data, bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess,
+                   "copy");
+        });
+        std::printf("[ timing   ] classifier floor bf16 N=%d C=%d V=%d: a copy of the logits' %.3f GB (read and "
+                    "written) %.3f ms (%.0f GB/s moved); products + copy %.3f ms (%.3fx the products)\n",
+                    N, C, V, bytes * 1e-9, cp, 2.0 * bytes / cp * 1e-6, gemms + cp, (gemms + cp) / gemms);
+      }
     }
     if (profile) {
       {
