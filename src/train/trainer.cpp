@@ -83,7 +83,9 @@ std::unique_ptr<OptimizerPlacement> make_placement(const Config& cfg, Device& de
 
 struct Trainer::Impl {
   std::function<void(int64_t)> step_hook;  // set_step_hook
-  const Config& cfg;
+  // The trainer's own copy: the data feed, the reporter and the checkpointer
+  // keep references to it, so a caller's temporary Config is safe to pass.
+  const Config cfg;
   CommBundle& comms;
   Topology& topo;
   Device& dev;
@@ -137,9 +139,10 @@ struct Trainer::Impl {
   SavedLayout layout() const { return {topo.world_size(), opts.P, opts.V, topo.dp_size()}; }
 };
 
-Trainer::Trainer(const Config& cfg, CommBundle& comms, Device& dev, Kernels& kernels)
-    : impl_(std::make_unique<Impl>(cfg, comms, dev, kernels)) {
+Trainer::Trainer(const Config& config, CommBundle& comms, Device& dev, Kernels& kernels)
+    : impl_(std::make_unique<Impl>(config, comms, dev, kernels)) {
   Impl& s = *impl_;
+  const Config& cfg = s.cfg;  // everything built here refers to the copy
   const RunOptions& o = s.opts;
   Topology& topo = s.topo;
   s.data = std::make_unique<DataFeed>(cfg, o.B, o.T, o.global_batch, o.accum, topo.dp_rank(), topo.dp_size(), dev);

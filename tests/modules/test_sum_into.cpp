@@ -117,7 +117,7 @@ TEST(AddSumSquares, HasTheBitsOfTheAddThenTheSumOfSquares) {
       double sum = -1;
       std::thread([&] { sum = add_sum_squares(got.data(), b.data(), n, parts); }).join();
       EXPECT_TRUE(same_bits(sum, want)) << "n " << n << " threads " << main_threads << ": " << sum << " vs " << want;
-      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float))) << "n " << n;
+      EXPECT_TRUE(n == 0 || std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0) << "n " << n;  // memcmp takes no null
     }
   }
   omp_set_num_threads(threads);
