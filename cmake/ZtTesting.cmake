@@ -10,6 +10,15 @@ if(_zt_uid STREQUAL "0")
   list(APPEND ZT_MPI_FLAGS --allow-run-as-root)
 endif()
 
+# Tests' time limits are stated for the release build; a sanitizer build runs
+# the same work several times slower, and its presets scale every limit by
+# ZT_TEST_TIMEOUT_SCALE (CMakePresets.json).
+set(ZT_TEST_TIMEOUT_SCALE 1 CACHE STRING "factor applied to every test's TIMEOUT (sanitizer builds run slower)")
+function(zt_set_test_timeout test seconds)
+  math(EXPR _t "${seconds} * ${ZT_TEST_TIMEOUT_SCALE}")
+  set_tests_properties(${test} PROPERTIES TIMEOUT ${_t})
+endfunction()
+
 function(zt_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;ARGS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -17,7 +26,7 @@ function(zt_add_test name)
   add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
   if(T_TIMEOUT)
-    set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+    zt_set_test_timeout(${name} ${T_TIMEOUT})
   endif()
 endfunction()
 
@@ -30,7 +39,7 @@ function(zt_add_mpi_test name)
              COMMAND ${ZT_MPIEXEC} ${ZT_MPI_FLAGS} -np ${np} $<TARGET_FILE:${name}> ${T_ARGS})
     set_tests_properties(${name}_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" PROCESSORS ${np})
     if(T_TIMEOUT)
-      set_tests_properties(${name}_np${np} PROPERTIES TIMEOUT ${T_TIMEOUT})
+      zt_set_test_timeout(${name}_np${np} ${T_TIMEOUT})
     endif()
   endforeach()
 endfunction()
