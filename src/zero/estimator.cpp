@@ -131,7 +131,8 @@ int64_t live_parameters(const ModelDesc& m, const std::vector<bool>& held, const
                         const std::vector<bool>& recomputed, const EstimateInput& in, int* uploads_in_flight,
                         LiveTimeline* timeline = nullptr) {
   const int n = m.num_units();
-  auto numel = [&](int v) { return m.units[static_cast<size_t>(v)].numel(); };
+  const std::vector<int64_t> numels = m.unit_numels();  // the walk below asks for them O(n^2) times
+  auto numel = [&](int v) { return numels[static_cast<size_t>(v)]; };
   auto partitioned = [&](int v) { return numel(v) >= in.stage3_param_persistence_threshold; };
   auto size = [&](int v) { return round_up(numel(v), in.dp); };
   std::vector<bool> gathered(static_cast<size_t>(n), false);
