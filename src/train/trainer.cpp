@@ -311,11 +311,12 @@ void Trainer::inject_hang(int64_t step) {
   if (s.fault.at(InjectedFault::Kind::desync, rank, step)) {
     log_warn("injected fault (ZT_INJECT_FAULT): rank ", rank, " issues an extra all-reduce at step ", step);
     // One f64 is the call the others see, but a mismatched MPI collective
-    // may write as much as the peer's matching call sends (here a gradient
-    // all-reduce of up to the model's size in f32) into this buffer: room
-    // for that keeps the fault a desync for the watchdog to name, not a
-    // stack overflow (AddressSanitizer found one with a one-double buffer).
-    std::vector<double> x(static_cast<size_t>(std::max<int64_t>(1, num_params())), 1.0);
+    // may write as much as the peer's matching call sends into this buffer;
+    // no call of the step sends more than the model in f32 (a gradient
+    // all-reduce at most), so room for that keeps the fault a desync for
+    // the watchdog to name, not a stack overflow (AddressSanitizer found
+    // one with a one-double buffer).
+    std::vector<double> x(static_cast<size_t>(num_params() / 2 + 1), 1.0);
     CommRequest r = s.comms.data().host->all_reduce(Tensor(x.data(), DType::f64, Shape{1}), ReduceOp::sum);
     wait(r);
   }
