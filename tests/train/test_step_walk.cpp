@@ -51,6 +51,27 @@ TEST(StepWalk, ReadingTheLossOrEvaluatingChangesNothing) {
   EXPECT_TRUE(std::isfinite(v1));
 }
 
+// The trainer keeps its own copy of the config: what the caller does to its
+// Config afterwards (or a temporary's end) changes nothing the trainer does.
+TEST(StepWalk, TheTrainerKeepsItsOwnCopyOfTheConfig) {
+  const Config cfg = test::small_config(test::log_dir());
+  Config callers = cfg;
+  test::CpuRank a, b;
+  Trainer plain(cfg, a.comms, a.dev, a.kernels), own(callers, b.comms, b.dev, b.kernels);
+  callers = test::small_config(test::log_dir(), {"train.eval_steps=3", "gradient_clipping=0.01"});
+  for (Trainer* t : {&plain, &own}) EXPECT_FALSE(t->start());
+  EXPECT_EQ(losses(own, 2, true), losses(plain, 2, true));  // bit for bit
+  const double v = plain.evaluate();
+  EXPECT_EQ(own.evaluate(), v);
+  // The changed config does change what a trainer built from it evaluates,
+  // so the equality above is the copy's doing.
+  test::CpuRank c;
+  Trainer other(callers, c.comms, c.dev, c.kernels);
+  EXPECT_FALSE(other.start());
+  losses(other, 2, true);
+  EXPECT_NE(other.evaluate(), v);
+}
+
 TEST(StepWalk, PipelineWalksMatchOneStage) {
   if (test::world_size() % 2 != 0) GTEST_SKIP() << "needs an even world";
   const Config one = test::small_config(test::log_dir());
