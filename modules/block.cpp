@@ -71,7 +71,7 @@ UnitDesc BlockUnit::describe(const ModelShape& s, int layer) {
 }
 
 BlockUnit::BlockUnit(const ModelShape& s, UnitDesc desc)
-    : DescribedUnit(std::move(desc)),
+    : DescribedUnit(s, std::move(desc)),
       C_(s.d_model),
       n_head_(static_cast<int>(s.n_head)),
       n_layer_(static_cast<int>(s.n_layer)) {

@@ -90,7 +90,7 @@ UnitDesc EmbeddingUnit::describe(const ModelShape& s) {
 }
 
 EmbeddingUnit::EmbeddingUnit(const ModelShape& s, UnitDesc desc)
-    : DescribedUnit(std::move(desc)), C_(s.d_model), T_max_(s.seq_len) {
+    : DescribedUnit(s, std::move(desc)), C_(s.d_model), T_max_(s.seq_len) {
   ZT_CHECK(this->desc().kind == UnitKind::embedding && this->desc().tensors.size() == 2, "unit ",
            this->desc().name, " is not a GPT-2 embedding");
 }
@@ -139,7 +139,7 @@ UnitDesc HeadUnit::describe(const ModelShape& s) {
   return d;
 }
 
-HeadUnit::HeadUnit(const ModelShape& s, UnitDesc desc) : DescribedUnit(std::move(desc)), C_(s.d_model) {
+HeadUnit::HeadUnit(const ModelShape& s, UnitDesc desc) : DescribedUnit(s, std::move(desc)), C_(s.d_model) {
   ZT_CHECK(this->desc().kind == UnitKind::head && this->desc().tensors.size() == 2 && this->desc().tied.size() == 1,
            "unit ", this->desc().name, " is not a GPT-2 head");
 }

@@ -44,10 +44,6 @@ class EmbeddingUnit final : public DescribedUnit {
  public:
   static UnitDesc describe(const ModelShape& s);  // wte.weight (V, C), wpe.weight (T_max, C)
   EmbeddingUnit(const ModelShape& s, UnitDesc desc);
-  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
-  DType input_dtype(DType) const override { return DType::i32; }
-  Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
-  DType output_dtype(DType act) const override { return act; }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
   void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
@@ -64,10 +60,6 @@ class BlockUnit final : public DescribedUnit {
  public:
   static UnitDesc describe(const ModelShape& s, int layer);  // "h.<layer>": ln_1, attn, ln_2, mlp
   BlockUnit(const ModelShape& s, UnitDesc desc);
-  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
-  DType input_dtype(DType act) const override { return act; }
-  Shape output_shape(int64_t B, int64_t T) const override { return input_shape(B, T); }
-  DType output_dtype(DType act) const override { return act; }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
   void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
@@ -86,11 +78,6 @@ class HeadUnit final : public DescribedUnit {
   // ln_f.weight, ln_f.bias; the LM head is the embedding's wte (unit 0, param 0).
   static UnitDesc describe(const ModelShape& s);
   HeadUnit(const ModelShape& s, UnitDesc desc);
-  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
-  DType input_dtype(DType act) const override { return act; }
-  // Per-token loss (B, T) in math_dtype(act).
-  Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
-  DType output_dtype(DType act) const override { return math_dtype(act); }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
   void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,

@@ -66,7 +66,7 @@ std::vector<std::unique_ptr<Unit>> llama_units(const ModelDesc& desc) {
 // ---- embedding --------------------------------------------------------------
 
 LlamaEmbeddingUnit::LlamaEmbeddingUnit(const ModelShape& s, UnitDesc desc)
-    : DescribedUnit(std::move(desc)), C_(s.d_model) {
+    : DescribedUnit(s, std::move(desc)), C_(s.d_model) {
   ZT_CHECK(this->desc().kind == UnitKind::embedding && this->desc().tensors.size() == 1, "unit ",
            this->desc().name, " is not a Llama embedding");
 }
@@ -93,7 +93,7 @@ void LlamaEmbeddingUnit::backward(const UnitContext& ctx, const std::vector<Tens
 // ---- block --------------------------------------------------------------------
 
 LlamaBlockUnit::LlamaBlockUnit(const ModelShape& s, UnitDesc desc)
-    : DescribedUnit(std::move(desc)),
+    : DescribedUnit(s, std::move(desc)),
       C_(s.d_model),
       KV_(s.kv_width()),
       F_(s.ffn_hidden),
@@ -262,7 +262,7 @@ void LlamaBlockUnit::backward(const UnitContext& ctx, const std::vector<Tensor>&
 // ---- head ---------------------------------------------------------------------
 
 LlamaHeadUnit::LlamaHeadUnit(const ModelShape& s, UnitDesc desc)
-    : DescribedUnit(std::move(desc)), C_(s.d_model), eps_(s.rms_norm_eps) {
+    : DescribedUnit(s, std::move(desc)), C_(s.d_model), eps_(s.rms_norm_eps) {
   const UnitDesc& d = this->desc();
   ZT_CHECK(d.kind == UnitKind::head && d.tensors.size() + d.tied.size() == 2, "unit ", d.name,
            " is not a Llama head");

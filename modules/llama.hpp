@@ -21,10 +21,6 @@ std::vector<std::unique_ptr<Unit>> llama_units(const ModelDesc& desc);
 class LlamaEmbeddingUnit final : public DescribedUnit {
  public:
   LlamaEmbeddingUnit(const ModelShape& s, UnitDesc desc);
-  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
-  DType input_dtype(DType) const override { return DType::i32; }
-  Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
-  DType output_dtype(DType act) const override { return act; }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
   void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
@@ -40,11 +36,7 @@ class LlamaEmbeddingUnit final : public DescribedUnit {
 class LlamaBlockUnit final : public DescribedUnit {
  public:
   LlamaBlockUnit(const ModelShape& s, UnitDesc desc);
-  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
-  DType input_dtype(DType act) const override { return act; }
   bool writes_din_operand() const override { return true; }
-  Shape output_shape(int64_t B, int64_t T) const override { return input_shape(B, T); }
-  DType output_dtype(DType act) const override { return act; }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
   void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,
@@ -63,12 +55,7 @@ class LlamaBlockUnit final : public DescribedUnit {
 class LlamaHeadUnit final : public DescribedUnit {
  public:
   LlamaHeadUnit(const ModelShape& s, UnitDesc desc);
-  Shape input_shape(int64_t B, int64_t T) const override { return Shape{B, T, C_}; }
-  DType input_dtype(DType act) const override { return act; }
   bool writes_din_operand() const override { return true; }
-  // Per-token loss (B, T) in math_dtype(act), as GPT-2's head.
-  Shape output_shape(int64_t B, int64_t T) const override { return Shape{B, T}; }
-  DType output_dtype(DType act) const override { return math_dtype(act); }
   void init_param(int param, int64_t begin, int64_t count, float* out, uint64_t seed,
                   int unit_index) const override;
   void forward(const UnitContext& ctx, const std::vector<Tensor>& params, const Tensor& in,

@@ -143,18 +143,31 @@ std::string recompute_description(bool checkpointing, int layers);
 ModelDesc describe_model(const ModelConfig& cfg);
 
 // A unit made from its description: name, parameters, ties and
-// checkpointability are the description's.
+// checkpointability are the description's, and its input and output follow
+// from its kind and the model's width C:
+//   embedding  token ids (B, T) i32          -> activations (B, T, C)
+//   block      activations (B, T, C)         -> activations (B, T, C)
+//   head       activations (B, T, C)         -> per-token loss (B, T) in math_dtype
 class DescribedUnit : public Unit {
  public:
-  explicit DescribedUnit(UnitDesc desc) : desc_(std::move(desc)) {}
+  DescribedUnit(const ModelShape& s, UnitDesc desc) : desc_(std::move(desc)), width_(s.d_model) {}
   const UnitDesc& desc() const { return desc_; }
   std::string name() const override { return desc_.name; }
   std::vector<ParamSpec> params() const override { return desc_.params(); }
   std::vector<TiedParam> tied() const override { return desc_.tied; }
   bool checkpointable() const override { return desc_.checkpointable; }
+  Shape input_shape(int64_t B, int64_t T) const override {
+    return desc_.kind == UnitKind::embedding ? Shape{B, T} : Shape{B, T, width_};
+  }
+  DType input_dtype(DType act) const override { return desc_.kind == UnitKind::embedding ? DType::i32 : act; }
+  Shape output_shape(int64_t B, int64_t T) const override {
+    return desc_.kind == UnitKind::head ? Shape{B, T} : Shape{B, T, width_};
+  }
+  DType output_dtype(DType act) const override { return desc_.kind == UnitKind::head ? math_dtype(act) : act; }
 
  private:
   UnitDesc desc_;
+  int64_t width_;
 };
 
 }  // namespace zt

@@ -68,6 +68,46 @@ TEST(ModelDesc, Gpt2IsWhatBuildModelBuilds) {
   EXPECT_EQ(d.unit_numels().front(), (50 + 16) * 32);
 }
 
+// Each unit's input and output follow from its kind (DescribedUnit): token
+// ids into the embedding, (B, T, C) activations from one unit to the next,
+// the per-token loss in the math dtype out of the head, for both
+// architectures and every activation dtype.
+void expect_units_chain(const ModelDesc& d) {
+  const Model m = build_model(d);
+  const int64_t B = 3, T = 5, C = d.shape.d_model;
+  for (DType act : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    EXPECT_EQ(m.unit(0).input_shape(B, T), (Shape{B, T})) << d.arch();
+    EXPECT_EQ(m.unit(0).input_dtype(act), DType::i32) << d.arch();
+    for (int u = 0; u + 1 < m.num_units(); ++u) {
+      const Unit& a = m.unit(u);
+      const Unit& b = m.unit(u + 1);
+      EXPECT_EQ(a.output_shape(B, T), (Shape{B, T, C})) << a.name();
+      EXPECT_EQ(a.output_dtype(act), act) << a.name();
+      EXPECT_EQ(b.input_shape(B, T), a.output_shape(B, T)) << b.name();
+      EXPECT_EQ(b.input_dtype(act), a.output_dtype(act)) << b.name();
+    }
+    const Unit& head = m.unit(m.num_units() - 1);
+    EXPECT_EQ(head.output_shape(B, T), (Shape{B, T})) << d.arch();
+    EXPECT_EQ(head.output_dtype(act), act == DType::f64 ? DType::f64 : DType::f32) << d.arch();
+  }
+}
+
+TEST(ModelDesc, UnitsChainFromTokensToLoss) {
+  expect_units_chain(describe_model(gpt2_config(3)));
+  ModelShape s;
+  s.arch = "llama";
+  s.name = "llama chain";
+  s.n_layer = 2;
+  s.d_model = 32;
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.ffn_hidden = 24;
+  s.vocab = 11;
+  s.seq_len = 5;
+  s.rope.head_dim = 8;
+  expect_units_chain(describe_llama(s));
+}
+
 // The names and layouts of a Hugging Face GPT-2 state dict: Conv1D weights
 // (in, out), everything else as ztrain keeps it.
 TEST(ModelDesc, Gpt2HuggingFaceNames) {
