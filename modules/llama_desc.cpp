@@ -1,27 +1,31 @@
 #include "modules/llama_desc.hpp"
 
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
 namespace zt {
 
-ModelShape llama2_70b_shape() {
+ModelShape llama_shape(std::string name, int64_t n_layer, int64_t d_model, int64_t n_head, int64_t n_kv_head,
+                       int64_t ffn_hidden, int64_t vocab, int64_t seq_len) {
   ModelShape s;
   s.arch = "llama";
-  s.name = "llama2-70b";
-  s.n_layer = 80;
-  s.d_model = 8192;
-  s.n_head = 64;
-  s.n_kv_head = 8;
-  s.ffn_hidden = 28672;
-  s.vocab = 32000;
-  s.seq_len = 4096;
+  s.name = std::move(name);
+  s.n_layer = n_layer;
+  s.d_model = d_model;
+  s.n_head = n_head;
+  s.n_kv_head = n_kv_head;
+  s.ffn_hidden = ffn_hidden;
+  s.vocab = vocab;
+  s.seq_len = seq_len;
   s.rms_norm_eps = 1e-5;
-  s.rope.head_dim = s.head_dim();
+  s.rope.head_dim = n_head > 0 ? d_model / n_head : 0;
   s.rope.theta = 10000.0;
   return s;
 }
+
+ModelShape llama2_70b_shape() { return llama_shape("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096); }
 
 namespace {
 

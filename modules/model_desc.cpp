@@ -87,19 +87,10 @@ ModelDesc describe_model(const ModelConfig& cfg) {
     return describe_gpt2(
         gpt2_shape(GptConfig{cfg.n_layer, cfg.n_head, cfg.d_model, cfg.seq_len, cfg.vocab_size}, report_name(cfg)));
   if (cfg.arch == "llama") {
-    ModelShape s;
-    s.arch = "llama";
-    s.name = report_name(cfg);
-    s.n_layer = cfg.n_layer;
-    s.d_model = cfg.d_model;
-    s.n_head = cfg.n_head;
-    s.n_kv_head = cfg.num_key_value_heads;
-    s.ffn_hidden = cfg.intermediate_size;
-    s.vocab = cfg.vocab_size;
-    s.seq_len = cfg.seq_len;
+    ModelShape s = llama_shape(report_name(cfg), cfg.n_layer, cfg.d_model, cfg.n_head, cfg.num_key_value_heads,
+                               cfg.intermediate_size, cfg.vocab_size, cfg.seq_len);
     s.rms_norm_eps = cfg.rms_norm_eps;
     s.tie_word_embeddings = cfg.tie_word_embeddings;
-    s.rope.head_dim = cfg.n_head > 0 ? cfg.d_model / cfg.n_head : 0;
     s.rope.theta = cfg.rope_theta;
     const RopeScalingConfig& rs = cfg.rope_scaling;
     s.rope.llama3 = rs.llama3;

@@ -182,19 +182,7 @@ TEST_F(GptGpu, CheckpointingIsBitIdenticalAndSteadyStateAllocatesNothing) {
 // their dout and residual gradient as the norms after them wrote them, not
 // through cast kernels, and every loss and gradient keeps its bits.
 TEST_F(GptGpu, LlamaNormsWriteTheProductsOperandsWithTheCastsBits) {
-  ModelShape s;
-  s.arch = "llama";
-  s.name = "llama operands";
-  s.n_layer = 2;
-  s.d_model = 64;
-  s.n_head = 4;
-  s.n_kv_head = 2;
-  s.ffn_hidden = 96;
-  s.vocab = 97;
-  s.seq_len = 32;
-  s.rms_norm_eps = 1e-5;
-  s.rope.head_dim = 16;
-  s.rope.theta = 10000.0;
+  const ModelShape s = llama_shape("llama operands", 2, 64, 4, 2, 96, 97, 32);
   const Model model = build_model(describe_llama(s));
   const std::vector<const Unit*> uv = model.units();
   const int64_t B = 3;

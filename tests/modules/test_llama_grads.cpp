@@ -19,18 +19,7 @@ constexpr int64_t kB = 2;
 // low 1 and high 4 (bands 25 and 100) the first two are kept, the third
 // blended and the fourth divided by the factor.
 ModelShape tiny_llama(bool tied) {
-  ModelShape s;
-  s.arch = "llama";
-  s.name = "llama grad-check";
-  s.n_layer = 2;
-  s.d_model = 32;
-  s.n_head = 4;
-  s.n_kv_head = 2;
-  s.ffn_hidden = 24;
-  s.vocab = 11;
-  s.seq_len = 5;
-  s.rms_norm_eps = 1e-5;
-  s.rope.head_dim = 8;
+  ModelShape s = llama_shape("llama grad-check", 2, 32, 4, 2, 24, 11, 5);
   s.rope.theta = 100.0;
   s.rope.llama3 = true;
   s.rope.factor = 3.0;

@@ -94,18 +94,7 @@ void expect_units_chain(const ModelDesc& d) {
 
 TEST(ModelDesc, UnitsChainFromTokensToLoss) {
   expect_units_chain(describe_model(gpt2_config(3)));
-  ModelShape s;
-  s.arch = "llama";
-  s.name = "llama chain";
-  s.n_layer = 2;
-  s.d_model = 32;
-  s.n_head = 4;
-  s.n_kv_head = 2;
-  s.ffn_hidden = 24;
-  s.vocab = 11;
-  s.seq_len = 5;
-  s.rope.head_dim = 8;
-  expect_units_chain(describe_llama(s));
+  expect_units_chain(describe_llama(llama_shape("llama chain", 2, 32, 4, 2, 24, 11, 5)));
 }
 
 // The names and layouts of a Hugging Face GPT-2 state dict: Conv1D weights

@@ -16,18 +16,7 @@ namespace {
 
 ModelShape tiny(const std::string& arch) {
   if (arch == "gpt2") return gpt2_shape(GptConfig{2, 2, 8, 8, 11}, "gpt2 packing");
-  ModelShape s;
-  s.arch = "llama";
-  s.name = "llama packing";
-  s.n_layer = 2;
-  s.d_model = 16;
-  s.n_head = 4;
-  s.n_kv_head = 2;
-  s.ffn_hidden = 12;
-  s.vocab = 11;
-  s.seq_len = 8;
-  s.rms_norm_eps = 1e-5;
-  s.rope.head_dim = 4;
+  ModelShape s = llama_shape("llama packing", 2, 16, 4, 2, 12, 11, 8);
   s.rope.theta = 10.0;
   return s;
 }
