@@ -36,7 +36,7 @@ std::string f2(const char* f, double x) {
 }
 
 int run(int argc, char** argv) {
-  std::string model, config, gpu, figures_path = ZT_PLAN_FIGURES, dtype = "bf16";
+  std::string model, config, gpu, figures_path = ZT_PLAN_FIGURES, dtype = "bf16", attention = "cudnn";
   int gpus = 0, per_node = 0, top = 20;
   double host_mem = 0, nvme = 0, price = -1, headroom = 0.05;
   int64_t global_batch = 0;
@@ -55,6 +55,8 @@ int run(int argc, char** argv) {
        "estimator's error (docs/memory.md) [0.05]")
       ("global-batch", po::value<int64_t>(&global_batch), "sequences per step, the same for every layout [2^19 tokens]")
       ("dtype", po::value<std::string>(&dtype), "bf16 or f32 [bf16; with --config, the config's]")
+      ("attention", po::value<std::string>(&attention), "cudnn or flash: the attention the runs will use (flash: "
+       "ZTRAIN_ATTENTION=flash, or a build without cuDNN's frontend) [cudnn]")
       ("price", po::value<double>(&price), "USD per GPU-hour [the preset's on-demand price]")
       ("spot", po::bool_switch(&spot), "the preset's spot price")
       ("top", po::value<int>(&top), "layouts listed [20; with --json, all]")
@@ -120,7 +122,7 @@ int run(int argc, char** argv) {
     ZT_USER_ERROR("command line: --device-headroom must be in [0, 1), found ", headroom);
   if (spot && vm.count("price")) ZT_USER_ERROR("command line: --spot and --price exclude each other");
   PlanInput in;
-  in.device = figures.device(gpu);
+  in.device = with_attention(figures.device(gpu), attention, "command line: --attention");
   // A GPU the presets do not have: a preset with its own numbers, the
   // measured efficiencies kept (rates scale with the peak, memory-bound work
   // with the bandwidth).
@@ -134,7 +136,8 @@ int run(int argc, char** argv) {
   if (auto v = given("memory-gib")) d.memory_gib = *v;
   if (auto v = given("bf16-tflops")) {
     const double k = *v / d.bf16_tflops;
-    for (Curve* c : {&d.gemm_tflops, &d.attention_tflops, &d.classifier_tflops}) c->scale(k);
+    for (Curve* c : {&d.gemm_tflops, &d.attention_tflops, &d.flash_attention_tflops, &d.classifier_tflops})
+      c->scale(k);
     d.bf16_tflops = *v;
   }
   if (auto v = given("hbm-gbs")) {

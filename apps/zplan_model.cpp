@@ -198,6 +198,7 @@ Figures load_figures(const std::string& path) {
     x.hbm_gbs = num(d, "hbm_gbs", where);
     x.gemm_tflops = curve(d, "gemm_tflops", where);
     x.attention_tflops = curve(d, "attention_tflops", where);
+    if (d.contains("flash_attention_tflops")) x.flash_attention_tflops = curve(d, "flash_attention_tflops", where);
     x.classifier_tflops = curve(d, "classifier_tflops", where);
     x.membound_ns_per_kib = num(d, "membound_ns_per_kib", where);
     x.optimizer_gbs = num(d, "optimizer_gbs", where);
@@ -226,7 +227,8 @@ Figures load_figures(const std::string& path) {
     x.label = d.value("label", key);
     x.memory_gib = num(d, "memory_gib", where);
     x.bf16_tflops *= flop;
-    for (Curve* c : {&x.gemm_tflops, &x.attention_tflops, &x.classifier_tflops}) c->scale(flop);
+    for (Curve* c : {&x.gemm_tflops, &x.attention_tflops, &x.flash_attention_tflops, &x.classifier_tflops})
+      c->scale(flop);
     x.membound_ns_per_kib /= bw;
     x.optimizer_gbs *= bw;
     x.intra_busbw_gbs = num(d, "intra_busbw_gbs", where);
@@ -244,6 +246,17 @@ Figures load_figures(const std::string& path) {
   }
   f.runs = j.value("runs", nlohmann::json::array());
   return f;
+}
+
+DeviceFigures with_attention(DeviceFigures dev, const std::string& attention, const std::string& where) {
+  if (attention == "cudnn") return dev;
+  if (attention != "flash") ZT_USER_ERROR(where, ": expected cudnn or flash, found '", attention, "'");
+  if (dev.flash_attention_tflops.points.empty())
+    ZT_USER_ERROR(where, ": no flash_attention_tflops for '", dev.key, "' in the figures (the flash kernels were not ",
+                  "measured on it)");
+  dev.attention_tflops = dev.flash_attention_tflops;
+  dev.label += ", flash attention";
+  return dev;
 }
 
 std::string Layout::name() const {
@@ -574,7 +587,8 @@ std::vector<ValidationRow> validate(const Figures& f) {
     }
     // The host of a run, where it differs from the preset's (the H200 runs'
     // host was a 16-core share of a node).
-    DeviceFigures dev = f.device(v.device);
+    DeviceFigures dev = with_attention(f.device(v.device), r.value("attention", std::string("cudnn")),
+                                       where + ".attention");
     if (r.contains("host_adam_gparams")) dev.host_adam_gparams = num(r, "host_adam_gparams", where);
     if (r.contains("host_mem_gbs")) dev.host_mem_gbs = num(r, "host_mem_gbs", where);
     Layout l;

@@ -35,6 +35,9 @@ struct DeviceFigures {
   double hbm_gbs = 0;          // memory bandwidth (datasheet)
   Curve gemm_tflops;           // block products, against d_model
   Curve attention_tflops;      // attention forward + backward, model FLOPs, against seq_len
+  // The same for ztrain's own flash kernels (ZTRAIN_ATTENTION=flash, and
+  // every build without cuDNN's frontend); empty where not measured.
+  Curve flash_attention_tflops;
   Curve classifier_tflops;     // fused classifier forward + backward, against d_model
   double membound_ns_per_kib = 0;  // memory-bound work per KiB of saved activations (see the Note)
   double optimizer_gbs = 0;        // device AdamW, bytes moved per second
@@ -60,6 +63,12 @@ struct Figures {
 };
 
 Figures load_figures(const std::string& path);
+
+// The device's figures for an attention path: "cudnn" (the default, the
+// figures as they are) or "flash" (attention priced at the flash kernels'
+// rate). UserError naming `where` for another path or a device without a
+// flash figure.
+DeviceFigures with_attention(DeviceFigures dev, const std::string& attention, const std::string& where);
 
 // One way to train: ZeRO stage, offload, pipeline, batch split, checkpointing.
 struct Layout {

@@ -167,6 +167,24 @@ if awk -v a="$(tok full.json)" -v b="$(tok half.json)" 'BEGIN { r = b / a; exit 
 else
   fail "--bf16-tflops: $(tok half.json) against $(tok full.json) tokens/s"
 fi
+# --attention flash prices attention at the flash kernels' rate: the same
+# layouts, a longer step (the flash kernels are slower than cuDNN's on the
+# H200), and only the attention term moves (a device without the figure is
+# an error, below).
+"$ZPLAN" --model llama3.2-1b --gpu h200 --gpus 1 --global-batch 16 --json --figures "$FIG" >cudnn.json
+"$ZPLAN" --model llama3.2-1b --gpu h200 --gpus 1 --global-batch 16 --json --figures "$FIG" --attention flash >flash.json
+python3 - cudnn.json flash.json <<'PY' || fail "--attention flash"
+import json, sys
+a, b = (json.load(open(p))["layouts"] for p in sys.argv[1:])
+name = lambda l: (l["layout"], l["micro_batch"])
+assert sorted(map(name, a)) == sorted(map(name, b)), "the layouts differ"
+bb = {name(l): l for l in b}
+for l in a:
+    f = bb[name(l)]
+    assert f["step_s"] > l["step_s"], (l["layout"], l["step_s"], f["step_s"])
+    assert f["device_bytes"] == l["device_bytes"], l["layout"]
+print(f"ok: --attention flash: {len(a)} layouts, the fastest {b[0]['step_s']:.4f} s a step against {a[0]['step_s']:.4f}")
+PY
 set +e
 "$ZPLAN" --model gpt2-1.3b --gpu h100 --gpus 1 --memory-gib 16 --figures "$FIG" >"$WORK/out" 2>&1
 RC=$?
@@ -214,6 +232,10 @@ zp --model gpt2-124m --gpu h100 --gpus 8 --price nan
 if [ "$RC" = 2 ] && grep -q -- "--price: expected USD per GPU-hour >= 0, found nan" "$WORK/out"; then echo "ok: a price that is not a number"; else fail "--price nan: exit $RC"; fi
 zp --model gpt2-124m --gpu h100 --gpus 8 --host-mem-gib inf
 if [ "$RC" = 2 ] && grep -q -- "--host-mem-gib: expected a number of GiB >= 0, found inf" "$WORK/out"; then echo "ok: infinite host memory"; else fail "--host-mem-gib inf: exit $RC"; fi
+zp --model gpt2-124m --gpu h100 --gpus 1 --attention sdpa
+if [ "$RC" = 2 ] && grep -q -- "--attention: expected cudnn or flash, found 'sdpa'" "$WORK/out"; then echo "ok: an unknown attention path"; else fail "--attention sdpa: exit $RC"; fi
+zp --model gpt2-124m --gpu cpu --gpus 1 --attention flash
+if [ "$RC" = 2 ] && grep -q -- "--attention: no flash_attention_tflops for 'cpu'" "$WORK/out"; then echo "ok: no flash figure for the device"; else fail "--attention flash on cpu: exit $RC"; fi
 zp validate --top 1
 if [ "$RC" = 2 ] && grep -q -- "--top plans a run; 'zplan validate' takes --figures only" "$WORK/out"; then echo "ok: validate takes no plan option"; else fail "validate --top: exit $RC"; fi
 zp --model gpt2-124m --gpu h100 --gpus 2 --json --top 2
