@@ -4,6 +4,7 @@
 //   zplan --model llama2-70b --gpu a100-80gb --gpus 8 [--gpus-per-node 8]
 //         [--host-mem-gib 1024] [--nvme-gib 0] [--global-batch N] [--price X | --spot]
 //         [--dtype bf16|f32] [--top 20] [--json] [--figures FILE] [--device-headroom 0.05]
+//         [--attention cudnn|flash]
 //   zplan --config CONFIG.json ...       # the config's model section
 //   zplan ... --gpu h100 --memory-gib 94 --bf16-tflops 835 --hbm-gbs 3900   # a GPU without a preset
 //   zplan --model llama2-13b --gpu rtx4090 --gpus 1 --host-mem-gib 128 --largest   # the most layers that fit
@@ -237,7 +238,7 @@ int run(int argc, char** argv) {
                      {"usd_per_billion_tokens", r.cost_per_btok},
                      {"sets", sets}});
     }
-    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib}, {"device_headroom", headroom}, {"model", in.model},
+    std::cout << nlohmann::json({{"gpu", in.device.key}, {"gpus", gpus}, {"memory_gib", in.device.memory_gib}, {"device_headroom", headroom}, {"attention", attention}, {"model", in.model},
                                  {"notes", notes}, {"layouts", out}})
                      .dump(1)
               << "\n";

@@ -175,7 +175,9 @@ fi
 "$ZPLAN" --model llama3.2-1b --gpu h200 --gpus 1 --global-batch 16 --json --figures "$FIG" --attention flash >flash.json
 python3 - cudnn.json flash.json <<'PY' || fail "--attention flash"
 import json, sys
-a, b = (json.load(open(p))["layouts"] for p in sys.argv[1:])
+ja, jb = (json.load(open(p)) for p in sys.argv[1:])
+assert (ja["attention"], jb["attention"]) == ("cudnn", "flash"), (ja["attention"], jb["attention"])
+a, b = ja["layouts"], jb["layouts"]
 name = lambda l: (l["layout"], l["micro_batch"])
 assert sorted(map(name, a)) == sorted(map(name, b)), "the layouts differ"
 bb = {name(l): l for l in b}
