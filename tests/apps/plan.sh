@@ -168,9 +168,9 @@ else
   fail "--bf16-tflops: $(tok half.json) against $(tok full.json) tokens/s"
 fi
 # --attention flash prices attention at the flash kernels' rate: the same
-# layouts, a longer step (the flash kernels are slower than cuDNN's on the
-# H200), and only the attention term moves (a device without the figure is
-# an error, below).
+# layouts with the same memory, each step longer (the flash kernels are
+# slower than cuDNN's); a device without the figure is an error (below).
+# The validation table above prices the flash runs with it.
 "$ZPLAN" --model llama3.2-1b --gpu h200 --gpus 1 --global-batch 16 --json --figures "$FIG" >cudnn.json
 "$ZPLAN" --model llama3.2-1b --gpu h200 --gpus 1 --global-batch 16 --json --figures "$FIG" --attention flash >flash.json
 python3 - cudnn.json flash.json <<'PY' || fail "--attention flash"
