@@ -7,7 +7,8 @@
 #     the optimizer and the parameters on the CPU and activation
 #     checkpointing: GPTs of growing size until one does not fit (CAP_RUNS
 #     picks sizes, accumulation and the delayed update);
-#   - NVMe (optimizer on NVMe files) when OFFLOAD_NVME_DIR is set;
+#   - NVMe (optimizer on NVMe files; pnvme: ZeRO-3 with the parameters on
+#     NVMe and the optimizer on the CPU) when OFFLOAD_NVME_DIR is set;
 #   - parity: the tiny model on the GPU, 20 steps, with each offload mode
 #     against no offload: the loss bits must be equal (parity.txt).
 # Each run's tokens/s is the mean over the steps after the first two (after
@@ -16,7 +17,7 @@
 # each capped run with a device-alone run of its shape (CAP_DEVICE_ALONE=1),
 # its step against that bound.
 #
-#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a1off z2a8 z2acc z2bf z2g16 cap nvme; default parity z2 cap)
+#   jobs/bench/offload.sh ZTRAIN OUT_DIR [PLAN...]   (plans: parity z2 z2a1 z2a1off z2a8 z2acc z2bf z2g16 cap nvme pnvme; default parity z2 cap)
 #   RUN_TIMEOUT=S bounds each run (default 600 s).
 set -uo pipefail
 ztrain=${1:?usage: offload.sh ZTRAIN OUT_DIR [PLAN...]}
@@ -227,6 +228,26 @@ JSON
         "zero_optimization.offload_optimizer.nvme_path=\"$OFFLOAD_NVME_DIR\"" \
         zero_optimization.offload_optimizer.pipeline_read=true zero_optimization.offload_optimizer.pipeline_write=true \
         zero_optimization.sub_group_size=100000000 zero_optimization.offload_optimizer.buffer_count=6
+      ;;
+    pnvme)
+      # ZeRO-3, the optimizer on the CPU, every parameter shard in the NVMe
+      # file (max_in_cpu 0): each step reads the shards for the forward and
+      # the backward (those not kept gathered) and writes the updated ones.
+      [ -n "${OFFLOAD_NVME_DIR:-}" ] || { echo "pnvme plan: set OFFLOAD_NVME_DIR"; continue; }
+      config b13-a1p 24 2048 16 8 1 6
+      run 1.3b-z3-pnvme-a1 b13-a1p 2 zero_optimization.stage=3 "$CPU" 'zero_optimization.offload_param.device="nvme"' \
+        "zero_optimization.offload_param.nvme_path=\"$OFFLOAD_NVME_DIR\"" zero_optimization.offload_param.max_in_cpu=0 \
+        zero_optimization.offload_param.buffer_count=${PNVME_BUFFERS:-8}
+      python3 - "$out/1.3b-z3-pnvme-a1/metrics.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    o = r.get("offload", {})
+    if "tokens_per_s" in r and "param_read_bytes" in o:
+        print(f"pnvme step {r['step']}: {8192 / r['tokens_per_s']:.3f} s, parameters read {o['param_read_bytes'] / 1e9:.2f} GB "
+              f"(waited {o.get('param_read_wait_s', 0):.2f} s), written {o['param_write_bytes'] / 1e9:.2f} GB "
+              f"(waited {o.get('param_write_wait_s', 0):.2f} s)")
+PY
       ;;
   esac
 done

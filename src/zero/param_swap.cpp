@@ -126,8 +126,11 @@ void ParamSwap::release(Buf& b) {
   b.filled = 0;
 }
 
-// A free buffer, its last upload done. With may_wait, one is made free: the
-// oldest write is waited for, else the read issued furthest ahead dropped.
+// A free buffer, its last upload done. Without waiting: a free one, else
+// the one least recently used of those that hold a unit's parameters with
+// no transfer in flight (used and kept, or written to the file). With
+// may_wait, one is made free: the oldest write is waited for, else the read
+// issued furthest ahead dropped.
 int ParamSwap::take_buffer(bool may_wait) {
   auto ready = [&](int i) {
     copies_.wait(bufs_[static_cast<size_t>(i)].upload);
@@ -136,6 +139,18 @@ int ParamSwap::take_buffer(bool may_wait) {
   };
   for (size_t i = 0; i < bufs_.size(); ++i)
     if (bufs_[i].state == State::free) return ready(static_cast<int>(i));
+  int kept = -1;
+  for (size_t i = 0; i < bufs_.size(); ++i) {
+    const Buf& b = bufs_[i];
+    const bool idle = b.state == State::kept || (b.state == State::writing && aio_->done(b.io));
+    if (idle && (kept < 0 || b.seq < bufs_[static_cast<size_t>(kept)].seq)) kept = static_cast<int>(i);
+  }
+  if (kept >= 0) {
+    Buf& b = bufs_[static_cast<size_t>(kept)];
+    if (b.state == State::writing) wait_io(b, true);  // at once; throws the write's error
+    release(b);
+    return ready(kept);
+  }
   if (!may_wait) return -1;
   int write = -1, ahead = -1;
   for (size_t i = 0; i < bufs_.size(); ++i) {
@@ -172,7 +187,16 @@ void ParamSwap::issue_read(int u, int i) {
 bool ParamSwap::prefetch(int u) {
   const UnitSlot& s = units_[static_cast<size_t>(u)];
   ZT_CHECK(s.elems >= 0, "parameter swap: unit ", u, " is not held by this rank");
-  if (s.resident || s.buffer >= 0) return true;
+  if (s.resident) return true;
+  if (s.buffer >= 0) {  // in flight, loaded, kept or being written: not taken for another read now
+    Buf& b = bufs_[static_cast<size_t>(s.buffer)];
+    if (b.state == State::kept) b.state = State::loaded;
+    if (b.state == State::writing && aio_->done(b.io)) {
+      wait_io(b, true);  // at once; throws the write's error
+      b.state = State::loaded;
+    }
+    return true;
+  }
   const int i = take_buffer(false);
   if (i < 0) return false;
   issue_read(u, i);
@@ -183,16 +207,16 @@ const void* ParamSwap::shard(int u) {
   const UnitSlot& s = units_[static_cast<size_t>(u)];
   ZT_CHECK(s.elems >= 0, "parameter swap: unit ", u, " is not held by this rank");
   if (s.resident) return resident_shard(u);
-  if (s.buffer >= 0) {
-    const State st = bufs_[static_cast<size_t>(s.buffer)].state;
-    if (st == State::staging || st == State::writing) flush();  // its new parameters first
-  }
+  if (s.buffer >= 0 && bufs_[static_cast<size_t>(s.buffer)].state == State::staging) flush();  // throws: incomplete
   if (s.buffer < 0) issue_read(u, take_buffer(true));
   Buf& b = bufs_[static_cast<size_t>(s.buffer)];
-  if (b.state == State::reading) {
-    wait_io(b, false);
+  if (b.state == State::reading || b.state == State::writing) {
+    // A write's buffer holds the unit's new parameters: used as read, once
+    // the write is over (so that its error, if any, comes first).
+    wait_io(b, b.state == State::writing);
     b.state = State::loaded;
   }
+  if (b.state == State::kept) b.state = State::loaded;  // read at an earlier use
   ZT_CHECK(b.state == State::loaded && b.unit == u, "parameter swap: unit ", u, " not loaded");
   return b.data;
 }
@@ -202,8 +226,10 @@ void ParamSwap::used(int u, TransferTicket upload) {
   if (s.resident) return;
   ZT_CHECK(s.buffer >= 0 && bufs_[static_cast<size_t>(s.buffer)].state == State::loaded, "parameter swap: unit ",
            u, " used without being loaded");
+  // Kept: the next use takes it again unless the buffer is taken first.
   Buf& b = bufs_[static_cast<size_t>(s.buffer)];
-  release(b);
+  b.state = State::kept;
+  b.seq = ++seq_;
   b.upload = upload;
 }
 
@@ -222,9 +248,12 @@ void ParamSwap::put(const OwnedShard& sh, size_t byte_offset, const void* src, s
       wait_io(b, b.state == State::writing);
       b.state = State::loaded;
     }
-    if (b.state == State::loaded) {  // a read of the old parameters: becomes the new ones' buffer
+    if (b.state == State::loaded || b.state == State::kept) {  // the old parameters: becomes the new ones' buffer
+      copies_.wait(b.upload);  // an upload from it may still be in flight
+      b.upload = TransferTicket{};
       b.state = State::staging;
       b.filled = 0;
+      b.seq = ++seq_;
     }
   } else {
     const int i = take_buffer(true);

@@ -16,20 +16,29 @@
 // ZeroEngine asks for a unit's shard before its gather (shard(): the read is
 // issued if it is not in flight yet, and waited for), uploads it from the
 // buffer to its device pool, and hands the buffer back with the upload's
-// ticket (used()); the buffer is read into again once that copy is done.
-// prefetch() issues a read into a free buffer without waiting, so the
+// ticket (used()). The buffer then keeps the unit ("kept"): its next use
+// takes it without a read unless the buffer was taken first. A buffer is
+// taken free, else the least recently used of those kept or written (a
+// kept unit is read again at its next use), once its last upload is done.
+// prefetch() issues a read into such a buffer without waiting, so the
 // engine's prefetch walks ahead of use in the direction of travel and the
-// reads run while earlier units compute. Every forward, recomputation and
-// backward that gathers a unit reads it again; a unit kept gathered (stage
-// 3's reuse distance) is not read.
+// reads run while earlier units compute; it holds a kept unit for its use.
+// A step's walk turns at each end (forward up, backward down, the next
+// forward up again), so the units used last are used again first: with B
+// buffers about B units a turn are not read again. A unit kept gathered
+// (stage 3's reuse distance) is not read either.
 //
 // Writes: the offloaded optimizer hands each shard's new parameters to put()
 // (ParamSink) in pieces; they are copied into a buffer (the read buffers,
 // free during the optimizer step), and once a shard is complete its region
-// is written while the optimizer goes on with the next shards. flush() waits
-// for the writes (ZeroEngine::publish_params, before any read of the new
-// parameters). A read of a unit whose parameters are being put waits for
-// it first, and a put drops a read of the old parameters still in flight.
+// is written while the optimizer goes on with the next shards. The writes
+// are not waited for at the end of the step: they go on while the next
+// step's first units are read (the disk serves reads and writes at once
+// faster than one after the other). A buffer whose write is over holds the
+// unit as a kept one does; the shard of a unit whose write is still in
+// flight is its write buffer, used as read once the write is over. A put
+// drops a read of the old parameters still in flight, and overwrites a
+// kept unit once its upload is done. flush() waits for every write.
 //
 // Errors: the checks of the directory are SwapDir's (UserError naming
 // offload_param.nvme_path: a device, a file, no parent, not writable, too
@@ -119,7 +128,7 @@ class ParamSwap final : public ParamSink {
     int buffer = -1;     // the buffer reading, holding or writing it
     bool written = false;
   };
-  enum class State { free, reading, loaded, staging, writing };
+  enum class State { free, reading, loaded, kept, staging, writing };
   struct Buf {
     Buffer raw;
     char* data = nullptr;
@@ -128,7 +137,7 @@ class ParamSwap final : public ParamSink {
     AioHandle io;
     TransferTicket upload;  // the last upload from it
     int64_t filled = 0;     // staging: bytes put
-    uint64_t seq = 0;       // when its read was issued (the later, the further ahead)
+    uint64_t seq = 0;       // when its read was issued (the later, the further ahead), or its last use or put
   };
   int take_buffer(bool may_wait);
   void issue_read(int u, int b);

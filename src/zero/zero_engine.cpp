@@ -538,8 +538,9 @@ void ZeroEngine::publish_params() {
     ZT_CHECK(state_[u].refs == 0, "publish_params while unit ", u, " is in use");
     free_gathered(u);
   }
-  // [Note: parameter offload to NVMe] The new shards are on the file.
-  if (swap_) swap_->flush();
+  // [Note: parameter offload to NVMe] The new shards' writes go on under the
+  // next step's reads; a read of a unit still being written takes the
+  // write's buffer.
   const size_t es = dtype_size(pt);
   std::vector<PendingCollective> pending;
   if (lazy_publish()) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aio_test_util.hpp"
@@ -313,8 +314,13 @@ TEST(AioEngine, UnalignedTransfersAreRefusedSayingWhich) {
   EXPECT_NE(msg(buf.data(), 2 * a, 15 * static_cast<int64_t>(a)).find("run past"), std::string::npos);
   // Nothing was submitted; a handle is redeemed once.
   AioHandle h = aio->submit_read(f, buf.data(), a, 0);
+  // done() never blocks: polled until the transfer is over, then wait()
+  // returns at once.
+  while (!aio->done(h)) std::this_thread::yield();
+  EXPECT_TRUE(aio->done(h));
   aio->wait(h);
   EXPECT_THROW(aio->wait(h), Error);
+  EXPECT_THROW(aio->done(h), Error);
   EXPECT_THROW(aio->wait(AioHandle{12345}), Error);
   // Zero bytes is a transfer that is done at once.
   aio->wait(aio->submit_read(f, buf.data(), 0, 0));

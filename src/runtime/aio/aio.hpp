@@ -259,6 +259,9 @@ class AioEngine {
   // Blocks until the transfer is done; throws zt::Error naming the file, the
   // operation, the offset and strerror on an I/O error or a short transfer.
   virtual void wait(AioHandle handle) = 0;
+  // Whether the transfer is over (wait() would return or throw at once);
+  // never blocks. The handle must be in flight.
+  virtual bool done(AioHandle handle) const = 0;
   // Counts of what was done; exact for transfers that have been waited for.
   virtual AioStats stats() const = 0;
 };

@@ -144,6 +144,13 @@ class LaneEngine final : public AioEngine {
     }
   }
 
+  bool done(AioHandle handle) const override {
+    auto it = pending_.find(handle.id);
+    ZT_CHECK(it != pending_.end(), "aio handle ", handle.id, " is not in flight (never submitted, or waited for)");
+    std::lock_guard<std::mutex> lock(done_mu_);
+    return it->second->done;
+  }
+
   AioStats stats() const override {
     AioStats st;
     st.transfers = transfers_;
@@ -232,7 +239,7 @@ class LaneEngine final : public AioEngine {
   std::atomic<int64_t> slices_{0}, requests_{0}, handovers_{0}, refills_{0};
   std::atomic<int> max_in_flight_{0};
   std::unordered_map<uint64_t, std::shared_ptr<Request>> pending_;
-  std::mutex done_mu_;
+  mutable std::mutex done_mu_;
   std::condition_variable done_cv_;
 };
 
