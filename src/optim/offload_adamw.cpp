@@ -136,6 +136,13 @@ class HostOffloadAdamW final : public OffloadAdamW {
     const bool streamed = std::none_of(work_.begin(), work_.end(), [](const Pending& p) {
       return p.shard->param_sink != nullptr || !p.shard->grad_on_host;
     });
+    // [Note: parameter offload to NVMe] (zero/param_swap.hpp): with the
+    // parameters in a swap file the shards are updated last unit first, so
+    // that the swap's buffers hold the next forward's first units when the
+    // step ends (their writes still running) and it reads none of them. Each
+    // element's arithmetic is the same in any order.
+    if (std::any_of(work_.begin(), work_.end(), [](const Pending& p) { return p.shard->param_sink != nullptr; }))
+      std::reverse(work_.begin(), work_.end());
     {
       std::lock_guard<std::mutex> lk(mu_);
       for (const Pending& p : work_) ready_[static_cast<size_t>(p.shard->index)] = Ready{p.shard->numel() == 0, {}};

@@ -113,13 +113,23 @@ void* ParamSwap::resident_shard(int u) const {
   return const_cast<char*>(resident_.as<char>()) + static_cast<size_t>(s.offset) * dtype_size(dtype_);
 }
 
-void ParamSwap::wait_io(Buf& b, bool is_write) {
+void ParamSwap::wait_read(Buf& b) {
   const double t0 = now_s();
   aio_->wait(b.io);
-  (is_write ? stats_.write_wait_s : stats_.read_wait_s) += now_s() - t0;
+  stats_.read_wait_s += now_s() - t0;
+  b.state = State::loaded;
+}
+
+void ParamSwap::wait_write(Buf& b) {
+  if (!b.write_pending) return;
+  const double t0 = now_s();
+  aio_->wait(b.io);
+  stats_.write_wait_s += now_s() - t0;
+  b.write_pending = false;
 }
 
 void ParamSwap::release(Buf& b) {
+  ZT_CHECK(!b.write_pending && b.state != State::reading, "parameter swap: a buffer released with I/O in flight");
   if (b.unit >= 0) units_[static_cast<size_t>(b.unit)].buffer = -1;
   b.unit = -1;
   b.state = State::free;
@@ -127,10 +137,9 @@ void ParamSwap::release(Buf& b) {
 }
 
 // A free buffer, its last upload done. Without waiting: a free one, else
-// the one least recently used of those that hold a unit's parameters with
-// no transfer in flight (used and kept, or written to the file). With
-// may_wait, one is made free: the oldest write is waited for, else the read
-// issued furthest ahead dropped.
+// the one least recently used of those kept with no transfer in flight (a
+// unit used, or written to the file). With may_wait, one is made free: the
+// oldest write is waited for, else the read issued furthest ahead dropped.
 int ParamSwap::take_buffer(bool may_wait) {
   auto ready = [&](int i) {
     copies_.wait(bufs_[static_cast<size_t>(i)].upload);
@@ -142,12 +151,12 @@ int ParamSwap::take_buffer(bool may_wait) {
   int kept = -1;
   for (size_t i = 0; i < bufs_.size(); ++i) {
     const Buf& b = bufs_[i];
-    const bool idle = b.state == State::kept || (b.state == State::writing && aio_->done(b.io));
+    const bool idle = b.state == State::kept && (!b.write_pending || aio_->done(b.io));
     if (idle && (kept < 0 || b.seq < bufs_[static_cast<size_t>(kept)].seq)) kept = static_cast<int>(i);
   }
   if (kept >= 0) {
     Buf& b = bufs_[static_cast<size_t>(kept)];
-    if (b.state == State::writing) wait_io(b, true);  // at once; throws the write's error
+    wait_write(b);  // at once; throws the write's error
     release(b);
     return ready(kept);
   }
@@ -155,7 +164,7 @@ int ParamSwap::take_buffer(bool may_wait) {
   int write = -1, ahead = -1;
   for (size_t i = 0; i < bufs_.size(); ++i) {
     const Buf& b = bufs_[i];
-    if (b.state == State::writing && (write < 0 || b.seq < bufs_[static_cast<size_t>(write)].seq))
+    if (b.state == State::kept && b.write_pending && (write < 0 || b.seq < bufs_[static_cast<size_t>(write)].seq))
       write = static_cast<int>(i);
     if ((b.state == State::reading || b.state == State::loaded) &&
         (ahead < 0 || b.seq > bufs_[static_cast<size_t>(ahead)].seq))
@@ -165,7 +174,8 @@ int ParamSwap::take_buffer(bool may_wait) {
   ZT_CHECK(i >= 0, "parameter swap: every one of the ", bufs_.size(),
            " buffers holds a unit's parameters being put (offload_param.buffer_count)");
   Buf& b = bufs_[static_cast<size_t>(i)];
-  if (b.state == State::writing || b.state == State::reading) wait_io(b, b.state == State::writing);
+  if (b.state == State::reading) wait_read(b);
+  wait_write(b);
   release(b);
   return ready(i);
 }
@@ -188,13 +198,9 @@ bool ParamSwap::prefetch(int u) {
   const UnitSlot& s = units_[static_cast<size_t>(u)];
   ZT_CHECK(s.elems >= 0, "parameter swap: unit ", u, " is not held by this rank");
   if (s.resident) return true;
-  if (s.buffer >= 0) {  // in flight, loaded, kept or being written: not taken for another read now
+  if (s.buffer >= 0) {  // in flight, loaded or kept: held for its use, not taken for another read
     Buf& b = bufs_[static_cast<size_t>(s.buffer)];
     if (b.state == State::kept) b.state = State::loaded;
-    if (b.state == State::writing && aio_->done(b.io)) {
-      wait_io(b, true);  // at once; throws the write's error
-      b.state = State::loaded;
-    }
     return true;
   }
   const int i = take_buffer(false);
@@ -210,13 +216,10 @@ const void* ParamSwap::shard(int u) {
   if (s.buffer >= 0 && bufs_[static_cast<size_t>(s.buffer)].state == State::staging) flush();  // throws: incomplete
   if (s.buffer < 0) issue_read(u, take_buffer(true));
   Buf& b = bufs_[static_cast<size_t>(s.buffer)];
-  if (b.state == State::reading || b.state == State::writing) {
-    // A write's buffer holds the unit's new parameters: used as read, once
-    // the write is over (so that its error, if any, comes first).
-    wait_io(b, b.state == State::writing);
-    b.state = State::loaded;
-  }
-  if (b.state == State::kept) b.state = State::loaded;  // read at an earlier use
+  if (b.state == State::reading) wait_read(b);
+  // Kept from an earlier use, or the unit's new parameters with their write
+  // still in flight: the upload reads the buffer beside the write.
+  if (b.state == State::kept) b.state = State::loaded;
   ZT_CHECK(b.state == State::loaded && b.unit == u, "parameter swap: unit ", u, " not loaded");
   return b.data;
 }
@@ -244,10 +247,8 @@ void ParamSwap::put(const OwnedShard& sh, size_t byte_offset, const void* src, s
   }
   if (s.buffer >= 0) {
     Buf& b = bufs_[static_cast<size_t>(s.buffer)];
-    if (b.state == State::reading || b.state == State::writing) {  // old parameters, or an earlier put
-      wait_io(b, b.state == State::writing);
-      b.state = State::loaded;
-    }
+    if (b.state == State::reading) wait_read(b);  // the old parameters
+    wait_write(b);                                 // an earlier put's
     if (b.state == State::loaded || b.state == State::kept) {  // the old parameters: becomes the new ones' buffer
       copies_.wait(b.upload);  // an upload from it may still be in flight
       b.upload = TransferTicket{};
@@ -271,10 +272,11 @@ void ParamSwap::put(const OwnedShard& sh, size_t byte_offset, const void* src, s
            "-byte shard");
   if (b.filled < s.bytes) return;
   // Complete: the region, its padding zero, goes to the file while the
-  // optimizer works on the next shards.
+  // optimizer works on the next shards; the buffer keeps the unit.
   std::memset(b.data + s.bytes, 0, static_cast<size_t>(s.region - s.bytes));
   b.io = aio_->submit_write(*file_, b.data, static_cast<size_t>(s.region), s.offset);
-  b.state = State::writing;
+  b.write_pending = true;
+  b.state = State::kept;
   s.written = true;
   stats_.write_bytes += static_cast<double>(s.region);
   ++stats_.writes;
@@ -285,9 +287,7 @@ void ParamSwap::flush() {
     if (b.state == State::staging)
       ZT_THROW("parameter swap: unit ", b.unit, " ('", names_[static_cast<size_t>(b.unit)], "') got ", b.filled,
                " of its ", units_[static_cast<size_t>(b.unit)].bytes, " bytes of new parameters");
-    if (b.state != State::writing) continue;
-    wait_io(b, true);
-    release(b);
+    wait_write(b);
   }
 }
 

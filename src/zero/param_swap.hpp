@@ -34,11 +34,12 @@
 // is written while the optimizer goes on with the next shards. The writes
 // are not waited for at the end of the step: they go on while the next
 // step's first units are read (the disk serves reads and writes at once
-// faster than one after the other). A buffer whose write is over holds the
-// unit as a kept one does; the shard of a unit whose write is still in
-// flight is its write buffer, used as read once the write is over. A put
-// drops a read of the old parameters still in flight, and overwrites a
-// kept unit once its upload is done. flush() waits for every write.
+// faster than one after the other). The buffer keeps the unit as after a
+// use, and the unit's next use takes it from there even while the write
+// runs (the upload and the write both read it); the buffer is taken for
+// another unit only once the write is over. A put waits for a read of the
+// old parameters still in flight, and overwrites a kept unit once its
+// upload is done. flush() waits for every write.
 //
 // Errors: the checks of the directory are SwapDir's (UserError naming
 // offload_param.nvme_path: a device, a file, no parent, not writable, too
@@ -128,20 +129,24 @@ class ParamSwap final : public ParamSink {
     int buffer = -1;     // the buffer reading, holding or writing it
     bool written = false;
   };
-  enum class State { free, reading, loaded, kept, staging, writing };
+  // kept: holds the unit's current parameters, no read in flight (a write
+  // may be: write_pending).
+  enum class State { free, reading, loaded, kept, staging };
   struct Buf {
     Buffer raw;
     char* data = nullptr;
     State state = State::free;
     int unit = -1;
-    AioHandle io;
+    AioHandle io;               // the read (reading) or the write (write_pending) in flight
+    bool write_pending = false;  // its unit's new parameters being written from it
     TransferTicket upload;  // the last upload from it
     int64_t filled = 0;     // staging: bytes put
     uint64_t seq = 0;       // when its read was issued (the later, the further ahead), or its last use or put
   };
   int take_buffer(bool may_wait);
   void issue_read(int u, int b);
-  void wait_io(Buf& b, bool is_write);
+  void wait_read(Buf& b);   // reading -> loaded
+  void wait_write(Buf& b);  // the pending write, if any
   void release(Buf& b);
 
   DType dtype_;
