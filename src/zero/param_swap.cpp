@@ -213,7 +213,11 @@ const void* ParamSwap::shard(int u) {
   const UnitSlot& s = units_[static_cast<size_t>(u)];
   ZT_CHECK(s.elems >= 0, "parameter swap: unit ", u, " is not held by this rank");
   if (s.resident) return resident_shard(u);
-  if (s.buffer >= 0 && bufs_[static_cast<size_t>(s.buffer)].state == State::staging) flush();  // throws: incomplete
+  if (s.buffer >= 0 && bufs_[static_cast<size_t>(s.buffer)].state == State::staging) {
+    const Buf& b = bufs_[static_cast<size_t>(s.buffer)];
+    ZT_THROW("parameter swap: unit ", u, " ('", names_[static_cast<size_t>(u)], "') read after ", b.filled,
+             " of its ", s.bytes, " bytes of new parameters were put");
+  }
   if (s.buffer < 0) issue_read(u, take_buffer(true));
   Buf& b = bufs_[static_cast<size_t>(s.buffer)];
   if (b.state == State::reading) wait_read(b);
@@ -280,15 +284,6 @@ void ParamSwap::put(const OwnedShard& sh, size_t byte_offset, const void* src, s
   s.written = true;
   stats_.write_bytes += static_cast<double>(s.region);
   ++stats_.writes;
-}
-
-void ParamSwap::flush() {
-  for (Buf& b : bufs_) {
-    if (b.state == State::staging)
-      ZT_THROW("parameter swap: unit ", b.unit, " ('", names_[static_cast<size_t>(b.unit)], "') got ", b.filled,
-               " of its ", units_[static_cast<size_t>(b.unit)].bytes, " bytes of new parameters");
-    wait_write(b);
-  }
 }
 
 ParamSwapStats ParamSwap::take_stats() {

@@ -39,7 +39,10 @@
 // runs (the upload and the write both read it); the buffer is taken for
 // another unit only once the write is over. A put waits for a read of the
 // old parameters still in flight, and overwrites a kept unit once its
-// upload is done. flush() waits for every write.
+// upload is done; a unit read while its put is incomplete is an error. A
+// write's error comes from the wait before its buffer is taken for another
+// unit, so no read of the file can see a failed write; the writes still in
+// flight at the end are waited for by the engine's destruction.
 //
 // Errors: the checks of the directory are SwapDir's (UserError naming
 // offload_param.nvme_path: a device, a file, no parent, not writable, too
@@ -104,13 +107,12 @@ class ParamSwap final : public ParamSink {
   bool prefetch(int u);
   // u's shard in a pinned buffer (reading it now if no read is in flight).
   const void* shard(int u);
-  // The upload from u's buffer is `upload`: the buffer is free once it is done.
+  // The upload from u's buffer is `upload`: the buffer keeps u, and is taken
+  // for another unit only once that copy is done.
   void used(int u, TransferTicket upload);
 
   // ParamSink: a piece of the new parameters of a unit.
   void put(const OwnedShard& sh, size_t byte_offset, const void* src, size_t bytes) override;
-  // Waits for every write; every unit put since the last flush is complete.
-  void flush();
 
   int64_t file_bytes() const { return file_bytes_; }
   int64_t resident_elements() const { return resident_elems_; }

@@ -538,9 +538,8 @@ void ZeroEngine::publish_params() {
     ZT_CHECK(state_[u].refs == 0, "publish_params while unit ", u, " is in use");
     free_gathered(u);
   }
-  // [Note: parameter offload to NVMe] The new shards' writes go on under the
-  // next step's reads; a read of a unit still being written takes the
-  // write's buffer.
+  // [Note: parameter offload to NVMe]: the new shards' writes are not
+  // waited for here; they run under the next step's reads.
   const size_t es = dtype_size(pt);
   std::vector<PendingCollective> pending;
   if (lazy_publish()) {
